@@ -1,0 +1,205 @@
+"""Messages, tool calls, usage, and the request and response exchanged with a model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "FinishReason",
+    "Message",
+    "ModelRequest",
+    "ModelResponse",
+    "Role",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "to_messages",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCall(_Frozen):
+    """One tool call chosen by the model."""
+
+    id: str
+    """The call id; tool messages answer it through ``tool_call_id``."""
+    name: str
+    """The tool's name."""
+    arguments: str = "{}"
+    """The arguments as a JSON text, exactly as the model produced them."""
+
+    def __init__(self, id: str, name: str, arguments: str = "{}", **data: Any) -> None:
+        super().__init__(id=id, name=name, arguments=arguments, **data)
+
+
+class Usage(_Frozen):
+    """Token counts of one or more model calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __init__(self, input_tokens: int = 0, output_tokens: int = 0, **data: Any) -> None:
+        super().__init__(input_tokens=input_tokens, output_tokens=output_tokens, **data)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input and output tokens together."""
+        return self.input_tokens + self.output_tokens
+
+
+class Message(_Frozen):
+    """One conversation message."""
+
+    role: Role
+    content: str | None = None
+    """The text of the message; ``None`` for an assistant message that only calls tools."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls of an assistant message."""
+    tool_call_id: str | None = None
+    """For a tool message: the id of the call it answers."""
+
+    def __init__(
+        self,
+        role: Role,
+        content: str | None = None,
+        tool_calls: Iterable[ToolCall] = (),
+        tool_call_id: str | None = None,
+        **data: Any,
+    ) -> None:
+        super().__init__(
+            role=role,
+            content=content,
+            tool_calls=tuple(tool_calls),
+            tool_call_id=tool_call_id,
+            **data,
+        )
+
+    @property
+    def text(self) -> str:
+        """The message's text, or ``""`` when it has none."""
+        return self.content or ""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as a Chat Completions message dict."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> Message:
+        """Build a message from a Chat Completions message dict."""
+        calls = []
+        for raw in data.get("tool_calls") or ():
+            fn = raw.get("function") or {}
+            args = fn.get("arguments", "{}")
+            if not isinstance(args, str):
+                args = json.dumps(args)
+            calls.append(ToolCall(str(raw.get("id", "")), str(fn.get("name", "")), args))
+        content = data.get("content")
+        if isinstance(content, list):
+            content = "".join(
+                part.get("text", "") for part in content if isinstance(part, Mapping)
+            )
+        return cls(
+            data["role"],
+            content,
+            tool_calls=calls,
+            tool_call_id=data.get("tool_call_id"),
+        )
+
+
+class ToolSpec(_Frozen):
+    """What a model sees of a tool: its name, description and JSON-schema parameters."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelSettingsData(_Frozen):
+    """Plain-data copy of :class:`raygents.ModelSettings` as sent in a request."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    extra: dict[str, Any] | None = None
+
+
+class ModelRequest(_Frozen):
+    """Everything a model needs for one turn."""
+
+    agent_name: str
+    system: str = ""
+    """The system prompt; empty means no system message is sent."""
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    response_format: dict[str, Any] | None = None
+    """``{"name": ..., "schema": ...}`` for strict JSON output, or ``None`` for free text."""
+    settings: ModelSettingsData = Field(default_factory=ModelSettingsData)
+    stream: bool = False
+    """Whether the run asked for streamed model output."""
+
+
+class ModelResponse(_Frozen):
+    """A model's answer for one turn."""
+
+    message: Message
+    finish_reason: FinishReason = "stop"
+    usage: Usage = Field(default_factory=Usage)
+
+    def __init__(
+        self,
+        message: Message,
+        finish_reason: FinishReason = "stop",
+        usage: Usage | None = None,
+        **data: Any,
+    ) -> None:
+        super().__init__(
+            message=message, finish_reason=finish_reason, usage=usage or Usage(), **data
+        )
+
+
+def to_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> tuple[Message, ...]:
+    """Normalise a run input (a string, or messages and OpenAI-style dicts) to messages."""
+    if isinstance(value, str):
+        return (Message("user", value),)
+    out = []
+    for item in value:
+        if isinstance(item, Message):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            out.append(Message.from_openai(item))
+        else:
+            raise TypeError(
+                f"input items must be Message or dict, got {type(item).__name__!r}"
+            )
+    return tuple(out)

@@ -1,0 +1,70 @@
+"""The Model protocol, model settings, and how a model name becomes a model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from raygents.messages import ModelRequest, ModelResponse, ModelSettingsData
+
+__all__ = ["Model", "ModelSettings", "StreamingModel", "resolve_model"]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A language model: one async call per turn.
+
+    A model may also define ``stream(request)``, an async iterator that yields text deltas
+    (``str``) and ends with the complete :class:`ModelResponse`.
+    """
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        """Answer one turn."""
+        ...
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A model that can stream its answer."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:
+        """Yield text deltas, then the complete response."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Sampling and tool-choice settings forwarded to the model.
+
+    ``parallel_tool_calls`` is only a hint to the provider: raygents runs every tool call of a
+    turn in parallel either way. ``extra`` is merged into the provider request as is.
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    extra: dict[str, Any] | None = None
+
+    def to_data(self) -> ModelSettingsData:
+        """The settings as plain request data."""
+        return ModelSettingsData(**self.__dict__)
+
+
+def resolve_model(model: str | Model | None) -> Model:
+    """Turn an agent's ``model`` option into a model, reading the environment for names.
+
+    ``None`` means ``$RAYGENTS_MODEL`` (default ``gpt-4o-mini``) served by
+    :class:`~raygents.models.openai.OpenAIChatModel`.
+    """
+    if model is None or isinstance(model, str):
+        from raygents.models.openai import OpenAIChatModel
+
+        name = model or os.environ.get("RAYGENTS_MODEL") or "gpt-4o-mini"
+        return OpenAIChatModel(name)
+    return model
