@@ -1,0 +1,88 @@
+"""raygents: LLM agents on Ray.
+
+Each agent is a Ray actor, each tool call a Ray task; runs hand off between actors, fan out to
+sub-agents in parallel, and suspend and resume from durable checkpoints. Importing raygents
+starts nothing and reads no environment; ``run`` / ``start`` connect to Ray on first use.
+"""
+
+from __future__ import annotations
+
+from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools, handoff
+from raygents.errors import (
+    SUSPEND_FOR_CHECKPOINT,
+    ApprovalDecisionsMismatch,
+    CheckpointCorrupt,
+    CheckpointError,
+    InputGuardrailTripped,
+    MaxToolDepthExceeded,
+    MaxTurnsExceeded,
+    ModelError,
+    OutputGuardrailTripped,
+    OutputValidationError,
+    RaygentsError,
+    RunInterrupted,
+    RunNotFound,
+    SuspendedError,
+    ToolNotFound,
+    UserError,
+)
+from raygents.events import RunEvent
+from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from raygents.models.base import Model, ModelSettings
+from raygents.models.openai import OpenAIChatModel
+from raygents.result import RunResult, TypedResult
+from raygents.runtime.client import attach, init, run, run_streamed, run_typed, runs, shutdown, start
+from raygents.runtime.coordinator import RunInfo
+from raygents.runtime.handle import RunHandle, RunStatus
+from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
+
+__all__ = [
+    "SUSPEND_FOR_CHECKPOINT",
+    "Agent",
+    "ApprovalDecisionsMismatch",
+    "CheckpointCorrupt",
+    "CheckpointError",
+    "Handoff",
+    "HandoffInputData",
+    "InputGuardrailTripped",
+    "MaxToolDepthExceeded",
+    "MaxTurnsExceeded",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelSettings",
+    "OpenAIChatModel",
+    "OutputGuardrailTripped",
+    "OutputValidationError",
+    "RaygentsError",
+    "RunContext",
+    "RunEvent",
+    "RunHandle",
+    "RunInfo",
+    "RunInterrupted",
+    "RunNotFound",
+    "RunResult",
+    "RunStatus",
+    "StopAtTools",
+    "SuspendedError",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolNotFound",
+    "ToolResult",
+    "TypedResult",
+    "Usage",
+    "UserError",
+    "attach",
+    "handoff",
+    "init",
+    "run",
+    "run_streamed",
+    "run_typed",
+    "runs",
+    "shutdown",
+    "start",
+    "tool",
+]

@@ -1,0 +1,267 @@
+"""Agents (declarative specs), handoffs, and the agent graph a run uses."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from raygents.errors import UserError
+from raygents.models.base import Model, ModelSettings
+from raygents.tools import AgentTool, RunContext, Tool, _sanitise
+
+if TYPE_CHECKING:
+    from raygents.messages import Message
+
+__all__ = ["Agent", "Handoff", "HandoffInputData", "StopAtTools", "agent_graph", "handoff"]
+
+HandoffDescriptionLimit = 200
+
+
+@dataclass(frozen=True)
+class StopAtTools:
+    """Tool use behaviour: the first result of one of these tools is the final output."""
+
+    tool_names: tuple[str, ...]
+
+    def __init__(self, tool_names: Iterable[str]) -> None:
+        names = (tool_names,) if isinstance(tool_names, str) else tuple(tool_names)
+        object.__setattr__(self, "tool_names", names)
+
+
+ToolUseBehavior = Literal["run_llm_again", "stop_on_first_tool"] | StopAtTools
+
+
+@dataclass(frozen=True)
+class HandoffInputData:
+    """What a handoff ``input_filter`` gets: the run's input and what the run added since."""
+
+    input_history: tuple[Message, ...]
+    new_items: tuple[Message, ...]
+
+
+@dataclass
+class Handoff:
+    """A handoff to another agent, offered to the model as a tool.
+
+    ``input_filter(HandoffInputData) -> list[Message]`` may rewrite the history the target sees;
+    ``on_handoff(RunContext)`` (sync or async) runs when the handoff happens.
+    """
+
+    agent: Agent
+    tool_name: str
+    tool_description: str
+    input_filter: Callable[[HandoffInputData], Sequence[Message]] | None = None
+    on_handoff: Callable[[RunContext], Any] | None = None
+
+
+def handoff(
+    agent: Agent,
+    *,
+    tool_name: str | None = None,
+    tool_description: str | None = None,
+    input_filter: Callable[[HandoffInputData], Sequence[Message]] | None = None,
+    on_handoff: Callable[[RunContext], Any] | None = None,
+) -> Handoff:
+    """Configure a handoff to ``agent``.
+
+    The default tool name is ``transfer_to_<name>`` (lowercased, non-alphanumerics as ``_``);
+    the default description is ``Transfer the conversation to <name>.`` plus the agent's
+    ``handoff_description``.
+    """
+    if not isinstance(agent, Agent):
+        raise UserError(f"handoff() needs an Agent, got {type(agent).__name__!r}")
+    description = f"Transfer the conversation to {agent.name}."
+    if agent.handoff_description:
+        description += " " + agent.handoff_description
+    return Handoff(
+        agent=agent,
+        tool_name=tool_name or f"transfer_to_{_sanitise(agent.name)}",
+        tool_description=tool_description or description,
+        input_filter=input_filter,
+        on_handoff=on_handoff,
+    )
+
+
+Instructions = str | Callable[[RunContext, "Agent"], Any]
+
+
+class Agent:
+    """An agent: instructions, a model, tools and handoffs. Each agent runs as a Ray actor.
+
+    Agents are declarative: building one starts nothing. A run snapshots the graph of agents it
+    can reach (through handoffs and agent tools) when it starts. Assign ``agent.handoffs``
+    after creating both agents to build handoff cycles.
+
+    Args:
+        name: the agent's name, unique within the graph a run uses.
+        instructions: the system prompt, or a function ``(RunContext, Agent) -> str`` (sync or
+            async) evaluated each time the agent becomes active.
+        tools: tools, including other agents' ``as_tool()``.
+        handoffs: agents or :func:`handoff` configs the model may transfer the conversation to.
+        model: a model name (served by ``OpenAIChatModel``) or a :class:`Model`.
+        output_type: a type the final output must match (strict JSON schema).
+        tool_use_behavior: ``"run_llm_again"`` (default), ``"stop_on_first_tool"`` or
+            :class:`StopAtTools`.
+        reset_tool_choice: drop a configured ``tool_choice`` once a tool ran, so it cannot loop.
+        max_turns: model calls allowed while this agent is active.
+        max_tool_depth: agent-as-tool nesting allowed when this agent is called as a tool.
+        max_empty_output_retries: retries of empty structured output.
+        handoff_description: shown to agents that can hand off to this one.
+        replicas: how many actors serve this agent (runs are spread over them).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        instructions: Instructions = "",
+        *,
+        tools: Sequence[Tool] = (),
+        handoffs: Sequence[Agent | Handoff] = (),
+        model: str | Model | None = None,
+        model_settings: ModelSettings | None = None,
+        mcp_servers: Sequence[Any] = (),
+        input_guardrails: Sequence[Any] = (),
+        output_guardrails: Sequence[Any] = (),
+        approval: Any = None,
+        session: Any = None,
+        output_type: Any = None,
+        tool_use_behavior: ToolUseBehavior = "run_llm_again",
+        reset_tool_choice: bool = True,
+        max_turns: int = 10,
+        max_tool_depth: int = 16,
+        max_empty_output_retries: int = 2,
+        handoff_description: str | None = None,
+        hooks: Any = None,
+        replicas: int = 1,
+    ) -> None:
+        self.name = name
+        self.instructions = instructions
+        self.tools = list(tools)
+        self.handoffs = list(handoffs)
+        self.model = model
+        self.model_settings = model_settings or ModelSettings()
+        self.mcp_servers = list(mcp_servers)
+        self.input_guardrails = list(input_guardrails)
+        self.output_guardrails = list(output_guardrails)
+        self.approval = approval
+        self.session = session
+        self.output_type = output_type
+        self.tool_use_behavior = tool_use_behavior
+        self.reset_tool_choice = reset_tool_choice
+        self.max_turns = max_turns
+        self.max_tool_depth = max_tool_depth
+        self.max_empty_output_retries = max_empty_output_retries
+        self.handoff_description = handoff_description
+        self.hooks = hooks
+        self.replicas = replicas
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the options; raises :class:`UserError` naming the first bad one."""
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise UserError(f"agent name must be a non-empty string, got {self.name!r}")
+        if not (isinstance(self.instructions, str) or callable(self.instructions)):
+            raise UserError(f"agent {self.name!r}: instructions must be a str or a function")
+        for field, low in (("max_turns", 1), ("max_tool_depth", 1), ("replicas", 1)):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < low:
+                raise UserError(f"agent {self.name!r}: {field} must be an int >= {low}, got {value!r}")
+        retries = self.max_empty_output_retries
+        if not isinstance(retries, int) or retries < 0:
+            raise UserError(f"agent {self.name!r}: max_empty_output_retries must be >= 0")
+        behavior = self.tool_use_behavior
+        if behavior not in ("run_llm_again", "stop_on_first_tool") and not isinstance(
+            behavior, StopAtTools
+        ):
+            raise UserError(
+                f"agent {self.name!r}: tool_use_behavior must be 'run_llm_again', "
+                f"'stop_on_first_tool' or StopAtTools(...), got {behavior!r}"
+            )
+        for t in self.tools:
+            if not isinstance(t, Tool):
+                raise UserError(
+                    f"agent {self.name!r}: tools must be Tool objects (use @tool or "
+                    f"agent.as_tool()), got {t!r}"
+                )
+        for h in self.handoffs:
+            if not isinstance(h, Agent | Handoff):
+                raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")
+
+    def handoff_configs(self) -> list[Handoff]:
+        """The handoffs as :class:`Handoff` configs (plain agents get the defaults)."""
+        return [h if isinstance(h, Handoff) else handoff(h) for h in self.handoffs]
+
+    def clone(self, **changes: Any) -> Agent:
+        """A copy with ``changes`` applied; lists are copied, the original is unchanged."""
+        new = copy.copy(self)
+        for field in ("tools", "handoffs", "mcp_servers", "input_guardrails", "output_guardrails"):
+            setattr(new, field, list(getattr(self, field)))
+        for key, value in changes.items():
+            if key not in self.__dict__:
+                raise UserError(f"Agent.clone() got an unknown option {key!r}")
+            setattr(new, key, list(value) if isinstance(value, tuple) else value)
+        new.validate()
+        return new
+
+    def as_tool(self, name: str | None = None, description: str | None = None) -> Tool:
+        """This agent as a tool taking ``{input: string}``; each call is a child run."""
+        return AgentTool(self, name, description)
+
+    async def system_prompt(self, ctx: RunContext) -> str:
+        """The instructions (evaluated if dynamic) plus the handoff section."""
+        instructions = self.instructions
+        if callable(instructions):
+            value = instructions(ctx, self)
+            instructions = await value if inspect.isawaitable(value) else value
+            if not isinstance(instructions, str):
+                raise UserError(f"agent {self.name!r}: the instructions function must return str")
+        return instructions + handoff_section(self.handoff_configs())
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r})"
+
+
+def handoff_section(handoffs: Sequence[Handoff]) -> str:
+    """The ``## Handoffs`` section of a system prompt, or ``""`` without handoffs."""
+    if not handoffs:
+        return ""
+    lines = [
+        "\n\n## Handoffs\n"
+        "You can transfer the conversation to a more specialized agent when appropriate:\n"
+    ]
+    for h in handoffs:
+        desc = h.tool_description
+        if len(desc) > HandoffDescriptionLimit:
+            desc = desc[:HandoffDescriptionLimit] + "..."
+        lines.append(f"- {h.agent.name}: {desc}\n" if desc else f"- {h.agent.name}\n")
+    return "".join(lines).rstrip("\n")
+
+
+def agent_graph(start: Agent) -> dict[str, Agent]:
+    """Every agent reachable from ``start`` through handoffs and agent tools, by name.
+
+    Raises:
+        UserError: two different agents in the graph share a name.
+    """
+    graph: dict[str, Agent] = {}
+    pending = [start]
+    while pending:
+        agent = pending.pop()
+        if not isinstance(agent, Agent):
+            raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
+        known = graph.get(agent.name)
+        if known is agent:
+            continue
+        if known is not None:
+            raise UserError(
+                f"two different agents are named {agent.name!r} in the graph of "
+                f"{start.name!r}; give each agent a unique name"
+            )
+        agent.validate()
+        graph[agent.name] = agent
+        pending.extend(h.agent for h in agent.handoff_configs())
+        pending.extend(t.agent for t in agent.tools if isinstance(t, AgentTool))
+    return graph

@@ -1,0 +1,332 @@
+"""The checkpoint byte format: msgpack of plain data in a versioned, size-limited, checked frame.
+
+A frame is a fixed header, an integrity tag, then the msgpack payload::
+
+    offset  size  field
+    0       4     magic, b"RGCK"
+    4       1     format version (1)
+    5       1     flags: 0 = BLAKE2b-256 checksum, 1 = HMAC-SHA256
+    6       4     key id: first 4 bytes of HMAC-SHA256(key, b"raygents key id"); zero unsigned
+    10      8     payload length, unsigned big-endian
+    18      32    tag over header (bytes 0-17) and payload: checksum or HMAC
+    50      n     msgpack payload
+
+Decoding checks, in order: total size against ``max_bytes``, header (magic, version, flags,
+length), key, tag, and only then unpacks the payload with explicit limits and no extension
+types. Every failure is a :class:`~raygents.errors.CheckpointCorrupt`; nothing in a checkpoint
+can run code. Only this module imports ``msgpack``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from typing import Any, NoReturn, TypeAlias
+
+import msgpack
+
+from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "FORMAT_VERSION",
+    "MAGIC",
+    "MAX_DEPTH",
+    "OVERHEAD",
+    "decode",
+    "encode",
+]
+
+MAGIC = b"RGCK"
+FORMAT_VERSION = 1
+"""The version this code writes; it reads every version up to this one."""
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+MAX_DEPTH = 256
+"""Deepest container nesting that encodes; the msgpack unpacker itself stops at 1024."""
+MIN_KEY_BYTES = 16
+
+_FLAG_CHECKSUM = 0
+_FLAG_HMAC = 1
+_HEADER = struct.Struct(">4sBB4sQ")
+_TAG_SIZE = 32
+OVERHEAD = _HEADER.size + _TAG_SIZE
+"""Bytes a frame adds to its payload."""
+_NO_KEY_ID = bytes(4)
+_KEY_ID_LABEL = b"raygents key id"
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_Path: TypeAlias = "tuple[_Path, str | int] | None"
+"""Where a value sits, as a linked list of keys and indexes from the leaf up."""
+_PLAIN = "None, bool, int, float, str, bytes, list, tuple and dict with str keys"
+
+
+def encode(
+    obj: Any,
+    *,
+    key: bytes | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    source: str | None = None,
+) -> bytes:
+    """Encode plain data as a checkpoint frame.
+
+    Args:
+        obj: None, bool, int (64-bit), float, str, bytes, list, tuple or dict with str keys,
+            nested at most ``MAX_DEPTH`` deep. Tuples come back as lists.
+        key: an HMAC key (at least 16 bytes) to sign the frame; ``None`` writes a checksum.
+        max_bytes: the largest frame allowed.
+        source: where the frame goes (a store key), for error messages.
+
+    Returns:
+        The frame bytes.
+
+    Raises:
+        CheckpointError: ``obj`` is not plain data (the message names the type and its
+            path), or the frame would be larger than ``max_bytes`` ("too large").
+        UserError: ``key`` or ``max_bytes`` is unusable.
+    """
+    _check_key(key)
+    _check_max_bytes(max_bytes)
+    _check_plain(obj, max_bytes, source)
+    try:
+        payload: bytes = msgpack.packb(obj, use_bin_type=True, datetime=False)
+    except (ValueError, TypeError, OverflowError) as exc:  # the walk above should prevent it
+        raise CheckpointError(f"{_name(source)} cannot be encoded: {exc}", key=source) from exc
+    size = OVERHEAD + len(payload)
+    if size > max_bytes:
+        raise CheckpointError(
+            f"{_name(source)} too large: {size} bytes encoded, over the limit of {max_bytes}",
+            key=source,
+        )
+    flags, key_id = (_FLAG_CHECKSUM, _NO_KEY_ID) if key is None else (_FLAG_HMAC, _key_id(key))
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, flags, key_id, len(payload))
+    return b"".join((header, _tag(header, payload, key), payload))
+
+
+def decode(
+    data: bytes,
+    *,
+    key: bytes | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    source: str | None = None,
+) -> Any:
+    """Check and decode a checkpoint frame.
+
+    Args:
+        data: the frame (bytes, bytearray or memoryview).
+        key: the HMAC key; when set, only frames signed with this key are accepted.
+        max_bytes: the largest frame accepted, checked before anything else.
+        source: where the bytes came from (a store key); it becomes the error's ``key``.
+
+    Returns:
+        The plain data that was encoded (tuples as lists).
+
+    Raises:
+        CheckpointCorrupt: the bytes are too large, damaged, from a newer raygents, signed
+            with another key or not signed while a key is set, or not plain msgpack.
+            ``reason`` says which.
+        UserError: ``key`` or ``max_bytes`` is unusable.
+    """
+    _check_key(key)
+    _check_max_bytes(max_bytes)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        _corrupt(source, "not bytes", f"is a {type(data).__name__}, not bytes")
+    if len(data) > max_bytes:
+        _corrupt(source, "too large", f"is {len(data)} bytes, over the limit of {max_bytes}")
+    data = bytes(data)
+    _check_header(data, max_bytes, source)
+    _check_tag(data, key, source)
+    return _unpack(memoryview(data)[OVERHEAD:], source)
+
+
+def _check_header(data: bytes, max_bytes: int, source: str | None) -> None:
+    if data[: len(MAGIC)] != MAGIC[: len(data)]:
+        _corrupt(source, "bad magic", "is not a raygents checkpoint (bad magic bytes)")
+    if len(data) < OVERHEAD:
+        _corrupt(source, "truncated", f"is truncated: {len(data)} bytes, shorter than a header")
+    _, version, flags, key_id, length = _HEADER.unpack_from(data)
+    if version > FORMAT_VERSION:
+        _corrupt(
+            source,
+            "newer version",
+            f"has format version {version}, newer than {FORMAT_VERSION}, the newest this "
+            "raygents reads: upgrade raygents to load it",
+        )
+    if version < 1:
+        _corrupt(source, "unknown version", f"has unknown format version {version}")
+    if flags not in (_FLAG_CHECKSUM, _FLAG_HMAC) or (flags == _FLAG_CHECKSUM and any(key_id)):
+        _corrupt(source, "bad header", f"has an invalid header (flags {flags:#04x})")
+    expected = OVERHEAD + length
+    if length > max_bytes:
+        _corrupt(source, "too large", f"declares {length} bytes, over the limit of {max_bytes}")
+    if len(data) < expected:
+        _corrupt(source, "truncated", f"is truncated: {len(data)} of {expected} bytes")
+    if len(data) > expected:
+        _corrupt(source, "trailing data", f"has {len(data) - expected} bytes of trailing data")
+
+
+def _check_tag(data: bytes, key: bytes | None, source: str | None) -> None:
+    flags, key_id = data[5], data[6:10]
+    if flags == _FLAG_HMAC and key is None:
+        _corrupt(
+            source,
+            "key required",
+            "is signed with an HMAC key, but no key is configured to verify it",
+        )
+    if flags == _FLAG_CHECKSUM and key is not None:
+        _corrupt(
+            source,
+            "unsigned",
+            "is not signed, but an HMAC key is configured; unsigned checkpoints are refused",
+        )
+    if key is not None and not hmac.compare_digest(key_id, _key_id(key)):
+        _corrupt(source, "wrong key", "is signed with a different HMAC key than the one configured")
+    header, tag = data[: _HEADER.size], data[_HEADER.size : OVERHEAD]
+    if not hmac.compare_digest(tag, _tag(header, memoryview(data)[OVERHEAD:], key)):
+        if key is None:
+            _corrupt(source, "checksum mismatch", "failed its checksum: the bytes are damaged")
+        _corrupt(source, "hmac mismatch", "failed its HMAC check: the bytes were modified")
+
+
+def _unpack(payload: memoryview, source: str | None) -> Any:
+    size = max(len(payload), 1)
+    unpacker = msgpack.Unpacker(
+        None,
+        max_buffer_size=size,
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        object_hook=_str_keys_only,
+        ext_hook=_refuse_ext,
+        max_str_len=size,
+        max_bin_len=size,
+        max_array_len=size,
+        max_map_len=size // 2,
+        max_ext_len=0,  # also refuses the timestamp type, which bypasses ext_hook
+    )
+    try:
+        unpacker.feed(payload)
+        value = unpacker.unpack()
+        consumed = unpacker.tell()
+    except Exception as exc:  # every unpacker failure means bad bytes, whatever its class
+        _corrupt(source, "undecodable", f"is not valid plain msgpack: {type(exc).__name__}", exc)
+    if consumed != len(payload):
+        _corrupt(source, "trailing data", "has trailing data after its msgpack payload")
+    return value
+
+
+def _refuse_ext(code: int, data: bytes) -> NoReturn:
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+def _str_keys_only(obj: dict[Any, Any]) -> dict[str, Any]:
+    for name in obj:
+        if type(name) is not str:
+            raise ValueError(f"map key of type {type(name).__name__}")
+    return obj
+
+
+def _check_plain(obj: Any, max_bytes: int, source: str | None) -> None:
+    """Walk ``obj`` without recursion; refuse anything that is not plain data."""
+    size = 0  # a lower bound of the payload size, to refuse huge values before packing
+    stack: list[tuple[Any, _Path, int]] = [(obj, None, 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        kind = type(value)
+        if kind is dict or kind is list or kind is tuple:
+            if depth >= MAX_DEPTH:
+                what = f"nesting deeper than {MAX_DEPTH} levels (or a container inside itself)"
+                _not_plain(source, path, what)
+            stack.extend(_children(value, path, depth + 1, source))
+            continue
+        size += _check_scalar(value, path, source)
+        if size > max_bytes:
+            raise CheckpointError(
+                f"{_name(source)} too large: over {max_bytes} bytes of strings and bytes",
+                key=source,
+            )
+
+
+def _children(
+    value: Any, path: _Path, depth: int, source: str | None
+) -> list[tuple[Any, _Path, int]]:
+    if type(value) is not dict:
+        return [(item, (path, index), depth) for index, item in enumerate(value)]
+    for name in value:
+        if type(name) is not str:
+            _not_plain(source, path, f"a dict key of type {_type_name(name)}")
+    return [(item, (path, name), depth) for name, item in value.items()]
+
+
+def _check_scalar(value: Any, path: _Path, source: str | None) -> int:
+    kind = type(value)
+    if kind not in _SCALARS:
+        _not_plain(source, path, f"a value of type {_type_name(value)}")
+    if kind is int and not _INT_MIN <= value <= _INT_MAX:
+        _not_plain(source, path, "an int outside the 64-bit range")
+    return len(value) if kind is str or kind is bytes else 1
+
+
+def _not_plain(source: str | None, path: _Path, what: str) -> NoReturn:
+    raise CheckpointError(
+        f"{_name(source)} cannot hold {what} at {_pointer(path)}: checkpoints hold plain data "
+        f"only ({_PLAIN}); convert it first, e.g. with model_dump(mode='json')",
+        key=source,
+    )
+
+
+def _pointer(path: _Path) -> str:
+    """Render a linked path as a JSON pointer, e.g. ``'/messages/3/content'``."""
+    parts: list[str] = []
+    while path is not None:
+        path, part = path
+        parts.append(str(part).replace("~", "~0").replace("/", "~1"))
+    if not parts:
+        return "the top level"
+    pointer = "/" + "/".join(reversed(parts))
+    return repr(pointer if len(pointer) <= 120 else "..." + pointer[-117:])
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _tag(header: bytes, payload: bytes | memoryview, key: bytes | None) -> bytes:
+    digest = (
+        hashlib.blake2b(digest_size=_TAG_SIZE)
+        if key is None
+        else hmac.new(key, digestmod=hashlib.sha256)
+    )
+    digest.update(header)
+    digest.update(payload)
+    return digest.digest()
+
+
+def _key_id(key: bytes) -> bytes:
+    return hmac.new(key, _KEY_ID_LABEL, hashlib.sha256).digest()[:4]
+
+
+def _check_key(key: bytes | None) -> None:
+    if key is not None and (type(key) is not bytes or len(key) < MIN_KEY_BYTES):
+        raise UserError(
+            f"the checkpoint HMAC key must be bytes of at least {MIN_KEY_BYTES} bytes, "
+            f"got a {type(key).__name__}" + (f" of {len(key)}" if isinstance(key, bytes) else "")
+        )
+
+
+def _check_max_bytes(max_bytes: int) -> None:
+    if type(max_bytes) is not int or max_bytes < OVERHEAD:
+        raise UserError(f"max_bytes must be an int of at least {OVERHEAD}, got {max_bytes!r}")
+
+
+def _name(source: str | None) -> str:
+    return f"checkpoint {source!r}" if source else "checkpoint"
+
+
+def _corrupt(
+    source: str | None, reason: str, what: str, cause: BaseException | None = None
+) -> NoReturn:
+    raise CheckpointCorrupt(f"{_name(source)} {what}", key=source, reason=reason) from cause

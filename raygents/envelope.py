@@ -1,0 +1,96 @@
+"""Run state: the plain data that travels between actors and that a checkpoint holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from raygents.errors import RaygentsError
+from raygents.messages import Message, Usage
+
+__all__ = ["Envelope", "Outcome", "RunState", "new_run_id"]
+
+
+def new_run_id() -> str:
+    """A fresh, sortable run id."""
+    import os
+    import time
+
+    return f"run-{time.time_ns():x}-{os.urandom(4).hex()}"
+
+
+class RunState(BaseModel):
+    """Everything about a run that must survive a hop to another actor or a checkpoint.
+
+    Limits only shrink as a run travels: ``max_turns`` and ``max_tool_depth`` are caps that
+    apply on top of each agent's own limits.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    agent_name: str
+    """The active agent."""
+    messages: tuple[Message, ...] = ()
+    """The conversation without the system prompt."""
+    input_len: int = 0
+    """How many leading messages were the run's input (session history included)."""
+    turns: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    """Usage of this run and of every agent-as-tool child it made."""
+    max_turns: int | None = None
+    """A cap on every agent's ``max_turns`` for this run."""
+    depth: int = 0
+    """Agent-as-tool nesting depth: 0 for a top-level run."""
+    max_tool_depth: int | None = None
+    """A cap on agent-as-tool nesting inherited from the parent run."""
+    parent_run_id: str | None = None
+    path: tuple[str, ...] = ()
+    """Agent-as-tool nesting as ``"<agent>/<call id>"`` steps, for events."""
+    tool_used_in_run: bool = False
+    empty_retries: int = 0
+    exploring: bool = False
+    """Structured output with tools: still exploring with tools before the synthesis turn."""
+    forced_synthesis: bool = False
+    """One turn past the limit is granted for the synthesis of structured output."""
+    response_format: dict[str, Any] | None = None
+    """A run-level output schema (``run_typed``) that overrides agents' ``output_type``."""
+    seq: int = 0
+    """Bumped at every checkpoint moment."""
+
+    def evolve(self, **changes: Any) -> RunState:
+        """A copy with ``changes`` applied."""
+        return self.model_copy(update=changes)
+
+
+@dataclass
+class Envelope:
+    """A run on its way to an agent actor: its state plus what does not go in checkpoints."""
+
+    state: RunState
+    graph_fp: str
+    """Which snapshot of the agent graph the run uses."""
+    context: Any = None
+    """The user's run context (any picklable value); never stored in checkpoints."""
+    stream: bool = False
+    """Stream model output as ``llm_delta`` events."""
+    activate: bool = True
+    """The agent becomes active with this envelope (start, handoff, resume)."""
+    suspend_cause: str | None = None
+    """A suspend was requested before the envelope arrived."""
+
+
+OutcomeKind = Literal["completed", "failed", "suspended", "handoff"]
+
+
+@dataclass
+class Outcome:
+    """How an actor's part of a run ended."""
+
+    kind: OutcomeKind
+    state: RunState
+    output: str | None = None
+    error: RaygentsError | None = None
+    cause: str | None = None

@@ -1,0 +1,398 @@
+"""The pure turn logic: run state in, new state and the next action out. No Ray, no I/O.
+
+An actor drives a run by calling :func:`next_turn`, performing the returned action (a model
+call, a batch of tool calls), and feeding the outcome back through :func:`on_response` or
+:func:`on_results`, until the action is :class:`Finish`, :class:`Fail` or :class:`HandoffTo`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from typing_extensions import assert_never
+
+from raygents.envelope import RunState
+from raygents.errors import (
+    MaxTurnsExceeded,
+    ModelError,
+    OutputValidationError,
+    RaygentsError,
+    ToolNotFound,
+)
+from raygents.messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ModelSettingsData,
+    ToolCall,
+    ToolSpec,
+)
+from raygents.schema import schema_errors
+from raygents.tools import ToolResult
+
+__all__ = [
+    "NUDGE",
+    "SKIPPED_AFTER_HANDOFF",
+    "Action",
+    "AgentView",
+    "CallModel",
+    "Execute",
+    "Fail",
+    "Finish",
+    "HandoffTo",
+    "Reject",
+    "RunTools",
+    "Skip",
+    "ToolStep",
+    "Transfer",
+    "activate",
+    "apply_handoff",
+    "next_turn",
+    "on_response",
+    "on_results",
+]
+
+NUDGE = "Based on everything you have gathered, produce the final structured output now."
+SKIPPED_AFTER_HANDOFF = "Tool call was not executed because a handoff occurred."
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What the loop needs to know about the active agent, as plain data."""
+
+    name: str
+    system: str = ""
+    tools: tuple[ToolSpec, ...] = ()
+    handoffs: Mapping[str, str] = field(default_factory=dict)
+    """Handoff tool name -> target agent name."""
+    output_schema: dict[str, Any] | None = None
+    """``{"name": ..., "schema": ...}`` when the final output must be structured."""
+    settings: ModelSettingsData = field(default_factory=ModelSettingsData)
+    tool_use_behavior: Literal["run_llm_again", "stop_on_first_tool"] | tuple[str, ...] = (
+        "run_llm_again"
+    )
+    """The behaviour, with ``StopAtTools`` given as its tuple of tool names."""
+    reset_tool_choice: bool = True
+    max_turns: int = 10
+    max_empty_output_retries: int = 2
+
+
+# Tool steps: what the actor does with each call of a batch.
+@dataclass(frozen=True)
+class Execute:
+    """Run the tool."""
+
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class Reject:
+    """Do not run the call; answer it with ``message`` (invalid arguments)."""
+
+    call: ToolCall
+    message: str
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Hand the conversation to ``target``."""
+
+    call: ToolCall
+    target: str
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A call after a handoff in the same batch: not run."""
+
+    call: ToolCall
+
+
+ToolStep = Execute | Reject | Transfer | Skip
+
+
+# Actions: what the driver of the loop does next.
+@dataclass(frozen=True)
+class CallModel:
+    """Call the model with ``request``."""
+
+    request: ModelRequest
+
+
+@dataclass(frozen=True)
+class RunTools:
+    """Run a batch; in parallel, or in order up to a handoff when ``sequential``."""
+
+    steps: tuple[ToolStep, ...]
+    sequential: bool = False
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The run completed with ``output`` (the final message is already in the history)."""
+
+    output: str
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The run failed."""
+
+    error: RaygentsError
+
+
+@dataclass(frozen=True)
+class HandoffTo:
+    """Continue the run on ``target``; the actor applies input filters, then ``apply_handoff``."""
+
+    target: str
+    call: ToolCall
+
+
+Action = CallModel | RunTools | Finish | Fail | HandoffTo
+
+
+def activate(state: RunState, view: AgentView) -> RunState:
+    """Prepare the state for an agent that has just become active (start, handoff, resume)."""
+    return state.evolve(
+        agent_name=view.name,
+        exploring=view.output_schema is not None and bool(view.tools),
+        forced_synthesis=False,
+    )
+
+
+def turn_limit(state: RunState, view: AgentView) -> int:
+    """The active agent's turn limit, capped by the run's."""
+    if state.max_turns is None:
+        return view.max_turns
+    return min(view.max_turns, state.max_turns)
+
+
+def next_turn(state: RunState, view: AgentView) -> tuple[RunState, CallModel | Fail]:
+    """Check the turn limit and build the next model request."""
+    limit = turn_limit(state, view)
+    if state.turns >= limit:
+        if state.exploring:
+            state = _begin_synthesis(state).evolve(forced_synthesis=True)
+        elif not (state.forced_synthesis and state.turns == limit):
+            return state, Fail(
+                MaxTurnsExceeded(
+                    f"agent {view.name!r} exceeded maximum number of turns ({limit})",
+                    run_id=state.run_id,
+                    max_turns=limit,
+                )
+            )
+    return state, CallModel(build_request(state, view))
+
+
+def build_request(state: RunState, view: AgentView) -> ModelRequest:
+    """The model request for the next turn."""
+    schema = None if state.exploring else view.output_schema
+    settings = view.settings
+    tool_choice = settings.tool_choice
+    if state.tool_used_in_run and view.reset_tool_choice:
+        tool_choice = None
+    if schema is not None and view.tools:
+        tool_choice = "none"
+    if tool_choice != settings.tool_choice:
+        settings = settings.model_copy(update={"tool_choice": tool_choice})
+    return ModelRequest(
+        agent_name=view.name,
+        system=view.system,
+        messages=state.messages,
+        tools=view.tools,
+        response_format=schema,
+        settings=settings,
+    )
+
+
+def _begin_synthesis(state: RunState) -> RunState:
+    messages = state.messages
+    if messages and messages[-1].role == "assistant" and not messages[-1].text.strip():
+        messages = messages[:-1]
+    return state.evolve(exploring=False, messages=(*messages, Message("user", NUDGE)))
+
+
+def on_response(
+    state: RunState, view: AgentView, response: ModelResponse
+) -> tuple[RunState, Action]:
+    """Account for a model reply and decide what happens next."""
+    state = state.evolve(
+        usage=state.usage + response.usage,
+        turns=state.turns + 1,
+        messages=(*state.messages, response.message),
+    )
+    reason = response.finish_reason
+    if reason == "tool_calls" and not response.message.tool_calls:
+        reason = "stop"
+    match reason:
+        case "stop" | "length":
+            return _on_stop(state, view, response.message)
+        case "tool_calls":
+            state = state.evolve(tool_used_in_run=True, empty_retries=0)
+            return state, plan_tools(state, view, response.message.tool_calls)
+        case "content_filter":
+            return state, Fail(
+                ModelError(
+                    "cannot complete: content was filtered by the provider", run_id=state.run_id
+                )
+            )
+        case _:
+            assert_never(reason)
+
+
+def _on_stop(state: RunState, view: AgentView, message: Message) -> tuple[RunState, Action]:
+    limit = turn_limit(state, view)
+    if state.exploring:
+        state = _begin_synthesis(state)
+        if state.turns >= limit:
+            state = state.evolve(forced_synthesis=True)
+        return next_turn(state, view)
+    if view.output_schema is not None:
+        if (
+            not message.text.strip()
+            and state.empty_retries < view.max_empty_output_retries
+            and state.turns < limit
+        ):
+            state = state.evolve(
+                messages=state.messages[:-1], empty_retries=state.empty_retries + 1
+            )
+            return next_turn(state, view)
+        error = output_error(state.run_id, view.output_schema, message.text)
+        if error is not None:
+            return state, Fail(error)
+    return state, Finish(message.text)
+
+
+def output_error(run_id: str, schema: Mapping[str, Any], text: str) -> OutputValidationError | None:
+    """Validate structured output text against ``{"name", "schema"}``; the error, or None."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        excerpt = text[:200] + ("..." if len(text) > 200 else "")
+        return OutputValidationError(
+            f"output is not valid JSON ({exc}): {excerpt!r}",
+            run_id=run_id,
+            errors=[("/", f"not valid JSON: {exc}")],
+            output=text[:2000],
+        )
+    errors = schema_errors(dict(schema["schema"]), value)
+    if not errors:
+        return None
+    detail = "; ".join(f"{path}: {msg}" for path, msg in errors[:5])
+    return OutputValidationError(
+        f"output does not match schema {schema.get('name')!r}: {detail}",
+        run_id=run_id,
+        errors=errors,
+        output=text[:2000],
+    )
+
+
+def plan_tools(state: RunState, view: AgentView, calls: Sequence[ToolCall]) -> RunTools | Fail:
+    """Decide what to do with each call of a batch."""
+    specs = {t.name: t for t in view.tools}
+    for call in calls:
+        if call.name not in specs and call.name not in view.handoffs:
+            return Fail(
+                ToolNotFound(
+                    f"cannot dispatch tool call: unknown tool {call.name!r} "
+                    f"for agent {view.name!r}",
+                    run_id=state.run_id,
+                    tool_name=call.name,
+                )
+            )
+    handoff_at = next((i for i, c in enumerate(calls) if c.name in view.handoffs), None)
+    steps: list[ToolStep] = []
+    for i, call in enumerate(calls):
+        if handoff_at is not None and i > handoff_at:
+            steps.append(Skip(call))
+        elif i == handoff_at:
+            steps.append(Transfer(call, view.handoffs[call.name]))
+        else:
+            problem = argument_error(specs[call.name], call.arguments)
+            steps.append(Reject(call, problem) if problem else Execute(call))
+    return RunTools(tuple(steps), sequential=handoff_at is not None)
+
+
+def argument_error(spec: ToolSpec, arguments: str) -> str | None:
+    """A message for the model when ``arguments`` do not fit the tool's schema, else None."""
+    try:
+        value = json.loads(arguments or "{}")
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return f'Invalid parameters for tool "{spec.name}": arguments are not valid JSON ({exc})'
+    if not isinstance(value, dict):
+        return f'Invalid parameters for tool "{spec.name}": arguments must be a JSON object'
+    errors = schema_errors(spec.parameters, value) if spec.parameters else []
+    if not errors:
+        return None
+    detail = "; ".join(f"{path}: {msg}" for path, msg in errors[:5])
+    return f'Invalid parameters for tool "{spec.name}": {detail}'
+
+
+def step_result(step: ToolStep) -> ToolResult | None:
+    """The fixed result of a step that needs no execution, or None for :class:`Execute`."""
+    match step:
+        case Execute():
+            return None
+        case Reject(message=message):
+            return ToolResult(message, is_error=True)
+        case Transfer(target=target):
+            return ToolResult(f"Transferred to {target}")
+        case Skip():
+            return ToolResult(SKIPPED_AFTER_HANDOFF)
+        case _:
+            assert_never(step)
+
+
+def on_results(
+    state: RunState,
+    view: AgentView,
+    batch: RunTools,
+    results: Sequence[ToolResult],
+) -> tuple[RunState, Action]:
+    """Append a batch's results in call order and decide what happens next."""
+    if len(results) != len(batch.steps):
+        raise ValueError(f"expected {len(batch.steps)} results, got {len(results)}")
+    tool_messages = tuple(
+        Message("tool", r.content, tool_call_id=s.call.id)
+        for s, r in zip(batch.steps, results, strict=True)
+    )
+    state = state.evolve(messages=(*state.messages, *tool_messages))
+    final = _final_output(view, batch, results)
+    if final is not None:
+        state = state.evolve(messages=(*state.messages, Message("assistant", final)))
+        return state, Finish(final)
+    transfer = next((s for s in batch.steps if isinstance(s, Transfer)), None)
+    if transfer is not None:
+        return state, HandoffTo(transfer.target, transfer.call)
+    return next_turn(state, view)
+
+
+def _final_output(
+    view: AgentView, batch: RunTools, results: Sequence[ToolResult]
+) -> str | None:
+    executed = [
+        (s.call.name, r)
+        for s, r in zip(batch.steps, results, strict=True)
+        if isinstance(s, Execute)
+    ]
+    behavior = view.tool_use_behavior
+    if behavior == "run_llm_again" or not executed:
+        return None
+    if behavior == "stop_on_first_tool":
+        return executed[0][1].content
+    return next((r.content for name, r in executed if name in behavior), None)
+
+
+def apply_handoff(
+    state: RunState, view: AgentView, messages: Sequence[Message] | None = None
+) -> RunState:
+    """Switch the run to ``view``'s agent, optionally with a filtered history."""
+    if messages is not None:
+        state = state.evolve(
+            messages=tuple(messages), input_len=min(state.input_len, len(messages))
+        )
+    return activate(state.evolve(tool_used_in_run=False), view)

@@ -1,0 +1,44 @@
+"""Finding agent actors: a per-process cache in front of the coordinator."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import ray
+
+__all__ = ["COORDINATOR_NAME", "Directory"]
+
+COORDINATOR_NAME = "raygents:coordinator"
+
+
+class Directory:
+    """Looks up (and has the coordinator create) the actors serving each agent.
+
+    Replicas are used round-robin. Only used from one event loop per process.
+    """
+
+    def __init__(self, namespace: str, coordinator: Any = None) -> None:
+        self.namespace = namespace
+        self._coordinator = coordinator
+        self._actors: dict[tuple[str, str], list[Any]] = {}
+        self._turn = itertools.count()
+
+    def coordinator(self) -> Any:
+        """The namespace's coordinator actor."""
+        if self._coordinator is None:
+            self._coordinator = ray.get_actor(COORDINATOR_NAME, namespace=self.namespace)
+        return self._coordinator
+
+    async def actor(self, graph_fp: str, name: str) -> Any:
+        """An actor serving agent ``name`` of graph ``graph_fp``."""
+        key = (graph_fp, name)
+        handles = self._actors.get(key)
+        if not handles:
+            handles = await self.coordinator().agent_actors.remote(graph_fp, name)
+            self._actors[key] = handles
+        return handles[next(self._turn) % len(handles)]
+
+    def forget(self, graph_fp: str, name: str, actor: Any) -> None:
+        """Drop a cached actor that failed, so the next lookup asks the coordinator."""
+        self._actors.pop((graph_fp, name), None)

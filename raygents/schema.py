@@ -1,0 +1,193 @@
+"""JSON schemas in OpenAI strict form, generated from Python types, and validation against them."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel, TypeAdapter, create_model
+
+__all__ = [
+    "function_parameters",
+    "parse_docstring",
+    "schema_errors",
+    "strict_schema",
+    "type_name",
+    "type_schema",
+]
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite a JSON schema for OpenAI strict mode.
+
+    Every object lists all its properties as required (properties that were optional become
+    nullable), forbids additional properties, and ``$defs`` references are inlined so the schema
+    stands alone. The input is not changed.
+    """
+    defs = schema.get("$defs", {})
+    out = _strict(copy.deepcopy(schema), defs, depth=0)
+    out.pop("$defs", None)
+    return out
+
+
+def _strict(node: Any, defs: dict[str, Any], depth: int) -> Any:
+    if depth > 64:
+        raise ValueError("schema nests too deeply (recursive types are not supported)")
+    if isinstance(node, list):
+        return [_strict(item, defs, depth + 1) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = copy.deepcopy(defs[ref.split("/")[-1]])
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return _strict({**target, **rest}, defs, depth + 1)
+    node = {k: _strict(v, defs, depth + 1) for k, v in node.items() if k not in ("title",)}
+    if "default" in node:
+        node.pop("default")
+    if node.get("type") == "object" or "properties" in node:
+        props: dict[str, Any] = node.setdefault("properties", {})
+        required = set(node.get("required", ()))
+        for name, prop in props.items():
+            if name not in required:
+                props[name] = _nullable(prop)
+        node["required"] = list(props)
+        node.setdefault("additionalProperties", False)
+    return node
+
+
+def _nullable(prop: dict[str, Any]) -> dict[str, Any]:
+    if _accepts_null(prop):
+        return prop
+    kind = prop.get("type")
+    if isinstance(kind, str):
+        return {**prop, "type": [kind, "null"]}
+    if isinstance(kind, list):
+        return {**prop, "type": [*kind, "null"]}
+    return {"anyOf": [prop, {"type": "null"}]}
+
+
+def _accepts_null(prop: dict[str, Any]) -> bool:
+    kind = prop.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    return any(_accepts_null(alt) for alt in prop.get("anyOf", ()) if isinstance(alt, dict))
+
+
+def type_schema(tp: Any) -> dict[str, Any]:
+    """The strict JSON schema of a Python type (a pydantic model, dataclass, or typing form).
+
+    Non-object types are wrapped as ``{"value": <type>}``, because strict mode needs an object
+    at the top; :func:`type_is_wrapped` tells callers to unwrap.
+    """
+    schema = TypeAdapter(tp).json_schema()
+    if not type_is_wrapped(schema):
+        return strict_schema(schema)
+    wrapped = {
+        "type": "object",
+        "properties": {"value": schema},
+        "required": ["value"],
+        "$defs": schema.pop("$defs", {}),
+    }
+    return strict_schema(wrapped)
+
+
+def type_is_wrapped(schema: dict[str, Any]) -> bool:
+    """Whether the raw schema of a type is not an object and must be wrapped for strict mode."""
+    if "$ref" in schema:
+        return False
+    return schema.get("type") != "object"
+
+
+def type_name(tp: Any) -> str:
+    """A schema name for a type: its lowercased name, or ``"output"``."""
+    name = getattr(tp, "__name__", None)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        return "output"
+    return name.lower()
+
+
+def schema_errors(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
+    """Validate ``value`` against ``schema``; return ``(json pointer path, message)`` pairs."""
+    validator = jsonschema.Draft202012Validator(schema)
+    out = []
+    for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
+        path = "/" + "/".join(str(p) for p in err.absolute_path)
+        out.append((path, err.message))
+    return out
+
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
+_SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into its description and per-argument descriptions."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    current: str | None = None
+    in_args = False
+    for line in lines:
+        if _ARGS_HEADER.match(line):
+            in_args, current = True, None
+            continue
+        if in_args and _SECTION.match(line) and not line.startswith((" ", "\t")):
+            in_args, current = False, None
+            continue
+        if in_args:
+            m = _ARG_LINE.match(line)
+            if m and len(line) - len(line.lstrip()) <= 4:
+                current = m.group(1).lstrip("*")
+                args[current] = m.group(3).strip()
+            elif current and line.strip():
+                args[current] = f"{args[current]} {line.strip()}".strip()
+            continue
+        if not _SECTION.match(line) or summary:
+            summary.append(line)
+    return "\n".join(summary).strip(), args
+
+
+def function_parameters(
+    fn: Callable[..., Any], *, skip_first: bool
+) -> tuple[dict[str, Any], type[BaseModel], dict[str, str]]:
+    """Build the strict parameters schema and a pydantic model for a function's arguments.
+
+    Args:
+        fn: the function.
+        skip_first: leave out the first parameter (the tool context).
+
+    Returns:
+        The strict schema, the pydantic model that parses arguments, and the description taken
+        from the docstring (under key ``""``) with the per-argument descriptions.
+    """
+    sig = inspect.signature(fn)
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except Exception:  # annotations that cannot be evaluated: fall back to raw ones
+        hints = inspect.get_annotations(fn)
+    description, arg_docs = parse_docstring(fn.__doc__)
+    fields: dict[str, Any] = {}
+    params = list(sig.parameters.values())[1 if skip_first else 0 :]
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"tool {fn.__name__!r} cannot take *args or **kwargs ({p.name!r})")
+        annotation = hints.get(p.name, Any)
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        from pydantic import Field
+
+        fields[p.name] = (annotation, Field(default, description=arg_docs.get(p.name)))
+    model = create_model(f"{fn.__name__}_args", **fields)
+    schema = strict_schema(model.model_json_schema())
+    for name, prop in schema.get("properties", {}).items():
+        if prop.get("description") is None:
+            prop.pop("description", None)
+        _ = name
+    return schema, model, {"": description, **arg_docs}

@@ -1,0 +1,641 @@
+"""Checkpoint stores: create-only byte maps in memory, in a directory, or in S3.
+
+Every store is synchronous and thread-safe; callers run it in a thread pool. Keys are
+``/``-separated safe segments (see :func:`validate_key`). Writes are create-only: putting an
+existing key fails unless the stored bytes are identical, so a retried put is harmless and
+nothing is ever overwritten in place. Only this module imports ``boto3``, and only lazily.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+import errno
+import os
+import random
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+from raygents.errors import CheckpointError, UserError
+
+__all__ = [
+    "FileStore",
+    "MAX_KEY_LENGTH",
+    "MAX_SEGMENT_LENGTH",
+    "MemoryStore",
+    "S3Store",
+    "Store",
+    "default_store_url",
+    "open_store",
+    "validate_key",
+]
+
+MAX_KEY_LENGTH = 512
+MAX_SEGMENT_LENGTH = 128
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", re.ASCII)
+_SCHEMES = "memory://[name], file://<dir>, s3://<bucket>[/<prefix>]"
+_T = TypeVar("_T")
+
+
+def validate_key(key: str) -> str:
+    """Check that ``key`` is safe as a store key, a file path and an S3 key, and return it.
+
+    A key is one or more segments joined by ``/``; a segment starts with a letter, digit or
+    ``_``, continues with letters, digits, ``.``, ``_`` or ``-`` (ASCII only), holds no
+    ``..``, and is at most 128 characters; the key is at most 512.
+
+    Raises:
+        UserError: the key is not a str or breaks a rule; the message says which.
+    """
+    if type(key) is not str:
+        raise UserError(f"a store key must be a str, not {type(key).__name__}")
+    if not key or len(key) > MAX_KEY_LENGTH:
+        _bad_key(key, f"it must be 1 to {MAX_KEY_LENGTH} characters long")
+    for segment in key.split("/"):
+        if not segment:
+            _bad_key(key, "it has an empty segment (a leading, trailing or double '/')")
+        if len(segment) > MAX_SEGMENT_LENGTH or not _SEGMENT.fullmatch(segment):
+            _bad_key(
+                key,
+                f"segment {_short(segment)} must start with a letter, digit or '_', hold only "
+                f"ASCII letters, digits, '.', '_' and '-', and be at most "
+                f"{MAX_SEGMENT_LENGTH} characters",
+            )
+        if ".." in segment:
+            _bad_key(key, f"segment {_short(segment)} contains '..'")
+    return key
+
+
+def _validate_prefix(prefix: str) -> str:
+    if type(prefix) is not str:
+        raise UserError(f"a store prefix must be a str, not {type(prefix).__name__}")
+    if prefix:
+        validate_key(prefix[:-1] if prefix.endswith("/") else prefix)
+    return prefix
+
+
+def _bad_key(key: str, why: str) -> None:
+    raise UserError(f"invalid store key {_short(key)}: {why}")
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 80 else repr(text[:60]) + f"... ({len(text)} characters)"
+
+
+class Store(abc.ABC):
+    """A create-only map from keys to bytes; every method is thread-safe and blocking."""
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """The URL that :func:`open_store` turns back into this store."""
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under a new ``key``.
+
+        Raises:
+            CheckpointError: the key exists with different bytes, or the store failed.
+                The key existing with identical bytes is success.
+            UserError: the key is invalid or ``data`` is not bytes.
+        """
+        validate_key(key)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise UserError(f"a store value must be bytes, not {type(data).__name__}")
+        self._put(key, bytes(data))
+
+    def get(self, key: str) -> bytes | None:
+        """Return the bytes under ``key``, or ``None`` when there are none."""
+        return self._get(validate_key(key))
+
+    def list(self, prefix: str = "") -> builtins.list[str]:
+        """Return every key that starts with ``prefix`` (a plain string prefix), sorted."""
+        return sorted(self._list(_validate_prefix(prefix)))
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete ``keys``; keys that do not exist are ignored."""
+        checked = [validate_key(key) for key in keys]
+        if checked:
+            self._delete(checked)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    def _conflict(self, key: str) -> CheckpointError:
+        return CheckpointError(
+            f"checkpoint key {key!r} already exists in {self.url} with different content; "
+            "checkpoints are never overwritten",
+            key=key,
+        )
+
+    @abc.abstractmethod
+    def _put(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def _get(self, key: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def _list(self, prefix: str) -> Iterable[str]: ...
+
+    @abc.abstractmethod
+    def _delete(self, keys: builtins.list[str]) -> None: ...
+
+
+_MEMORY: dict[str, dict[str, bytes]] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+class MemoryStore(Store):
+    """A dict in this process, shared by every store opened with the same name."""
+
+    def __init__(self, name: str = "") -> None:
+        if name:
+            validate_key(name)
+        self._name = name
+        with _MEMORY_LOCK:
+            self._data = _MEMORY.setdefault(name, {})
+
+    @property
+    def url(self) -> str:
+        return f"memory://{self._name}"
+
+    def _put(self, key: str, data: bytes) -> None:
+        with _MEMORY_LOCK:
+            existing = self._data.setdefault(key, data)
+        if existing != data:
+            raise self._conflict(key)
+
+    def _get(self, key: str) -> bytes | None:
+        with _MEMORY_LOCK:
+            return self._data.get(key)
+
+    def _list(self, prefix: str) -> builtins.list[str]:
+        with _MEMORY_LOCK:
+            return [key for key in self._data if key.startswith(prefix)]
+
+    def _delete(self, keys: builtins.list[str]) -> None:
+        with _MEMORY_LOCK:
+            for key in keys:
+                self._data.pop(key, None)
+
+
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
+
+
+class FileStore(Store):
+    """Files under a directory, one per key, written atomically and create-only.
+
+    A put writes a hidden temporary file in the key's directory, fsyncs it, and hard-links it
+    to the key's name, which fails if the name exists; readers never see partial files. On
+    filesystems without hard links it claims the name with ``O_EXCL`` and then renames the
+    temporary file over it, so a reader may briefly see an empty file there.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
+
+    @property
+    def url(self) -> str:
+        return f"file://{self._root}"
+
+    @property
+    def root(self) -> Path:
+        """The directory that holds the files."""
+        return self._root
+
+    def _put(self, key: str, data: bytes) -> None:
+        path = self._root.joinpath(*key.split("/"))
+        with self._os_errors("write", key):
+            temp = self._write_temp(path, data)
+            try:
+                if not self._publish(temp, path):
+                    if self._get(key) != data:
+                        raise self._conflict(key)
+                    return
+                _fsync_dir(path.parent)
+            finally:
+                with suppress(FileNotFoundError):
+                    os.unlink(temp)
+
+    def _write_temp(self, path: Path, data: bytes) -> str:
+        """Write ``data`` to a fsynced hidden file next to ``path``; return its name."""
+        self._make_dirs(path.parent)
+        try:
+            fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        except FileNotFoundError:  # a concurrent delete removed the empty directory
+            self._make_dirs(path.parent)
+            fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+        except BaseException:
+            os.unlink(temp)
+            raise
+        return temp
+
+    @staticmethod
+    def _publish(temp: str, path: Path) -> bool:
+        """Give ``temp``'s content the name ``path``; False if the name already exists."""
+        try:
+            os.link(temp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            return False
+        os.replace(temp, path)
+        return True
+
+    def _get(self, key: str) -> bytes | None:
+        with self._os_errors("read", key):
+            try:
+                return self._root.joinpath(*key.split("/")).read_bytes()
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                return None
+
+    def _list(self, prefix: str) -> Iterator[str]:
+        base = prefix if prefix.endswith("/") else prefix.rpartition("/")[0]
+        start = self._root.joinpath(*base.split("/")) if base else self._root
+        with self._os_errors("list", prefix or None):
+            for directory, dirs, files in os.walk(start):
+                dirs[:] = [name for name in dirs if not name.startswith(".")]
+                relative = Path(directory).relative_to(self._root).as_posix()
+                for name in files:
+                    key = name if relative == "." else f"{relative}/{name}"
+                    if not name.startswith(".") and key.startswith(prefix):
+                        yield key
+
+    def _delete(self, keys: builtins.list[str]) -> None:
+        with self._os_errors("delete", keys[0] if len(keys) == 1 else None):
+            for key in keys:
+                path = self._root.joinpath(*key.split("/"))
+                with suppress(FileNotFoundError, NotADirectoryError):
+                    path.unlink()
+                for parent in path.parents:  # drop directories left empty, up to the root
+                    if parent == self._root:
+                        break
+                    try:
+                        parent.rmdir()
+                    except OSError:
+                        break
+
+    def _make_dirs(self, directory: Path) -> None:
+        missing = []
+        while not directory.is_dir():
+            missing.append(directory)
+            directory = directory.parent
+        for path in reversed(missing):
+            with suppress(FileExistsError):
+                path.mkdir()
+            _fsync_dir(path.parent)
+
+    @contextmanager
+    def _os_errors(self, action: str, key: str | None) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            what = f"checkpoint {key!r}" if key else "checkpoints"
+            raise CheckpointError(
+                f"cannot {action} {what} in {self.url}: {exc.strerror or exc}", key=key
+            ) from exc
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_RETRYABLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "Throttling",
+        "ThrottlingException",
+        "TooManyRequests",
+        "ConditionalRequestConflict",
+        "OperationAborted",
+    }
+)
+_FORBIDDEN_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "AccountProblem",
+    }
+)
+_SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+class _Failure(Exception):
+    """An S3 failure already turned into a CheckpointError, and whether to retry it."""
+
+    def __init__(self, error: CheckpointError, *, retry: bool) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.retry = retry
+
+
+class S3Store(Store):
+    """Objects under ``prefix/`` in an S3 bucket (or anything that speaks S3).
+
+    Credentials, region and endpoint come from the standard AWS environment and config files
+    (``AWS_ENDPOINT_URL_S3`` points at MinIO, Ceph or a local test server). botocore's
+    ``standard`` retry mode retries throttling, 5xx and connection errors; this store adds
+    ``extra_retries`` rounds with exponential backoff on top, and does not retry 403s.
+    Puts are create-only (``If-None-Match: *``); on 412 the existing object is compared.
+
+    Args:
+        bucket: the bucket name.
+        prefix: the key prefix (segments without a trailing ``/``), or ``""``.
+        max_attempts: botocore's attempts per call; ``AWS_MAX_ATTEMPTS`` or 4 by default.
+        extra_retries: further rounds after botocore gives up on a retryable error.
+        backoff_s: the first pause between rounds; it doubles each round, with jitter.
+        connect_timeout_s: the TCP connect timeout of one attempt.
+        read_timeout_s: the socket read timeout of one attempt.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        max_attempts: int | None = None,
+        extra_retries: int = 2,
+        backoff_s: float = 0.5,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 30.0,
+    ) -> None:
+        if type(bucket) is not str or not _BUCKET.fullmatch(bucket) or ".." in bucket:
+            raise UserError(f"invalid S3 bucket name {_short(str(bucket))}")
+        prefix = prefix.strip("/")
+        if prefix:
+            validate_key(prefix)
+        self._bucket, self._prefix = bucket, prefix
+        self._max_attempts = _max_attempts(max_attempts)
+        self._extra_retries = max(0, extra_retries)
+        self._backoff_s = max(0.0, backoff_s)
+        self._timeouts = (connect_timeout_s, read_timeout_s)
+        self._client_lock = threading.Lock()
+        self._client_object: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self._bucket}/{self._prefix}" if self._prefix else f"s3://{self._bucket}"
+
+    @property
+    def endpoint_url(self) -> str:
+        """The endpoint the client talks to."""
+        return str(self._client().meta.endpoint_url)
+
+    def _put(self, key: str, data: bytes) -> None:
+        name = self._object_key(key)
+        for _ in range(3):
+            if self._call("write", key, lambda: self._put_once(name, data)):
+                return
+            existing = self._get(key)  # 412: compare; a retry after a lost reply lands here
+            if existing == data:
+                return
+            if existing is not None:
+                raise self._conflict(key)
+        raise CheckpointError(f"checkpoint {key!r} in {self.url} keeps vanishing", key=key)
+
+    def _put_once(self, name: str, data: bytes) -> bool:
+        client = self._client()
+        try:
+            client.put_object(Bucket=self._bucket, Key=name, Body=data, IfNoneMatch="*")
+        except client.exceptions.ClientError as exc:
+            if _status(exc) == 412 or _code(exc) == "PreconditionFailed":
+                return False
+            raise
+        return True
+
+    def _get(self, key: str) -> bytes | None:
+        return self._call("read", key, lambda: self._get_once(self._object_key(key)))
+
+    def _get_once(self, name: str) -> bytes | None:
+        client = self._client()
+        try:
+            response = client.get_object(Bucket=self._bucket, Key=name)
+        except client.exceptions.ClientError as exc:
+            if _code(exc) in ("NoSuchKey", "404") or (
+                _status(exc) == 404 and _code(exc) != "NoSuchBucket"
+            ):
+                return None
+            raise
+        body = response["Body"]
+        try:
+            return bytes(body.read())
+        finally:
+            body.close()
+
+    def _list(self, prefix: str) -> builtins.list[str]:
+        return self._call("list", prefix or None, lambda: self._list_once(prefix))
+
+    def _list_once(self, prefix: str) -> builtins.list[str]:
+        base = f"{self._prefix}/" if self._prefix else ""
+        pages = self._client().get_paginator("list_objects_v2")
+        keys = []
+        for page in pages.paginate(Bucket=self._bucket, Prefix=base + prefix):
+            for item in page.get("Contents", ()):
+                key = str(item["Key"])[len(base) :]
+                with suppress(UserError):  # objects this store could not have written
+                    keys.append(validate_key(key))
+        return keys
+
+    def _delete(self, keys: builtins.list[str]) -> None:
+        for start in range(0, len(keys), 1000):
+            batch = keys[start : start + 1000]
+            objects = [{"Key": self._object_key(key)} for key in batch]
+            response = self._call(
+                "delete",
+                batch[0] if len(batch) == 1 else None,
+                lambda objects=objects: self._client().delete_objects(  # type: ignore[misc]
+                    Bucket=self._bucket, Delete={"Objects": objects, "Quiet": True}
+                ),
+            )
+            errors = [e for e in response.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                first = errors[0]
+                raise CheckpointError(
+                    f"cannot delete {len(errors)} checkpoints in {self.url}, e.g. "
+                    f"{first.get('Key')!r}: {first.get('Code')}",
+                )
+
+    def _object_key(self, key: str) -> str:
+        return f"{self._prefix}/{key}" if self._prefix else key
+
+    def _client(self) -> Any:
+        with self._client_lock:
+            if self._client_object is None:
+                self._client_object = _make_client(self._max_attempts, *self._timeouts)
+            return self._client_object
+
+    def _call(self, action: str, key: str | None, operation: Callable[[], _T]) -> _T:
+        """Run ``operation``, retrying retryable failures; raise a clear CheckpointError."""
+        for attempt in range(self._extra_retries + 1):
+            try:
+                return operation()
+            except Exception as exc:
+                failure = self._failure(exc, action, key)
+                if not failure.retry or attempt == self._extra_retries:
+                    raise failure.error from exc
+            time.sleep(self._backoff_s * 2**attempt * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable")
+
+    def _failure(self, exc: Exception, action: str, key: str | None) -> _Failure:
+        """Classify an exception from boto3; anything not from boto3 is re-raised."""
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            HTTPClientError,
+            IncompleteReadError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+
+        what = f"{action} checkpoint {key!r}" if key else f"{action} checkpoints"
+        if isinstance(exc, ClientError):
+            return self._client_failure(exc, what, key)
+        if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+            message = (
+                f"cannot {what} in {self.url}: no usable AWS credentials; set "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or configure a profile"
+            )
+            return _Failure(CheckpointError(message, key=key), retry=False)
+        if isinstance(exc, (HTTPClientError, IncompleteReadError)):
+            attempts = self._max_attempts * (self._extra_retries + 1)
+            message = (
+                f"cannot {what} in {self.url}: the S3 endpoint {self.endpoint_url} is "
+                f"unreachable or dropped the connection ({type(exc).__name__}; gave up after "
+                f"{attempts} attempts)"
+            )
+            return _Failure(CheckpointError(message, key=key), retry=True)
+        if isinstance(exc, BotoCoreError):
+            message = f"cannot {what} in {self.url}: {_redact(str(exc))}"
+            return _Failure(CheckpointError(message, key=key), retry=False)
+        raise exc
+
+    def _client_failure(self, exc: Any, what: str, key: str | None) -> _Failure:
+        code, status = _code(exc), _status(exc)
+        if code == "NoSuchBucket":
+            message = (
+                f"cannot {what}: S3 bucket {self._bucket!r} does not exist at "
+                f"{self.endpoint_url}; create it or fix the store URL {self.url!r}"
+            )
+            return _Failure(CheckpointError(message, key=key), retry=False)
+        if status == 403 or code in _FORBIDDEN_CODES:
+            message = (
+                f"cannot {what}: access denied ({code}) to bucket {self._bucket!r} "
+                f"prefix {self._prefix!r}; check that the configured AWS credentials may read, "
+                "write, list and delete there"
+            )
+            return _Failure(CheckpointError(message, key=key), retry=False)
+        retry = status in (429, 500, 502, 503, 504) or code in _RETRYABLE_CODES
+        attempts = f" after {self._max_attempts * (self._extra_retries + 1)} attempts"
+        message = (
+            f"cannot {what} in {self.url}: S3 answered {code} (HTTP {status})"
+            f"{attempts if retry else ''}: {_redact(_error_message(exc))}"
+        )
+        return _Failure(CheckpointError(message, key=key), retry=retry)
+
+
+def _make_client(max_attempts: int, connect_timeout_s: float, read_timeout_s: float) -> Any:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:
+        raise UserError("s3:// checkpoint stores need boto3: pip install 'raygents[s3]'") from exc
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
+    )
+    return boto3.session.Session().client("s3", config=config)
+
+
+def _max_attempts(value: int | None) -> int:
+    if value is None:
+        text = os.environ.get("AWS_MAX_ATTEMPTS", "4")
+        try:
+            value = int(text)
+        except ValueError:
+            raise UserError(f"AWS_MAX_ATTEMPTS must be an int, got {text!r}") from None
+    if value < 1:
+        raise UserError(f"max_attempts must be at least 1, got {value!r}")
+    return value
+
+
+def _code(exc: Any) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: Any) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _error_message(exc: Any) -> str:
+    return str(exc.response.get("Error", {}).get("Message", ""))[:200]
+
+
+def _redact(text: str) -> str:
+    for name in _SECRET_VARIABLES:
+        secret = os.environ.get(name)
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def open_store(url: str) -> Store:
+    """Open the checkpoint store that ``url`` names.
+
+    Args:
+        url: ``memory://`` or ``memory://<name>`` (a dict in this process);
+            ``file://<dir>`` (a relative ``dir`` is resolved against the current directory,
+            e.g. ``file://.raygents`` or ``file:///var/lib/raygents``);
+            ``s3://<bucket>`` or ``s3://<bucket>/<prefix>``.
+
+    Raises:
+        UserError: the URL is malformed or its scheme is not supported.
+    """
+    if type(url) is not str:
+        raise UserError(f"a store URL must be a str, not {type(url).__name__}")
+    scheme, sep, rest = url.partition("://")
+    if scheme == "memory" and sep:
+        return MemoryStore(rest)
+    if scheme == "file" and sep and rest:
+        return FileStore(rest)
+    if scheme == "s3" and sep:
+        bucket, _, prefix = rest.partition("/")
+        if "@" in bucket or "?" in rest or "#" in rest:
+            raise UserError("an s3:// store URL takes no credentials, query or fragment")
+        return S3Store(bucket, prefix)
+    shown = _short(url) if "@" not in url else f"{scheme}://..."
+    raise UserError(f"unsupported store URL {shown}: use one of {_SCHEMES}")
+
+
+def default_store_url() -> str:
+    """Return ``file://`` and the absolute path of ``./.raygents`` in the current directory."""
+    return f"file://{os.path.abspath('.raygents')}"

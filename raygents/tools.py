@@ -1,0 +1,319 @@
+"""Tools: the ``@tool`` decorator, custom ``Tool`` classes, and what a tool call sees and returns."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from raygents.errors import UserError
+from raygents.messages import ToolSpec, Usage
+from raygents.schema import function_parameters
+
+if TYPE_CHECKING:
+    from raygents.agent import Agent
+
+__all__ = [
+    "FunctionTool",
+    "RunContext",
+    "Tool",
+    "ToolContext",
+    "ToolResult",
+    "tool",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ToolResult(BaseModel):
+    """What a tool call returns to the model. ``is_error`` is for hooks and events only."""
+
+    model_config = ConfigDict(frozen=True)
+
+    content: str
+    is_error: bool = False
+
+    def __init__(self, content: str, is_error: bool = False, **data: Any) -> None:
+        super().__init__(content=content, is_error=is_error, **data)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool call knows about the run that made it."""
+
+    run_id: str
+    call_id: str
+    tool_name: str
+    agent_name: str
+    depth: int = 0
+    context: Any = None
+    """The user's run context, as passed to ``run(..., context=...)``."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key stable across retries and recovery of this call: ``"<run_id>:<call_id>"``."""
+        return f"{self.run_id}:{self.call_id}"
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What dynamic instructions and guardrails know about the run."""
+
+    run_id: str
+    agent_name: str
+    context: Any = None
+    turns: int = 0
+    usage: Usage = dataclasses.field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """Where and how a tool call runs."""
+
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    resources: Mapping[str, float] | None = None
+    max_retries: int | None = None
+    timeout_s: float | None = None
+    needs_approval: bool = False
+    remote: bool = True
+
+
+class Tool:
+    """Base class for custom tools.
+
+    Subclasses set ``name``, ``description`` and ``parameters`` (a JSON schema object) and
+    implement :meth:`execute`. Execution options (``num_cpus``, ``timeout_s``, ``remote``, ...)
+    are class or instance attributes with the same meaning as in :func:`tool`.
+    """
+
+    name: str = ""
+    description: str = ""
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    resources: Mapping[str, float] | None = None
+    max_retries: int | None = None
+    timeout_s: float | None = None
+    needs_approval: bool = False
+    remote: bool = True
+
+    async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
+        """Run the tool with the model's JSON ``arguments``."""
+        raise NotImplementedError(f"{type(self).__name__}.execute is not implemented")
+
+    def spec(self) -> ToolSpec:
+        """What the model sees of this tool."""
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def options(self) -> ExecutionOptions:
+        """The tool's execution options."""
+        return ExecutionOptions(
+            num_cpus=self.num_cpus,
+            num_gpus=self.num_gpus,
+            resources=self.resources,
+            max_retries=self.max_retries,
+            timeout_s=self.timeout_s,
+            needs_approval=self.needs_approval,
+            remote=self.remote,
+        )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class FunctionTool(Tool):
+    """A tool made from a Python function by :func:`tool`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        options: ExecutionOptions = ExecutionOptions(),
+    ) -> None:
+        if not callable(fn):
+            raise UserError(f"@tool needs a function, got {type(fn).__name__!r}")
+        self.fn = fn
+        self.name = name or fn.__name__
+        _check_tool_name(self.name)
+        params = list(inspect.signature(fn).parameters.values())
+        self.takes_context = bool(params) and _is_context_param(fn, params[0])
+        try:
+            schema, model, docs = function_parameters(fn, skip_first=self.takes_context)
+        except Exception as exc:
+            raise UserError(f"cannot build a schema for tool {self.name!r}: {exc}") from exc
+        self.parameters = schema
+        self.args_model: type[BaseModel] = model
+        self.description = description if description is not None else docs[""]
+        for field in dataclasses.fields(options):
+            setattr(self, field.name, getattr(options, field.name))
+        self.__wrapped__ = fn
+
+    async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
+        """Parse the arguments, call the function, and turn its return value into a result."""
+        try:
+            parsed = self.args_model.model_validate_json(arguments or "{}")
+        except ValidationError as exc:
+            return ToolResult(f'Invalid parameters for tool "{self.name}": {exc}', is_error=True)
+        kwargs = {}
+        for field_name, info in type(parsed).model_fields.items():
+            value = getattr(parsed, field_name)
+            if value is None and info.default is not None and not info.is_required():
+                value = info.default
+            kwargs[field_name] = value
+        args = (ctx,) if self.takes_context else ()
+        out = self.fn(*args, **kwargs)
+        if inspect.isawaitable(out):
+            out = await out
+        return to_tool_result(out)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (handy in tests)."""
+        return self.fn(*args, **kwargs)
+
+
+def _is_context_param(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except Exception:
+        hints = inspect.get_annotations(fn)
+    annotation = hints.get(param.name, param.annotation)
+    if annotation is ToolContext or annotation == "ToolContext":
+        return True
+    return param.name == "ctx" and annotation is inspect.Parameter.empty
+
+
+def _check_tool_name(name: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise UserError(
+            f"tool name {name!r} is invalid: use 1-64 letters, digits, '_' or '-'"
+        )
+
+
+def to_tool_result(value: Any) -> ToolResult:
+    """Turn a tool function's return value into a :class:`ToolResult`."""
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(value)
+    if isinstance(value, BaseModel):
+        return ToolResult(value.model_dump_json())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    try:
+        return ToolResult(json.dumps(value, default=_json_default))
+    except (TypeError, ValueError) as exc:
+        return ToolResult(f"Error: tool returned a value that is not JSON: {exc}", is_error=True)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+@overload
+def tool(fn: F, /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: Mapping[str, float] | None = None,
+    max_retries: int | None = None,
+    timeout_s: float | None = None,
+    needs_approval: bool = False,
+    remote: bool = True,
+) -> Callable[[F], FunctionTool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: Mapping[str, float] | None = None,
+    max_retries: int | None = None,
+    timeout_s: float | None = None,
+    needs_approval: bool = False,
+    remote: bool = True,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a function into a tool; its schema comes from the signature and docstring.
+
+    Args:
+        fn: the function (when used as ``@tool`` without arguments).
+        name: the tool name; the function name by default.
+        description: the description; the docstring's summary by default.
+        num_cpus: CPUs the Ray task reserves (Ray's default, 1, when unset).
+        num_gpus: GPUs the Ray task reserves.
+        resources: custom Ray resources the task reserves.
+        max_retries: how often Ray retries the task after its worker died.
+        timeout_s: after this many seconds the call becomes an error tool message.
+        needs_approval: every call waits for a human decision.
+        remote: run each call as a Ray task (default); ``False`` runs it inside the agent actor,
+            for cheap non-blocking tools.
+    """
+    if timeout_s is not None and timeout_s <= 0:
+        raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
+    if max_retries is not None and max_retries < 0:
+        raise UserError(f"max_retries must be >= 0, got {max_retries!r}")
+    options = ExecutionOptions(
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        resources=dict(resources) if resources else None,
+        max_retries=max_retries,
+        timeout_s=timeout_s,
+        needs_approval=needs_approval,
+        remote=remote,
+    )
+
+    def wrap(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(f, name=name, description=description, options=options)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class AgentTool(Tool):
+    """An agent called as a tool: each call is a child run on the callee's actor."""
+
+    parameters = {  # noqa: RUF012
+        "type": "object",
+        "properties": {"input": {"type": "string", "description": "The request for the agent."}},
+        "required": ["input"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, agent: Agent, name: str | None, description: str | None) -> None:
+        self.agent = agent
+        self.name = name or _sanitise(agent.name)
+        _check_tool_name(self.name)
+        self.description = (
+            description or agent.handoff_description or f"Ask the {agent.name} agent."
+        )
+
+    async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
+        """Agent tools run as child runs through the runtime, never through this method."""
+        raise UserError(f"agent tool {self.name!r} can only run inside a raygents run")
+
+
+def _sanitise(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).lower()
+
+
+InstructionsFn = Callable[[RunContext, "Agent"], "str | Awaitable[str]"]
