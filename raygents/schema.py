@@ -46,9 +46,15 @@ def _strict(node: Any, defs: dict[str, Any], depth: int) -> Any:
         target = copy.deepcopy(defs[ref.split("/")[-1]])
         rest = {k: v for k, v in node.items() if k != "$ref"}
         return _strict({**target, **rest}, defs, depth + 1)
-    node = {k: _strict(v, defs, depth + 1) for k, v in node.items() if k not in ("title",)}
-    if "default" in node:
-        node.pop("default")
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("title", "default"):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: _strict(sub, defs, depth + 1) for name, sub in value.items()}
+        else:
+            out[key] = _strict(value, defs, depth + 1)
+    node = out
     if node.get("type") == "object" or "properties" in node:
         props: dict[str, Any] = node.setdefault("properties", {})
         required = set(node.get("required", ()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import builtins
 import errno
+import functools
 import os
 import random
 import re
@@ -20,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
-from raygents.errors import CheckpointError, UserError
+from raygents.errors import CheckpointError, RaygentsError, UserError
 
 __all__ = [
     "FileStore",
@@ -81,7 +82,15 @@ def _validate_prefix(prefix: str) -> str:
     return prefix
 
 
-def _bad_key(key: str, why: str) -> None:
+def _is_key(key: str) -> bool:
+    try:
+        validate_key(key)
+    except UserError:
+        return False
+    return True
+
+
+def _bad_key(key: str, why: str) -> NoReturn:
     raise UserError(f"invalid store key {_short(key)}: {why}")
 
 
@@ -275,7 +284,7 @@ class FileStore(Store):
                 relative = Path(directory).relative_to(self._root).as_posix()
                 for name in files:
                     key = name if relative == "." else f"{relative}/{name}"
-                    if not name.startswith(".") and key.startswith(prefix):
+                    if key.startswith(prefix) and _is_key(key):  # not temp or stray files
                         yield key
 
     def _delete(self, keys: builtins.list[str]) -> None:
@@ -322,7 +331,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 _RETRYABLE_CODES = frozenset(
-    {
+    [
         "SlowDown",
         "InternalError",
         "ServiceUnavailable",
@@ -333,10 +342,10 @@ _RETRYABLE_CODES = frozenset(
         "TooManyRequests",
         "ConditionalRequestConflict",
         "OperationAborted",
-    }
+    ]
 )
 _FORBIDDEN_CODES = frozenset(
-    {
+    [
         "AccessDenied",
         "AllAccessDisabled",
         "InvalidAccessKeyId",
@@ -344,18 +353,16 @@ _FORBIDDEN_CODES = frozenset(
         "ExpiredToken",
         "InvalidToken",
         "AccountProblem",
-    }
+    ]
 )
 _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 
 
-class _Failure(Exception):
-    """An S3 failure already turned into a CheckpointError, and whether to retry it."""
+class _Failure(NamedTuple):
+    """An S3 failure turned into a CheckpointError, and whether to retry it."""
 
-    def __init__(self, error: CheckpointError, *, retry: bool) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.retry = retry
+    error: CheckpointError
+    retry: bool
 
 
 class S3Store(Store):
@@ -400,6 +407,7 @@ class S3Store(Store):
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self._client_lock = threading.Lock()
         self._client_object: Any = None
+        _boto3()  # fail at open time, not at the first checkpoint, when the extra is missing
 
     @property
     def url(self) -> str:
@@ -461,21 +469,20 @@ class S3Store(Store):
         for page in pages.paginate(Bucket=self._bucket, Prefix=base + prefix):
             for item in page.get("Contents", ()):
                 key = str(item["Key"])[len(base) :]
-                with suppress(UserError):  # objects this store could not have written
-                    keys.append(validate_key(key))
+                if _is_key(key):  # skip objects this store could not have written
+                    keys.append(key)
         return keys
 
     def _delete(self, keys: builtins.list[str]) -> None:
         for start in range(0, len(keys), 1000):
             batch = keys[start : start + 1000]
             objects = [{"Key": self._object_key(key)} for key in batch]
-            response = self._call(
-                "delete",
-                batch[0] if len(batch) == 1 else None,
-                lambda objects=objects: self._client().delete_objects(  # type: ignore[misc]
-                    Bucket=self._bucket, Delete={"Objects": objects, "Quiet": True}
-                ),
+            delete = functools.partial(
+                self._client().delete_objects,
+                Bucket=self._bucket,
+                Delete={"Objects": objects, "Quiet": True},
             )
+            response = self._call("delete", batch[0] if len(batch) == 1 else None, delete)
             errors = [e for e in response.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
             if errors:
                 first = errors[0]
@@ -498,6 +505,8 @@ class S3Store(Store):
         for attempt in range(self._extra_retries + 1):
             try:
                 return operation()
+            except RaygentsError:
+                raise
             except Exception as exc:
                 failure = self._failure(exc, action, key)
                 if not failure.retry or attempt == self._extra_retries:
@@ -562,13 +571,18 @@ class S3Store(Store):
         return _Failure(CheckpointError(message, key=key), retry=retry)
 
 
-def _make_client(max_attempts: int, connect_timeout_s: float, read_timeout_s: float) -> Any:
+def _boto3() -> tuple[Any, Any]:
     try:
         import boto3
         from botocore.config import Config
     except ImportError as exc:
         raise UserError("s3:// checkpoint stores need boto3: pip install 'raygents[s3]'") from exc
-    config = Config(
+    return boto3, Config
+
+
+def _make_client(max_attempts: int, connect_timeout_s: float, read_timeout_s: float) -> Any:
+    boto3, config_class = _boto3()
+    config = config_class(
         retries={"mode": "standard", "max_attempts": max_attempts},
         connect_timeout=connect_timeout_s,
         read_timeout=read_timeout_s,

@@ -71,6 +71,7 @@ class AgentActor:
         self._static_view: loop.AgentView | None = None
         self._tasks: dict[str, Any] = {}
         self._active: dict[str, _Active] = {}
+        self._early: dict[str, str] = {}
         self._retired = False
 
     # --- public actor methods -----------------------------------------------------------
@@ -80,7 +81,13 @@ class AgentActor:
         Yields batches of events as they happen, then the :class:`Outcome`.
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        task = asyncio.ensure_future(self._run(envelope, queue.put_nowait))
+        run_id = envelope.state.run_id
+        token = SuspendToken(run_id)
+        cause = envelope.suspend_cause or self._early.pop(run_id, None)
+        if cause:
+            token.request(cause)
+        self._active[run_id] = _Active(token)  # before any await: suspend() may come next
+        task = asyncio.ensure_future(self._run(envelope, token, queue.put_nowait))
         task.add_done_callback(lambda t: queue.put_nowait(_DONE))
         while True:
             item = await queue.get()
@@ -102,6 +109,7 @@ class AgentActor:
         """Ask a run to suspend at its next safe point; False if it is not running here."""
         active = self._active.get(run_id)
         if active is None:
+            self._early[run_id] = cause  # the run may be on its way here
             return False
         active.token.request(cause)
         for child in list(active.children.values()):
@@ -121,12 +129,8 @@ class AgentActor:
         return os.getpid()
 
     # --- driving one activation ---------------------------------------------------------
-    async def _run(self, envelope: Envelope, emit: Emit) -> Outcome:
+    async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         state = envelope.state
-        token = SuspendToken(state.run_id)
-        if envelope.suspend_cause:
-            token.request(envelope.suspend_cause)
-        self._active[state.run_id] = _Active(token)
         try:
             return await self._drive(envelope, token, emit)
         except RaygentsError as exc:
@@ -153,7 +157,6 @@ class AgentActor:
             match action:
                 case loop.CallModel(request=request):
                     if token.cause is not None:
-                        self._emit(emit, state, "suspended", error=token.cause)
                         return Outcome("suspended", state, cause=token.cause)
                     response = await self._call_model(request, state, envelope.stream, emit)
                     state, action = loop.on_response(state, view, response)

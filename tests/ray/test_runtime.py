@@ -1,0 +1,355 @@
+"""The Ray runtime: agent actors, tool tasks, handoffs, agent-as-tool fan-out, events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+import pytest
+import ray
+from pydantic import BaseModel
+
+import raygents as rg
+from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
+
+pytestmark = pytest.mark.usefixtures("rt")
+
+
+@rg.tool
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first.
+        b: the second.
+    """
+    return a + b
+
+
+@rg.tool(num_cpus=0)
+def where(ctx: rg.ToolContext) -> dict:
+    """Report where and how the call ran."""
+    rc = ray.get_runtime_context()
+    return {
+        "pid": os.getpid(),
+        "task_name": rc.get_task_name(),
+        "key": ctx.idempotency_key,
+        "run_id": ctx.run_id,
+        "agent": ctx.agent_name,
+        "context": ctx.context,
+    }
+
+
+@rg.tool(num_cpus=0)
+def nap(seconds: float) -> str:
+    """Sleep, then report the time span slept."""
+    start = time.time()
+    time.sleep(seconds)
+    return json.dumps([start, time.time()])
+
+
+@rg.tool(num_cpus=0)
+def boom(message: str) -> str:
+    """Raise."""
+    raise ValueError(message)
+
+
+@rg.tool(num_cpus=0, timeout_s=0.5)
+def hang() -> str:
+    """Take too long."""
+    time.sleep(30)
+    return "never"
+
+
+@rg.tool(num_cpus=0, max_retries=0)
+def crash() -> str:
+    """Kill the worker process."""
+    os._exit(1)
+
+
+@rg.tool(remote=False)
+def local_pid() -> int:
+    """Run inside the agent actor."""
+    return os.getpid()
+
+
+def tool_messages(result: rg.RunResult) -> list[str]:
+    return [m.text for m in result.messages if m.role == "tool"]
+
+
+def test_tool_calls_run_as_named_ray_tasks_in_worker_processes() -> None:
+    model = ScriptedModel([calls(("where", {}), ("add", {"a": 2, "b": 3})), text("done")])
+    agent = rg.Agent("runner", "Be brief.", tools=[where, add], model=model)
+    result = rg.run(agent, "go", context={"tenant": "t1"})
+    info = json.loads(tool_messages(result)[0])
+    assert info["pid"] != os.getpid()
+    assert info["task_name"] == "tool:where"
+    assert info["key"] == f"{result.run_id}:{result.messages[1].tool_calls[0].id}"
+    assert info["agent"] == "runner" and info["context"] == {"tenant": "t1"}
+    assert tool_messages(result)[1] == "5"
+    assert result.final_output == "done" and result.turns == 2
+    assert result.last_agent is agent
+    model.assert_complete()
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    assert any(n.startswith("agent:runner@") for n in names)
+
+
+def test_parallel_tool_calls_overlap_and_keep_call_order() -> None:
+    def batch(seconds: float) -> rg.ModelResponse:
+        return calls(*[call("nap", {"seconds": seconds}, id=f"c{i}") for i in range(4)])
+
+    model = ScriptedModel([batch(0.5), text("warm"), batch(0.6), text("rested")])
+    agent = rg.Agent("sleeper", tools=[nap], model=model)
+    rg.run(agent, "warm up the worker pool")  # Ray starts extra workers on first use
+    result = rg.run(agent, "nap")
+    spans = [json.loads(m) for m in tool_messages(result)]
+    assert max(start for start, _ in spans) < min(end for _, end in spans)
+    assert [m.tool_call_id for m in result.messages if m.role == "tool"] == [
+        "c0",
+        "c1",
+        "c2",
+        "c3",
+    ]
+
+
+def test_tool_errors_become_messages_and_the_run_continues() -> None:
+    model = ScriptedModel(
+        [calls(("boom", {"message": "kaput"}), ("hang", {}), ("crash", {})), text("recovered")]
+    )
+    agent = rg.Agent("fragile", tools=[boom, hang, crash], model=model)
+    result = rg.run(agent, "try")
+    failed, slow, crashed = tool_messages(result)
+    assert failed == 'Error: cannot execute tool "boom": ValueError: kaput'
+    assert slow.startswith('Error: cannot execute tool "hang": timed out after 0.5 s')
+    assert crashed.startswith('Error: cannot execute tool "crash":') and "crash" in crashed
+    assert result.final_output == "recovered"
+
+
+def test_local_tools_run_inside_the_agent_actor() -> None:
+    model = ScriptedModel([calls(("local_pid", {})), text("ok")])
+    agent = rg.Agent("local", tools=[local_pid], model=model)
+    result = rg.run(agent, "pid?")
+    actor = ray.get_actor(
+        next(
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith("agent:local@")
+        ),
+        namespace="raygents",
+    )
+    assert int(tool_messages(result)[0]) == ray.get(actor.ping.remote())
+
+
+def test_unknown_tool_fails_with_tool_not_found() -> None:
+    model = ScriptedModel([calls(("nope", {}))])
+    with pytest.raises(rg.ToolNotFound) as info:
+        rg.run(rg.Agent("lost", tools=[add], model=model), "x")
+    assert info.value.tool_name == "nope" and info.value.run_id
+
+
+def test_provider_errors_surface_as_model_errors() -> None:
+    model = ScriptedModel([RuntimeError("provider exploded")])
+    with pytest.raises(rg.ModelError, match="provider exploded"):
+        rg.run(rg.Agent("flaky", model=model), "x")
+
+
+def test_handoff_moves_the_run_to_the_target_actor() -> None:
+    billing = rg.Agent("billing", "Handle billing.", model=ScriptedModel([text("refund issued")]))
+    triage_model = ScriptedModel([calls(("transfer_to_billing", {})), text("unused")])
+    triage = rg.Agent("triage", "Route.", handoffs=[billing], model=triage_model)
+    handle = rg.start(triage, "refund please")
+    result = handle.result(timeout_s=60)
+    assert result.last_agent is billing and result.final_output == "refund issued"
+    assert result.turns == 2
+    assert "## Handoffs" in triage_model.calls[0].system
+    assert "- billing: Transfer the conversation to billing." in triage_model.calls[0].system
+    events = [e.type for e in handle.events()]
+    assert events.count("agent_start") == 2 and "handoff" in events and events[-1] == "complete"
+
+
+def test_handoff_ping_pong_is_bounded_by_max_turns() -> None:
+    bounce = FunctionModel(lambda req: calls(call(req.tools[0].name, {})))
+    a = rg.Agent("ping", model=bounce, max_turns=5)
+    b = rg.Agent("pong", model=bounce, max_turns=5)
+    a.handoffs = [b]
+    b.handoffs = [a]
+    with pytest.raises(rg.MaxTurnsExceeded) as info:
+        rg.run(a, "go")
+    assert info.value.max_turns == 5
+
+
+def test_handoff_input_filter_and_callback() -> None:
+    seen: list[str] = []
+
+    def keep_last(data: rg.HandoffInputData) -> list[rg.Message]:
+        return [*data.input_history, rg.Message("user", f"{len(data.new_items)} new items")]
+
+    target = rg.Agent("target", model=FunctionModel(lambda req: text(req.messages[-1].text)))
+    source = rg.Agent(
+        "source",
+        handoffs=[rg.handoff(target, input_filter=keep_last, on_handoff=lambda ctx: None)],
+        model=ScriptedModel([calls(("transfer_to_target", {}))]),
+    )
+    result = rg.run(source, "hello")
+    assert result.final_output == "2 new items"
+    assert [m.text for m in result.messages][:2] == ["hello", "2 new items"]
+    assert not seen
+
+
+class Report(BaseModel):
+    title: str
+    score: int
+
+
+def test_run_typed_validates_and_parses() -> None:
+    model = ScriptedModel([text('{"title": "ok", "score": 7}')])
+    result = rg.run_typed(rg.Agent("typed", model=model), "rate", Report)
+    assert result.output == Report(title="ok", score=7)
+    assert model.calls[0].response_format["name"] == "report"
+
+
+def test_run_typed_reports_failing_paths() -> None:
+    model = ScriptedModel([text('{"title": "ok", "score": "high"}')])
+    with pytest.raises(rg.OutputValidationError) as info:
+        rg.run_typed(rg.Agent("typed_bad", model=model), "rate", Report)
+    assert info.value.errors[0][0] == "/score"
+
+
+def test_run_typed_wraps_non_object_types() -> None:
+    model = ScriptedModel([text('{"value": [1, 2, 3]}')])
+    result = rg.run_typed(rg.Agent("typed_list", model=model), "count", list[int])
+    assert result.output == [1, 2, 3]
+
+
+def test_agent_as_tool_fans_out_in_parallel_and_adds_usage() -> None:
+    analyst = rg.Agent(
+        "analyst",
+        model=FunctionModel(lambda req: text(f"analysed {req.messages[0].text}"), latency_s=0.5),
+    )
+    fan = calls(*[call("analyst", {"input": f"part {i}"}, id=f"c{i}") for i in range(8)])
+    lead = rg.Agent("lead", tools=[analyst.as_tool()], model=ScriptedModel([fan, text("merged")]))
+    handle = rg.start(lead, "analyse")
+    result = handle.result(timeout_s=60)
+    assert tool_messages(result) == [f"analysed part {i}" for i in range(8)]
+    assert result.usage.input_tokens == 20 + 8 * 10
+    children = [e for e in handle.events() if e.path]
+    starts = [i for i, e in enumerate(children) if e.type == "agent_start"]
+    ends = [i for i, e in enumerate(children) if e.type == "agent_end"]
+    assert len(starts) == 8 and len(ends) == 8
+    assert max(starts) < min(ends), "children must all start before any finishes"
+    assert {e.path[0] for e in children} == {f"analyst/c{i}" for i in range(8)}
+
+
+def test_agent_tool_depth_limit_becomes_an_error_message() -> None:
+    inner_model = ScriptedModel([])
+    inner = rg.Agent("inner", model=inner_model, max_tool_depth=1)
+    middle = rg.Agent(
+        "middle",
+        tools=[inner.as_tool()],
+        model=ScriptedModel([calls(("inner", {"input": "deep"})), text("middle done")]),
+    )
+    outer = rg.Agent(
+        "outer",
+        tools=[middle.as_tool()],
+        model=ScriptedModel([calls(("middle", {"input": "go"})), text("outer done")]),
+    )
+    result = rg.run(outer, "start")
+    assert result.final_output == "outer done"
+    assert inner_model.calls == []
+
+
+def test_streamed_runs_deliver_deltas_and_child_events() -> None:
+    child = rg.Agent("helper", model=ScriptedModel([text("child says hi")]))
+    parent = rg.Agent(
+        "streamer",
+        tools=[child.as_tool()],
+        model=ScriptedModel([calls(("helper", {"input": "hi"})), text("hello brave new world")]),
+    )
+    handle = rg.run_streamed(parent, "stream it")
+
+    async def collect() -> list[rg.RunEvent]:
+        return [e async for e in handle.events()]
+
+    events = asyncio.run(collect())
+    deltas = "".join(e.delta or "" for e in events if e.type == "llm_delta" and not e.path)
+    assert deltas == "hello brave new world"
+    child_deltas = "".join(e.delta or "" for e in events if e.type == "llm_delta" and e.path)
+    assert child_deltas == "child says hi"
+    assert events[-1].type == "complete"
+    assert [e.type for e in handle.events()] == [e.type for e in events]
+
+
+def test_events_from_the_start_after_completion_and_await() -> None:
+    agent = rg.Agent("late", model=ScriptedModel([calls(("add", {"a": 1, "b": 1})), text("2")]), tools=[add])
+    handle = rg.start(agent, "1+1")
+
+    async def wait() -> rg.RunResult:
+        return await handle
+
+    result = asyncio.run(wait())
+    assert result.final_output == "2" and handle.status() == "completed"
+    types = [e.type for e in handle.events()]
+    assert types == ["agent_start", "tool_start", "tool_end", "agent_end", "complete"]
+
+
+def test_dynamic_instructions_see_the_run_context() -> None:
+    model = FunctionModel(lambda req: text(req.system))
+    agent = rg.Agent("dyn", lambda ctx, agent: f"user={ctx.context['user']} agent={agent.name}", model=model)
+    assert rg.run(agent, "who", context={"user": "ada"}).final_output == "user=ada agent=dyn"
+
+
+def test_a_changed_definition_never_gets_the_old_behaviour() -> None:
+    first = rg.Agent("versioned", "v1", model=FunctionModel(lambda req: text(req.system)))
+    assert rg.run(first, "x").final_output == "v1"
+    second = rg.Agent("versioned", "v2", model=FunctionModel(lambda req: text(req.system)))
+    assert rg.run(second, "x").final_output == "v2"
+
+
+def test_replicas_share_the_runs_of_one_agent() -> None:
+    model = FunctionModel(lambda req: text(str(os.getpid())), latency_s=0.05)
+    agent = rg.Agent("replicated", model=model, replicas=2)
+    handles = [rg.start(agent, str(i)) for i in range(6)]
+    pids = {h.result(timeout_s=60).final_output for h in handles}
+    assert len(pids) == 2
+
+
+def test_max_turns_option_caps_every_agent() -> None:
+    model = FunctionModel(lambda req: calls(call("add", {"a": 1, "b": 1})))
+    with pytest.raises(rg.MaxTurnsExceeded) as info:
+        rg.run(rg.Agent("capped", tools=[add], model=model), "loop", max_turns=2)
+    assert info.value.max_turns == 2
+
+
+def test_openai_style_dict_input() -> None:
+    model = FunctionModel(lambda req: text(f"{len(req.messages)}:{req.messages[-1].text}"))
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    assert rg.run(rg.Agent("dicts", model=model), history).final_output == "3:c"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"max_turns": 0}, "max_turns"), ({"timeout_s": -1}, "timeout_s")],
+)
+def test_bad_run_arguments_fail_fast(kwargs: dict, match: str) -> None:
+    with pytest.raises(rg.UserError, match=match):
+        rg.start(rg.Agent("bad", model=ScriptedModel([])), "x", **kwargs)
+
+
+def test_empty_input_is_rejected() -> None:
+    with pytest.raises(rg.UserError, match="empty"):
+        rg.start(rg.Agent("empty", model=ScriptedModel([])), [])
+
+
+def test_suspend_stops_at_the_next_turn() -> None:
+    model = ScriptedModel([calls(("nap", {"seconds": 1.0})), text("never")])
+    handle = rg.start(rg.Agent("suspender", tools=[nap], model=model), "nap")
+    time.sleep(0.5)
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError) as info:
+        handle.result(timeout_s=60)
+    assert info.value.cause == rg.SUSPEND_FOR_CHECKPOINT and info.value.run_id == handle.run_id
+    assert handle.status() == "suspended"
+    assert len(model.calls) == 1
+    assert [e.type for e in handle.events()][-1] == "suspended"
