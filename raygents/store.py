@@ -583,7 +583,7 @@ def _boto3() -> tuple[Any, Any]:
 def _make_client(max_attempts: int, connect_timeout_s: float, read_timeout_s: float) -> Any:
     boto3, config_class = _boto3()
     config = config_class(
-        retries={"mode": "standard", "max_attempts": max_attempts},
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
         connect_timeout=connect_timeout_s,
         read_timeout=read_timeout_s,
     )

@@ -24,9 +24,9 @@ from raygents.messages import ModelRequest, ModelResponse, Message, ToolSpec
 from raygents.models.base import Model, resolve_model
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken, drive
-from raygents.runtime.tasks import execute_tool, remote_tool, tool_error
+from raygents.runtime.tasks import TaskReport, execute_tool, remote_tool, tool_error
 from raygents.schema import type_name, type_schema
-from raygents.tools import AgentTool, RunContext, Tool, ToolContext, ToolResult
+from raygents.tools import AgentTool, RunContext, Tool, ToolContext, ToolResult, to_tool_result
 
 __all__ = ["AgentActor"]
 
@@ -167,7 +167,7 @@ class AgentActor:
                             state = state.evolve(usage=state.usage + result.usage)
                     state, action = loop.on_results(state, view, batch, [r.result for r in results])
                 case loop.Finish(output=output):
-                    self._emit(emit, state, "agent_end", output=output)
+                    self._emit(emit, state, "agent_end", output=output, turns=state.turns, usage=state.usage)
                     return Outcome("completed", state, output=output)
                 case loop.Fail(error=error):
                     raise error
@@ -286,36 +286,47 @@ class AgentActor:
         if isinstance(t, AgentTool):
             out = await self._run_child(state, envelope, call, t, emit)
         else:
-            ctx = ToolContext(state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context)
-            out = _StepResult(await self._execute(t, ctx, call.arguments))
+            ctx = ToolContext(
+                state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context
+            )
+            out = await self._execute(t, ctx, call.arguments)
         self._emit(
-            emit, state, "tool_end", tool_name=call.name, call_id=call.id,
-            result=out.result.content, is_error=out.result.is_error,
+            emit,
+            state,
+            "tool_end",
+            tool_name=call.name,
+            call_id=call.id,
+            result=out.result.content,
+            is_error=out.result.is_error,
             duration_s=time.perf_counter() - started,
+            data=out.data,
         )
         return out
 
-    async def _execute(self, t: Tool, ctx: ToolContext, arguments: str) -> ToolResult:
+    async def _execute(self, t: Tool, ctx: ToolContext, arguments: str) -> _StepResult:
         if not t.remote:
             try:
-                return await t.execute(ctx, arguments) if inspect.iscoroutinefunction(t.execute) else execute_tool(t, ctx, arguments)
+                result = await t.execute(ctx, arguments)
             except Exception as exc:
-                return tool_error(t.name, f"{type(exc).__name__}: {exc}")
+                return _StepResult(tool_error(t.name, f"{type(exc).__name__}: {exc}"))
+            return _StepResult(result if isinstance(result, ToolResult) else to_tool_result(result))
         task = self._tasks.get(t.name)
         if task is None:
             task = self._tasks[t.name] = remote_tool(t)
         ref = task.remote(ctx, arguments)
         try:
-            if t.timeout_s is None:
-                return await ref  # type: ignore[no-any-return]
-            return await asyncio.wait_for(_await_ref(ref), t.timeout_s)  # type: ignore[no-any-return]
+            report: TaskReport = await asyncio.wait_for(_await_ref(ref), t.timeout_s)
         except asyncio.TimeoutError:
             ray.cancel(ref)
-            return tool_error(t.name, f"timed out after {t.timeout_s} s")
+            return _StepResult(tool_error(t.name, f"timed out after {t.timeout_s} s"))
         except ray.exceptions.WorkerCrashedError:
-            return tool_error(t.name, "the worker process running it crashed (no retries left)")
+            return _StepResult(
+                tool_error(t.name, "the worker process running it crashed (no retries left)")
+            )
         except ray.exceptions.RayError as exc:
-            return tool_error(t.name, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            first_line = str(exc).splitlines()[0] if str(exc) else ""
+            return _StepResult(tool_error(t.name, f"{type(exc).__name__}: {first_line}"))
+        return _StepResult(report.result, data={"worker_pid": report.pid, "run_s": report.seconds})
 
     async def _run_child(self, state: RunState, envelope: Envelope, call: Any, t: AgentTool, emit: Emit) -> _StepResult:
         callee = t.agent
@@ -389,6 +400,7 @@ class AgentActor:
 class _StepResult:
     result: ToolResult
     usage: Any = None
+    data: dict[str, Any] | None = None
 
 
 async def _await_ref(ref: Any) -> Any:

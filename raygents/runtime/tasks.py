@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from raygents.tools import FunctionTool, Tool, ToolContext, ToolResult
 
-__all__ = ["execute_tool", "remote_tool", "tool_error"]
+__all__ = ["TaskReport", "execute_tool", "remote_tool", "tool_error"]
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What a tool task sends back: the result and where and how long it ran."""
+
+    result: ToolResult
+    seconds: float
+    pid: int
 
 
 def tool_error(name: str, error: object) -> ToolResult:
@@ -50,8 +62,10 @@ def _describe(exc: BaseException) -> str:
 def remote_tool(tool: Tool) -> Any:
     """A Ray remote function that runs ``tool``, with its resources and a readable name."""
 
-    def run_tool(ctx: ToolContext, arguments: str) -> ToolResult:
-        return execute_tool(tool, ctx, arguments)
+    def run_tool(ctx: ToolContext, arguments: str) -> TaskReport:
+        started = time.perf_counter()
+        result = execute_tool(tool, ctx, arguments)
+        return TaskReport(result, time.perf_counter() - started, os.getpid())
 
     options: dict[str, Any] = {"name": f"tool:{tool.name}"}
     if tool.num_cpus is not None:

@@ -1,0 +1,9 @@
+"""``python -m raygents``."""
+
+from __future__ import annotations
+
+import sys
+
+from raygents.cli import main
+
+sys.exit(main())
