@@ -31,7 +31,16 @@ from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Us
 from raygents.models.base import Model, ModelSettings
 from raygents.models.openai import OpenAIChatModel
 from raygents.result import RunResult, TypedResult
-from raygents.runtime.client import attach, init, run, run_streamed, run_typed, runs, shutdown, start
+from raygents.runtime.client import (
+    attach,
+    init,
+    run,
+    run_streamed,
+    run_typed,
+    runs,
+    shutdown,
+    start,
+)
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.handle import RunHandle, RunStatus
 from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool

@@ -168,7 +168,9 @@ class Agent:
         for field, low in (("max_turns", 1), ("max_tool_depth", 1), ("replicas", 1)):
             value = getattr(self, field)
             if not isinstance(value, int) or value < low:
-                raise UserError(f"agent {self.name!r}: {field} must be an int >= {low}, got {value!r}")
+                raise UserError(
+                    f"agent {self.name!r}: {field} must be an int >= {low}, got {value!r}"
+                )
         retries = self.max_empty_output_retries
         if not isinstance(retries, int) or retries < 0:
             raise UserError(f"agent {self.name!r}: max_empty_output_retries must be >= 0")

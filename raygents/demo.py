@@ -56,7 +56,12 @@ def simulate(topic: str, samples: int) -> dict[str, Any]:
     for _ in range(samples):
         x, y = rng.random(), rng.random()
         inside += x * x + y * y <= 1.0
-    return {"topic": topic, "samples": samples, "score": round(inside / samples, 4), "pid": os.getpid()}
+    return {
+        "topic": topic,
+        "samples": samples,
+        "score": round(inside / samples, 4),
+        "pid": os.getpid(),
+    }
 
 
 @rg.tool(num_cpus=1)
@@ -85,7 +90,9 @@ def offline_reply(request: ModelRequest) -> ModelResponse:
     results = _tool_results(request)
     if request.agent_name == "orchestrator":
         if not results:
-            return calls(*[call("analyst", {"input": topic}, id=f"call_{topic}") for topic in TOPICS])
+            return calls(
+                *[call("analyst", {"input": topic}, id=f"call_{topic}") for topic in TOPICS]
+            )
         return calls(call("transfer_to_writer", {}, id="call_handoff"))
     if request.agent_name == "analyst":
         topic = request.messages[0].text
@@ -195,7 +202,7 @@ def _run(orchestrator: rg.Agent, out: TextIO) -> int:
     print(f"  recommendation: {report.recommendation}", file=out)
     import ray
 
-    cpus = int(ray.cluster_resources().get("CPU", 0))
+    cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
     phase = max(last_end - first_start, 1e-9)
     print(
         f"\nsummary: {len(runs)} runs, {turns} turns, {tool_tasks} tool tasks on {cpus} CPUs; "

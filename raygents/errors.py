@@ -170,7 +170,7 @@ class RunNotFound(RaygentsError):
 class CheckpointError(RaygentsError):
     """A checkpoint could not be written, read or decoded."""
 
-    _fields = ("key",)
+    _fields: tuple[str, ...] = ("key",)
 
 
 class CheckpointCorrupt(CheckpointError):

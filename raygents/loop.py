@@ -371,9 +371,7 @@ def on_results(
     return next_turn(state, view)
 
 
-def _final_output(
-    view: AgentView, batch: RunTools, results: Sequence[ToolResult]
-) -> str | None:
+def _final_output(view: AgentView, batch: RunTools, results: Sequence[ToolResult]) -> str | None:
     executed = [
         (s.call.name, r)
         for s, r in zip(batch.steps, results, strict=True)

@@ -39,7 +39,7 @@ class ToolCall(_Frozen):
     """The arguments as a JSON text, exactly as the model produced them."""
 
     def __init__(self, id: str, name: str, arguments: str = "{}", **data: Any) -> None:
-        super().__init__(id=id, name=name, arguments=arguments, **data)
+        BaseModel.__init__(self, id=id, name=name, arguments=arguments, **data)
 
 
 class Usage(_Frozen):
@@ -49,7 +49,7 @@ class Usage(_Frozen):
     output_tokens: int = 0
 
     def __init__(self, input_tokens: int = 0, output_tokens: int = 0, **data: Any) -> None:
-        super().__init__(input_tokens=input_tokens, output_tokens=output_tokens, **data)
+        BaseModel.__init__(self, input_tokens=input_tokens, output_tokens=output_tokens, **data)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -81,7 +81,8 @@ class Message(_Frozen):
         tool_call_id: str | None = None,
         **data: Any,
     ) -> None:
-        super().__init__(
+        BaseModel.__init__(
+            self,
             role=role,
             content=content,
             tool_calls=tuple(tool_calls),
@@ -122,9 +123,7 @@ class Message(_Frozen):
             calls.append(ToolCall(str(raw.get("id", "")), str(fn.get("name", "")), args))
         content = data.get("content")
         if isinstance(content, list):
-            content = "".join(
-                part.get("text", "") for part in content if isinstance(part, Mapping)
-            )
+            content = "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
         return cls(
             data["role"],
             content,
@@ -183,8 +182,8 @@ class ModelResponse(_Frozen):
         usage: Usage | None = None,
         **data: Any,
     ) -> None:
-        super().__init__(
-            message=message, finish_reason=finish_reason, usage=usage or Usage(), **data
+        BaseModel.__init__(
+            self, message=message, finish_reason=finish_reason, usage=usage or Usage(), **data
         )
 
 
@@ -199,7 +198,5 @@ def to_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> tuple[Mes
         elif isinstance(item, Mapping):
             out.append(Message.from_openai(item))
         else:
-            raise TypeError(
-                f"input items must be Message or dict, got {type(item).__name__!r}"
-            )
+            raise TypeError(f"input items must be Message or dict, got {type(item).__name__!r}")
     return tuple(out)

@@ -29,7 +29,7 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     stands alone. The input is not changed.
     """
     defs = schema.get("$defs", {})
-    out = _strict(copy.deepcopy(schema), defs, depth=0)
+    out: dict[str, Any] = _strict(copy.deepcopy(schema), defs, depth=0)
     out.pop("$defs", None)
     return out
 

@@ -29,18 +29,20 @@ _ids = itertools.count(1)
 
 def text(content: str, *, input_tokens: int = 10, output_tokens: int = 5) -> ModelResponse:
     """A model reply that ends the turn with ``content``."""
-    return ModelResponse(
-        Message("assistant", content), "stop", Usage(input_tokens, output_tokens)
-    )
+    return ModelResponse(Message("assistant", content), "stop", Usage(input_tokens, output_tokens))
 
 
-def call(name: str, arguments: dict[str, Any] | str | None = None, *, id: str | None = None) -> ToolCall:
+def call(
+    name: str, arguments: dict[str, Any] | str | None = None, *, id: str | None = None
+) -> ToolCall:
     """A tool call; ``arguments`` as a dict (serialised to JSON) or a raw JSON string."""
     args = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
     return ToolCall(id or f"call_{next(_ids)}", name, args)
 
 
-def calls(*items: ToolCall | tuple[str, dict[str, Any]], input_tokens: int = 10, output_tokens: int = 5) -> ModelResponse:
+def calls(
+    *items: ToolCall | tuple[str, dict[str, Any]], input_tokens: int = 10, output_tokens: int = 5
+) -> ModelResponse:
     """A model reply asking for the given tool calls (``finish_reason="tool_calls"``)."""
     out = [c if isinstance(c, ToolCall) else call(c[0], c[1]) for c in items]
     return ModelResponse(
@@ -93,8 +95,12 @@ class ScriptedModel:
     def __getstate__(self) -> dict[str, Any]:
         if not self._shared:
             self._share()
-        return {"id": self.id, "latency_s": self.latency_s, "shared": self._shared,
-                "steps": None if self._shared else self._steps}
+        return {
+            "id": self.id,
+            "latency_s": self.latency_s,
+            "shared": self._shared,
+            "steps": None if self._shared else self._steps,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.id = state["id"]
@@ -157,13 +163,20 @@ class ScriptedModel:
         """Raise ``AssertionError`` unless every step was used."""
         left = self.remaining
         if left:
-            raise AssertionError(f"ScriptedModel has {left} unused step(s) after {len(self.calls)} call(s)")
+            raise AssertionError(
+                f"ScriptedModel has {left} unused step(s) after {len(self.calls)} call(s)"
+            )
 
 
 class FunctionModel:
     """A model computed by ``fn(request) -> ModelResponse`` (sync or async)."""
 
-    def __init__(self, fn: Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]], *, latency_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        fn: Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]],
+        *,
+        latency_s: float = 0.0,
+    ) -> None:
         if not callable(fn):
             raise TypeError("FunctionModel needs a function")
         self.fn = fn

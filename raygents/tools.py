@@ -1,4 +1,4 @@
-"""Tools: the ``@tool`` decorator, custom ``Tool`` classes, and what a tool call sees and returns."""
+"""Tools: the ``@tool`` decorator, custom ``Tool`` classes, and what a tool call sees."""
 
 from __future__ import annotations
 
@@ -194,9 +194,7 @@ def _check_tool_name(name: str) -> None:
     import re
 
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-        raise UserError(
-            f"tool name {name!r} is invalid: use 1-64 letters, digits, '_' or '-'"
-        )
+        raise UserError(f"tool name {name!r} is invalid: use 1-64 letters, digits, '_' or '-'")
 
 
 def to_tool_result(value: Any) -> ToolResult:

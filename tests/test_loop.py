@@ -193,7 +193,9 @@ def test_invalid_structured_output_names_the_failing_path() -> None:
 def test_handoff_batch_runs_earlier_calls_and_skips_later_ones() -> None:
     v = view(tools=(ADD, ECHO, HANDOFF), handoffs={"transfer_to_billing": "billing"})
     batch = calls(
-        call("echo", {}, id="c1"), call("transfer_to_billing", {}, id="c2"), call("add", {}, id="c3")
+        call("echo", {}, id="c1"),
+        call("transfer_to_billing", {}, id="c2"),
+        call("add", {}, id="c3"),
     )
     state, action, _ = drive(v, [batch])
     assert action == loop.HandoffTo("billing", batch.message.tool_calls[1])

@@ -20,17 +20,18 @@ from raygents.agent import Agent, HandoffInputData
 from raygents.envelope import Envelope, Outcome, RunState
 from raygents.errors import ModelError, RaygentsError, UserError
 from raygents.events import RunEvent
-from raygents.messages import ModelRequest, ModelResponse, Message, ToolSpec
+from raygents.messages import Message, ModelRequest, ModelResponse, ToolSpec
 from raygents.models.base import Model, resolve_model
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken, drive
-from raygents.runtime.tasks import TaskReport, execute_tool, remote_tool, tool_error
+from raygents.runtime.tasks import TaskReport, remote_tool, tool_error
 from raygents.schema import type_name, type_schema
 from raygents.tools import AgentTool, RunContext, Tool, ToolContext, ToolResult, to_tool_result
 
 __all__ = ["AgentActor"]
 
 log = logging.getLogger("raygents")
+_exit_actor: Any = ray.actor.exit_actor
 
 Emit = Callable[[RunEvent], None]
 _DONE = object()
@@ -103,7 +104,7 @@ class AgentActor:
                 yield task.result()
                 break
         if self._retired and not self._active:
-            ray.actor.exit_actor()
+            _exit_actor()
 
     def suspend(self, run_id: str, cause: str) -> bool:
         """Ask a run to suspend at its next safe point; False if it is not running here."""
@@ -120,7 +121,7 @@ class AgentActor:
         """Exit once no run is active here (a newer definition of the agent took over)."""
         self._retired = True
         if not self._active:
-            ray.actor.exit_actor()
+            _exit_actor()
 
     def ping(self) -> int:
         """Liveness check; returns the actor's process id."""
@@ -152,6 +153,7 @@ class AgentActor:
         if envelope.activate:
             state = loop.activate(state, view)
         self._emit(emit, state, "agent_start")
+        action: loop.Action
         state, action = loop.next_turn(state, view)
         while True:
             match action:
@@ -167,7 +169,14 @@ class AgentActor:
                             state = state.evolve(usage=state.usage + result.usage)
                     state, action = loop.on_results(state, view, batch, [r.result for r in results])
                 case loop.Finish(output=output):
-                    self._emit(emit, state, "agent_end", output=output, turns=state.turns, usage=state.usage)
+                    self._emit(
+                        emit,
+                        state,
+                        "agent_end",
+                        output=output,
+                        turns=state.turns,
+                        usage=state.usage,
+                    )
                     return Outcome("completed", state, output=output)
                 case loop.Fail(error=error):
                     raise error
@@ -183,7 +192,9 @@ class AgentActor:
         """The agent's tools by name (handoff tools are not included)."""
         if self._tools is None:
             found: dict[str, Tool] = {}
-            names = [t.name for t in self.agent.tools] + [h.tool_name for h in self.agent.handoff_configs()]
+            names = [t.name for t in self.agent.tools] + [
+                h.tool_name for h in self.agent.handoff_configs()
+            ]
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise UserError(f"agent {self.agent.name!r} has duplicate tool names: {dupes!r}")
@@ -201,13 +212,21 @@ class AgentActor:
                 ToolSpec(
                     name=h.tool_name,
                     description=h.tool_description,
-                    parameters={"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+                    parameters={
+                        "type": "object",
+                        "properties": {},
+                        "required": [],
+                        "additionalProperties": False,
+                    },
                 )
                 for h in handoffs
             ]
             output_schema = None
             if agent.output_type is not None:
-                output_schema = {"name": type_name(agent.output_type), "schema": type_schema(agent.output_type)}
+                output_schema = {
+                    "name": type_name(agent.output_type),
+                    "schema": type_schema(agent.output_type),
+                }
             behavior = agent.tool_use_behavior
             self._static_view = loop.AgentView(
                 name=agent.name,
@@ -240,7 +259,9 @@ class AgentActor:
             self._model = resolve_model(self.agent.model)
         return self._model
 
-    async def _call_model(self, request: ModelRequest, state: RunState, stream: bool, emit: Emit) -> ModelResponse:
+    async def _call_model(
+        self, request: ModelRequest, state: RunState, stream: bool, emit: Emit
+    ) -> ModelResponse:
         model = self.model()
         streamer = getattr(model, "stream", None)
         try:
@@ -250,12 +271,19 @@ class AgentActor:
         except RaygentsError:
             raise
         except Exception as exc:  # provider errors must not escape as foreign exceptions
-            raise ModelError(f"cannot call model for agent {self.agent.name!r}: {type(exc).__name__}: {exc}") from None
+            raise ModelError(
+                f"cannot call model for agent {self.agent.name!r}: {type(exc).__name__}: {exc}"
+            ) from None
         if not isinstance(response, ModelResponse):
-            raise ModelError(f"model of agent {self.agent.name!r} returned {type(response).__name__!r}, not ModelResponse")
+            raise ModelError(
+                f"model of agent {self.agent.name!r} returned "
+                f"{type(response).__name__!r}, not ModelResponse"
+            )
         return response
 
-    async def _stream_model(self, chunks: AsyncIterator[Any], state: RunState, emit: Emit) -> ModelResponse:
+    async def _stream_model(
+        self, chunks: AsyncIterator[Any], state: RunState, emit: Emit
+    ) -> ModelResponse:
         final = None
         async for chunk in chunks:
             if isinstance(chunk, str):
@@ -264,16 +292,24 @@ class AgentActor:
             elif isinstance(chunk, ModelResponse):
                 final = chunk
         if final is None:
-            raise ModelError(f"the streaming model of agent {self.agent.name!r} ended without a response")
+            raise ModelError(
+                f"the streaming model of agent {self.agent.name!r} ended without a response"
+            )
         return final
 
     # --- tool calls ---------------------------------------------------------------------
-    async def _run_batch(self, state: RunState, envelope: Envelope, batch: loop.RunTools, emit: Emit) -> list[_StepResult]:
+    async def _run_batch(
+        self, state: RunState, envelope: Envelope, batch: loop.RunTools, emit: Emit
+    ) -> list[_StepResult]:
         if batch.sequential:
             return [await self._run_step(state, envelope, step, emit) for step in batch.steps]
-        return list(await asyncio.gather(*(self._run_step(state, envelope, s, emit) for s in batch.steps)))
+        return list(
+            await asyncio.gather(*(self._run_step(state, envelope, s, emit) for s in batch.steps))
+        )
 
-    async def _run_step(self, state: RunState, envelope: Envelope, step: loop.ToolStep, emit: Emit) -> _StepResult:
+    async def _run_step(
+        self, state: RunState, envelope: Envelope, step: loop.ToolStep, emit: Emit
+    ) -> _StepResult:
         fixed = loop.step_result(step)
         if isinstance(step, loop.Transfer):
             await self._on_handoff(state, step.target, envelope.context)
@@ -281,7 +317,14 @@ class AgentActor:
             return _StepResult(fixed)
         call = step.call
         t = self.tools()[call.name]
-        self._emit(emit, state, "tool_start", tool_name=call.name, call_id=call.id, arguments=call.arguments)
+        self._emit(
+            emit,
+            state,
+            "tool_start",
+            tool_name=call.name,
+            call_id=call.id,
+            arguments=call.arguments,
+        )
         started = time.perf_counter()
         if isinstance(t, AgentTool):
             out = await self._run_child(state, envelope, call, t, emit)
@@ -328,11 +371,19 @@ class AgentActor:
             return _StepResult(tool_error(t.name, f"{type(exc).__name__}: {first_line}"))
         return _StepResult(report.result, data={"worker_pid": report.pid, "run_s": report.seconds})
 
-    async def _run_child(self, state: RunState, envelope: Envelope, call: Any, t: AgentTool, emit: Emit) -> _StepResult:
+    async def _run_child(
+        self, state: RunState, envelope: Envelope, call: Any, t: AgentTool, emit: Emit
+    ) -> _StepResult:
         callee = t.agent
-        cap = callee.max_tool_depth if state.max_tool_depth is None else min(callee.max_tool_depth, state.max_tool_depth)
+        cap = (
+            callee.max_tool_depth
+            if state.max_tool_depth is None
+            else min(callee.max_tool_depth, state.max_tool_depth)
+        )
         if state.depth >= cap:
-            return _StepResult(tool_error(t.name, f"agent-tool delegation exceeded maximum depth ({cap})"))
+            return _StepResult(
+                tool_error(t.name, f"agent-tool delegation exceeded maximum depth ({cap})")
+            )
         request = json.loads(call.arguments)["input"]
         child = RunState(
             run_id=f"{state.run_id}.{_safe(call.id)}",
@@ -354,7 +405,9 @@ class AgentActor:
         try:
             outcome = await drive(
                 Envelope(child, envelope.graph_fp, envelope.context, envelope.stream),
-                self.directory, token, emit,
+                self.directory,
+                token,
+                emit,
             )
         finally:
             if active is not None:
@@ -362,7 +415,9 @@ class AgentActor:
         usage = outcome.state.usage
         if outcome.kind == "completed":
             return _StepResult(ToolResult(outcome.output or ""), usage)
-        return _StepResult(tool_error(t.name, outcome.error or f"sub-agent run {outcome.kind}"), usage)
+        return _StepResult(
+            tool_error(t.name, outcome.error or f"sub-agent run {outcome.kind}"), usage
+        )
 
     # --- handoffs -----------------------------------------------------------------------
     async def _on_handoff(self, state: RunState, target: str, context: Any) -> None:
@@ -375,25 +430,43 @@ class AgentActor:
             if inspect.isawaitable(result):
                 await result
         except Exception as exc:
-            raise RaygentsError(f"cannot execute handoff callback for {target!r}: {exc}", run_id=state.run_id) from None
+            raise RaygentsError(
+                f"cannot execute handoff callback for {target!r}: {exc}", run_id=state.run_id
+            ) from None
 
     async def _handoff(self, state: RunState, target: str, call: Any, context: Any) -> RunState:
         config = next(h for h in self.agent.handoff_configs() if h.agent.name == target)
         state = state.evolve(tool_used_in_run=False)
         if config.input_filter is None:
             return state.evolve(agent_name=target)
-        data = HandoffInputData(state.messages[: state.input_len], state.messages[state.input_len :])
+        data = HandoffInputData(
+            state.messages[: state.input_len], state.messages[state.input_len :]
+        )
         try:
             messages = list(config.input_filter(data))
         except Exception as exc:
-            raise RaygentsError(f"handoff input_filter for {target!r} failed: {exc}", run_id=state.run_id) from None
+            raise RaygentsError(
+                f"handoff input_filter for {target!r} failed: {exc}", run_id=state.run_id
+            ) from None
         if not all(isinstance(m, Message) for m in messages):
             raise UserError(f"handoff input_filter for {target!r} must return Message objects")
-        return state.evolve(agent_name=target, messages=tuple(messages), input_len=min(state.input_len, len(messages)))
+        return state.evolve(
+            agent_name=target,
+            messages=tuple(messages),
+            input_len=min(state.input_len, len(messages)),
+        )
 
     # --- events -------------------------------------------------------------------------
     def _emit(self, emit: Emit, state: RunState, kind: Any, **fields: Any) -> None:
-        emit(RunEvent(type=kind, run_id=state.run_id, agent_name=self.agent.name, path=state.path, **fields))
+        emit(
+            RunEvent(
+                type=kind,
+                run_id=state.run_id,
+                agent_name=self.agent.name,
+                path=state.path,
+                **fields,
+            )
+        )
 
 
 @dataclass

@@ -9,8 +9,8 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
-from ray import cloudpickle
 import ray
+from ray import cloudpickle
 
 from raygents.agent import Agent, agent_graph
 from raygents.envelope import Envelope, Outcome, RunState, new_run_id
@@ -45,7 +45,7 @@ class Runtime:
         self.namespace = namespace
         self.started_ray = started_ray
         self.durability = durability
-        self.coordinator = (
+        self.coordinator: Any = (
             ray.remote(Coordinator)
             .options(
                 name=COORDINATOR_NAME,
@@ -195,7 +195,7 @@ def start(
         raise UserError(f"session_id was given but agent {agent.name!r} has no session")
     graph = agent_graph(agent)
     rt = _current()
-    blob = cloudpickle.dumps(graph)
+    blob: bytes = cloudpickle.dumps(graph)  # type: ignore[no-untyped-call]
     fp = hashlib.sha256(blob).hexdigest()[:16]
     state = RunState(
         run_id=run_id or new_run_id(),
@@ -235,7 +235,9 @@ async def _drive_root(
         _record(rt, state.run_id, "running", state.agent_name)
         outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
     except Exception as exc:
-        error = exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
+        error = (
+            exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
+        )
         outcome = Outcome("failed", state, error=error.with_run_id(state.run_id))
     finally:
         if timer is not None:
@@ -245,7 +247,12 @@ async def _drive_root(
 
 def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, Agent]) -> None:
     state = outcome.state
-    base = {"run_id": state.run_id, "agent_name": state.agent_name, "turns": state.turns, "usage": state.usage}
+    base = {
+        "run_id": state.run_id,
+        "agent_name": state.agent_name,
+        "turns": state.turns,
+        "usage": state.usage,
+    }
     if outcome.kind == "completed":
         result = RunResult(
             run_id=state.run_id,
@@ -273,7 +280,9 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
     handle._resolve(None, error, "failed")
 
 
-def _record(rt: Runtime, run_id: str, status: str, agent: str, turns: int = 0, error: str | None = None) -> None:
+def _record(
+    rt: Runtime, run_id: str, status: str, agent: str, turns: int = 0, error: str | None = None
+) -> None:
     rt.coordinator.record.remote([RunInfo(run_id, status, agent, turns, last_error=error)])
 
 
@@ -290,7 +299,9 @@ def run_streamed(agent: Agent, input: RunInput, **options: Any) -> RunHandle:
     return start(agent, input, _stream=True, **options)
 
 
-def run_typed(agent: Agent, input: RunInput, output_type: type[T], **options: Any) -> TypedResult[T]:
+def run_typed(
+    agent: Agent, input: RunInput, output_type: type[T], **options: Any
+) -> TypedResult[T]:
     """Run with a strict JSON schema for ``output_type`` and return the parsed output.
 
     Raises:
@@ -317,7 +328,10 @@ def run_typed(agent: Agent, input: RunInput, output_type: type[T], **options: An
         raise OutputValidationError(
             f"output does not match {output_type!r}: {errors}", run_id=result.run_id, errors=errors
         ) from None
-    fields = {k: getattr(result, k) for k in ("run_id", "final_output", "messages", "usage", "turns", "last_agent")}
+    fields = {
+        k: getattr(result, k)
+        for k in ("run_id", "final_output", "messages", "usage", "turns", "last_agent")
+    }
     return TypedResult(output=output, **fields)
 
 

@@ -78,7 +78,11 @@ class Coordinator:
         }
         if self.detached:
             options["lifetime"] = "detached"
-        return ray.remote(AgentActor).options(**options).remote(graph.blob, name, graph_fp, self.namespace)
+        return (
+            ray.remote(AgentActor)
+            .options(**options)
+            .remote(graph.blob, name, graph_fp, self.namespace)
+        )
 
     def record(self, infos: list[RunInfo]) -> None:
         """Update the run table (batched)."""

@@ -138,7 +138,9 @@ class RunHandle:
     def _emit(self, event: RunEvent) -> None:
         self._events.append(event)
 
-    def _resolve(self, result: RunResult | None, error: RaygentsError | None, status: RunStatus) -> None:
+    def _resolve(
+        self, result: RunResult | None, error: RaygentsError | None, status: RunStatus
+    ) -> None:
         self._status = status
         self._events.close()
         if error is not None:

@@ -282,7 +282,9 @@ def test_streamed_runs_deliver_deltas_and_child_events() -> None:
 
 
 def test_events_from_the_start_after_completion_and_await() -> None:
-    agent = rg.Agent("late", model=ScriptedModel([calls(("add", {"a": 1, "b": 1})), text("2")]), tools=[add])
+    agent = rg.Agent(
+        "late", model=ScriptedModel([calls(("add", {"a": 1, "b": 1})), text("2")]), tools=[add]
+    )
     handle = rg.start(agent, "1+1")
 
     async def wait() -> rg.RunResult:
@@ -296,7 +298,9 @@ def test_events_from_the_start_after_completion_and_await() -> None:
 
 def test_dynamic_instructions_see_the_run_context() -> None:
     model = FunctionModel(lambda req: text(req.system))
-    agent = rg.Agent("dyn", lambda ctx, agent: f"user={ctx.context['user']} agent={agent.name}", model=model)
+    agent = rg.Agent(
+        "dyn", lambda ctx, agent: f"user={ctx.context['user']} agent={agent.name}", model=model
+    )
     assert rg.run(agent, "who", context={"user": "ada"}).final_output == "user=ada agent=dyn"
 
 
@@ -324,7 +328,11 @@ def test_max_turns_option_caps_every_agent() -> None:
 
 def test_openai_style_dict_input() -> None:
     model = FunctionModel(lambda req: text(f"{len(req.messages)}:{req.messages[-1].text}"))
-    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    history = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
     assert rg.run(rg.Agent("dicts", model=model), history).final_output == "3:c"
 
 
