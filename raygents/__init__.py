@@ -8,6 +8,7 @@ starts nothing and reads no environment; ``run`` / ``start`` connect to Ray on f
 from __future__ import annotations
 
 from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools, handoff
+from raygents.approvals import Approval, ApprovalDecision, PendingApproval
 from raygents.errors import (
     SUSPEND_FOR_CHECKPOINT,
     ApprovalDecisionsMismatch,
@@ -31,16 +32,8 @@ from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Us
 from raygents.models.base import Model, ModelSettings
 from raygents.models.openai import OpenAIChatModel
 from raygents.result import RunResult, TypedResult
-from raygents.runtime.client import (
-    attach,
-    init,
-    run,
-    run_streamed,
-    run_typed,
-    runs,
-    shutdown,
-    start,
-)
+from raygents.runtime.client import init, shutdown
+from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.handle import RunHandle, RunStatus
 from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
@@ -48,6 +41,8 @@ from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
 __all__ = [
     "SUSPEND_FOR_CHECKPOINT",
     "Agent",
+    "Approval",
+    "ApprovalDecision",
     "ApprovalDecisionsMismatch",
     "CheckpointCorrupt",
     "CheckpointError",
@@ -65,6 +60,7 @@ __all__ = [
     "OpenAIChatModel",
     "OutputGuardrailTripped",
     "OutputValidationError",
+    "PendingApproval",
     "RaygentsError",
     "RunContext",
     "RunEvent",
@@ -87,6 +83,7 @@ __all__ = [
     "attach",
     "handoff",
     "init",
+    "resume",
     "run",
     "run_streamed",
     "run_typed",

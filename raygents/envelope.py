@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from raygents.approvals import ApprovalDecision, PendingApproval
 from raygents.errors import RaygentsError
 from raygents.messages import Message, Usage
+from raygents.tools import ToolResult
 
 __all__ = ["Envelope", "Outcome", "RunState", "new_run_id"]
 
@@ -58,7 +60,19 @@ class RunState(BaseModel):
     response_format: dict[str, Any] | None = None
     """A run-level output schema (``run_typed``) that overrides agents' ``output_type``."""
     seq: int = 0
-    """Bumped at every checkpoint moment."""
+    """The sequence number of the run's newest checkpoint record."""
+    recorded: int = 0
+    """How many leading messages are already in checkpoint records (for deltas)."""
+    since_full: int = 0
+    """Delta records written since the last full record."""
+    journal: dict[str, ToolResult] = Field(default_factory=dict)
+    """Finished calls of the pending batch, by call id: never run again after a resume."""
+    approvals: dict[str, ApprovalDecision] = Field(default_factory=dict)
+    """Decisions for calls of the pending batch, by call id."""
+    pending: tuple[PendingApproval, ...] = ()
+    """Calls waiting for approval (this run's and its children's)."""
+    turn_limit: int | None = None
+    """The active agent's turn limit as checkpointed; wins over the live agent's on resume."""
 
     def evolve(self, **changes: Any) -> RunState:
         """A copy with ``changes`` applied."""
@@ -80,9 +94,13 @@ class Envelope:
     """The agent becomes active with this envelope (start, handoff, resume)."""
     suspend_cause: str | None = None
     """A suspend was requested before the envelope arrived."""
+    resumed: bool = False
+    """The run continues from a checkpoint: its agent-as-tool children may have their own."""
+    approvals: dict[str, ApprovalDecision] = field(default_factory=dict)
+    """Decisions given to ``resume``, for this run and its children."""
 
 
-OutcomeKind = Literal["completed", "failed", "suspended", "handoff"]
+OutcomeKind = Literal["completed", "failed", "suspended", "interrupted", "handoff"]
 
 
 @dataclass
@@ -94,3 +112,5 @@ class Outcome:
     output: str | None = None
     error: RaygentsError | None = None
     cause: str | None = None
+    checkpoint_error: str | None = None
+    """Why the final checkpoint could not be stored (the state is then carried inline)."""

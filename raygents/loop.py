@@ -48,8 +48,11 @@ __all__ = [
     "Skip",
     "ToolStep",
     "Transfer",
+    "Interrupt",
     "activate",
     "apply_handoff",
+    "gate",
+    "pending_batch",
     "next_turn",
     "on_response",
     "on_results",
@@ -165,7 +168,9 @@ def activate(state: RunState, view: AgentView) -> RunState:
 
 
 def turn_limit(state: RunState, view: AgentView) -> int:
-    """The active agent's turn limit, capped by the run's."""
+    """The active agent's turn limit, capped by the run's (a checkpointed limit wins)."""
+    if state.turn_limit is not None:
+        return state.turn_limit
     if state.max_turns is None:
         return view.max_turns
     return min(view.max_turns, state.max_turns)
@@ -213,7 +218,11 @@ def _begin_synthesis(state: RunState) -> RunState:
     messages = state.messages
     if messages and messages[-1].role == "assistant" and not messages[-1].text.strip():
         messages = messages[:-1]
-    return state.evolve(exploring=False, messages=(*messages, Message("user", NUDGE)))
+    return state.evolve(
+        exploring=False,
+        messages=(*messages, Message("user", NUDGE)),
+        recorded=min(state.recorded, len(messages)),
+    )
 
 
 def on_response(
@@ -258,7 +267,9 @@ def _on_stop(state: RunState, view: AgentView, message: Message) -> tuple[RunSta
             and state.turns < limit
         ):
             state = state.evolve(
-                messages=state.messages[:-1], empty_retries=state.empty_retries + 1
+                messages=state.messages[:-1],
+                empty_retries=state.empty_retries + 1,
+                recorded=min(state.recorded, len(state.messages) - 1),
             )
             return next_turn(state, view)
         error = output_error(state.run_id, view.output_schema, message.text)
@@ -360,7 +371,9 @@ def on_results(
         Message("tool", r.content, tool_call_id=s.call.id)
         for s, r in zip(batch.steps, results, strict=True)
     )
-    state = state.evolve(messages=(*state.messages, *tool_messages))
+    state = state.evolve(
+        messages=(*state.messages, *tool_messages), journal={}, approvals={}, pending=()
+    )
     final = _final_output(view, batch, results)
     if final is not None:
         state = state.evolve(messages=(*state.messages, Message("assistant", final)))
@@ -386,11 +399,66 @@ def _final_output(view: AgentView, batch: RunTools, results: Sequence[ToolResult
 
 
 def apply_handoff(
-    state: RunState, view: AgentView, messages: Sequence[Message] | None = None
+    state: RunState, target: str, messages: Sequence[Message] | None = None
 ) -> RunState:
-    """Switch the run to ``view``'s agent, optionally with a filtered history."""
+    """Switch the run to ``target``, optionally with a filtered history.
+
+    The target's actor then calls :func:`activate` with its own view.
+    """
     if messages is not None:
         state = state.evolve(
-            messages=tuple(messages), input_len=min(state.input_len, len(messages))
+            messages=tuple(messages), input_len=min(state.input_len, len(messages)), recorded=0
         )
-    return activate(state.evolve(tool_used_in_run=False), view)
+    return state.evolve(agent_name=target, tool_used_in_run=False, turn_limit=None)
+
+
+def pending_batch(state: RunState, view: AgentView) -> RunTools | Fail | None:
+    """The batch a resumed run still owes answers to: the last message asked for tools."""
+    if not state.messages:
+        return None
+    last = state.messages[-1]
+    if last.role != "assistant" or not last.tool_calls:
+        return None
+    return plan_tools(state, view, last.tool_calls)
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """Calls of the batch need approval; the run waits (``state.pending`` lists them)."""
+
+
+def gate(
+    state: RunState, batch: RunTools, needs_approval: frozenset[str], agent_name: str
+) -> tuple[RunState, RunTools | Interrupt]:
+    """Apply approval decisions to a batch, or stop it when a call still needs one.
+
+    ``needs_approval`` holds the ids of calls that need approval. If any lacks a decision,
+    nothing in the batch runs. Denied calls are answered with the denial message.
+    """
+    from raygents.approvals import PendingApproval
+
+    undecided = [
+        s.call
+        for s in batch.steps
+        if isinstance(s, Execute) and s.call.id in needs_approval and s.call.id not in state.approvals
+    ]
+    if undecided:
+        pending = tuple(
+            PendingApproval(
+                call_id=c.id,
+                agent_name=agent_name,
+                tool_name=c.name,
+                arguments=c.arguments,
+                run_id=state.run_id,
+            )
+            for c in undecided
+        )
+        return state.evolve(pending=pending), Interrupt()
+    steps: list[ToolStep] = []
+    for step in batch.steps:
+        decision = state.approvals.get(step.call.id) if isinstance(step, Execute) else None
+        if decision is not None and not decision.approved:
+            steps.append(Reject(step.call, decision.denial()))
+        else:
+            steps.append(step)
+    return state, RunTools(tuple(steps), batch.sequential)

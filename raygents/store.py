@@ -523,6 +523,10 @@ class S3Store(Store):
             IncompleteReadError,
             NoCredentialsError,
             PartialCredentialsError,
+            SSLError,
+        )
+        from botocore.exceptions import (
+            ConnectionError as BotoConnectionError,
         )
 
         what = f"{action} checkpoint {key!r}" if key else f"{action} checkpoints"
@@ -534,7 +538,8 @@ class S3Store(Store):
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or configure a profile"
             )
             return _Failure(CheckpointError(message, key=key), retry=False)
-        if isinstance(exc, (HTTPClientError, IncompleteReadError)):
+        unreachable = (BotoConnectionError, HTTPClientError, IncompleteReadError)
+        if isinstance(exc, unreachable) and not isinstance(exc, SSLError):
             attempts = self._max_attempts * (self._extra_retries + 1)
             message = (
                 f"cannot {what} in {self.url}: the S3 endpoint {self.endpoint_url} is "

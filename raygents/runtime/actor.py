@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
-import json
+import dataclasses
 import logging
 import time
 import traceback
@@ -15,18 +14,19 @@ from typing import Any
 import ray
 from typing_extensions import assert_never
 
-from raygents import loop
+from raygents import checkpoint, loop
 from raygents.agent import Agent, HandoffInputData
 from raygents.envelope import Envelope, Outcome, RunState
-from raygents.errors import ModelError, RaygentsError, UserError
+from raygents.errors import CheckpointError, ModelError, RaygentsError, UserError
 from raygents.events import RunEvent
-from raygents.messages import Message, ModelRequest, ModelResponse, ToolSpec
+from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from raygents.models.base import Model, resolve_model
+from raygents.runtime.children import run_child
 from raygents.runtime.directory import Directory
-from raygents.runtime.drive import SuspendToken, drive
-from raygents.runtime.tasks import TaskReport, remote_tool, tool_error
+from raygents.runtime.drive import SuspendToken
+from raygents.runtime.tasks import StepResult, run_tool
 from raygents.schema import type_name, type_schema
-from raygents.tools import AgentTool, RunContext, Tool, ToolContext, ToolResult, to_tool_result
+from raygents.tools import AgentTool, RunContext, Tool, ToolContext
 
 __all__ = ["AgentActor"]
 
@@ -35,6 +35,7 @@ _exit_actor: Any = ray.actor.exit_actor
 
 Emit = Callable[[RunEvent], None]
 _DONE = object()
+_HANDOFF_PARAMS = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 
 
 @dataclass
@@ -49,7 +50,7 @@ class AgentActor:
     """Runs one agent of one graph snapshot. Wrapped with ``ray.remote`` where it is created.
 
     Args:
-        graph: the agent graph by name (as sent by the coordinator).
+        graph: the agent graph by name, or its cloudpickled bytes.
         agent_name: the agent this actor serves.
         graph_fp: the fingerprint of the graph snapshot.
         namespace: the raygents namespace (to find the coordinator).
@@ -63,16 +64,16 @@ class AgentActor:
 
             graph = cloudpickle.loads(graph)
         assert isinstance(graph, dict)
-        self.graph = graph
+        self.graph: dict[str, Agent] = graph
         self.agent = graph[agent_name]
         self.graph_fp = graph_fp
         self.directory = Directory(namespace)
         self._model: Model | None = None
         self._tools: dict[str, Tool] | None = None
         self._static_view: loop.AgentView | None = None
-        self._tasks: dict[str, Any] = {}
+        self.task_cache: dict[str, Any] = {}
         self._active: dict[str, _Active] = {}
-        self._early: dict[str, str] = {}
+        self._early: dict[str, tuple[str, float]] = {}
         self._retired = False
 
     # --- public actor methods -----------------------------------------------------------
@@ -84,7 +85,8 @@ class AgentActor:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         run_id = envelope.state.run_id
         token = SuspendToken(run_id)
-        cause = envelope.suspend_cause or self._early.pop(run_id, None)
+        early = self._early.pop(run_id, None)
+        cause = envelope.suspend_cause or (early[0] if early else None)
         if cause:
             token.request(cause)
         self._active[run_id] = _Active(token)  # before any await: suspend() may come next
@@ -110,7 +112,9 @@ class AgentActor:
         """Ask a run to suspend at its next safe point; False if it is not running here."""
         active = self._active.get(run_id)
         if active is None:
-            self._early[run_id] = cause  # the run may be on its way here
+            now = time.monotonic()
+            self._early = {k: v for k, v in self._early.items() if now - v[1] < 60}
+            self._early[run_id] = (cause, now)  # the run may be on its way here
             return False
         active.token.request(cause)
         for child in list(active.children.values()):
@@ -135,7 +139,7 @@ class AgentActor:
         try:
             return await self._drive(envelope, token, emit)
         except RaygentsError as exc:
-            return Outcome("failed", state, error=exc.with_run_id(state.run_id))
+            return await self._fail(state, exc.with_run_id(state.run_id))
         except Exception as exc:
             log.exception("run %s failed inside agent %r", state.run_id, self.agent.name)
             error = RaygentsError(
@@ -143,82 +147,154 @@ class AgentActor:
                 + traceback.format_exc(limit=5),
                 run_id=state.run_id,
             )
-            return Outcome("failed", state, error=error)
+            return await self._fail(state, error)
         finally:
             self._active.pop(state.run_id, None)
 
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         state = envelope.state
+        await self.directory.settings()
         view = await self._view(state, envelope.context)
         if envelope.activate:
             state = loop.activate(state, view)
         self._emit(emit, state, "agent_start")
         action: loop.Action
-        state, action = loop.next_turn(state, view)
+        pending = loop.pending_batch(state, view) if envelope.resumed else None
+        if pending is None:
+            state, action = loop.next_turn(state, view)
+        else:
+            action = pending
         while True:
             match action:
                 case loop.CallModel(request=request):
                     if token.cause is not None:
-                        return Outcome("suspended", state, cause=token.cause)
+                        return await self._halt(state, "suspended", emit, cause=token.cause)
                     response = await self._call_model(request, state, envelope.stream, emit)
                     state, action = loop.on_response(state, view, response)
+                    if isinstance(action, loop.RunTools):
+                        state = state.evolve(turn_limit=loop.turn_limit(state, view))
                 case loop.RunTools() as batch:
-                    results = await self._run_batch(state, envelope, batch, emit)
-                    for step, result in zip(batch.steps, results, strict=True):
-                        if isinstance(step, loop.Execute) and result.usage is not None:
-                            state = state.evolve(usage=state.usage + result.usage)
-                    state, action = loop.on_results(state, view, batch, [r.result for r in results])
+                    halted, state, action = await self._tools_turn(state, view, envelope, batch, emit)
+                    if halted is not None:
+                        return halted
                 case loop.Finish(output=output):
                     self._emit(
-                        emit,
-                        state,
-                        "agent_end",
-                        output=output,
-                        turns=state.turns,
-                        usage=state.usage,
+                        emit, state, "agent_end", output=output, turns=state.turns, usage=state.usage
                     )
                     return Outcome("completed", state, output=output)
                 case loop.Fail(error=error):
                     raise error
                 case loop.HandoffTo(target=target, call=call):
                     state = await self._handoff(state, target, call, envelope.context)
+                    state = await self._save(state, "running", emit)
                     self._emit(emit, state, "handoff", to_agent=target)
                     return Outcome("handoff", state)
                 case _:
                     assert_never(action)
 
+    async def _tools_turn(
+        self, state: RunState, view: loop.AgentView, envelope: Envelope, batch: loop.RunTools, emit: Emit
+    ) -> tuple[Outcome | None, RunState, loop.Action]:
+        """Gate, checkpoint and run one batch; an outcome if the run must stop here."""
+        needs = await self._needs_approval(state, batch, envelope.context)
+        state, gated = loop.gate(state, batch, needs, self.agent.name)
+        if isinstance(gated, loop.Interrupt):
+            return await self._halt(state, "awaiting_approval", emit), state, batch
+        if not state.journal:
+            state = await self._save(state, "running", emit)  # the intent: never ask again
+        results, state, halts = await self._run_batch(state, envelope, gated, emit)
+        if halts:
+            pending = tuple(p for h in halts if h.kind == "interrupted" for p in h.state.pending)
+            if pending:
+                state = state.evolve(pending=pending)
+                return await self._halt(state, "awaiting_approval", emit), state, batch
+            cause = next(h.cause for h in halts if h.kind == "suspended")
+            return await self._halt(state, "suspended", emit, cause=cause), state, batch
+        state, action = loop.on_results(state, view, gated, [r.result for r in results])
+        if not isinstance(action, loop.Finish):
+            state = await self._save(state, "running", emit)
+        return None, state, action
+
+    # --- checkpoints --------------------------------------------------------------------
+    def _write(
+        self,
+        state: RunState,
+        status: checkpoint.Status,
+        *,
+        cause: str | None = None,
+        error: str | None = None,
+        durable: bool = False,
+    ) -> tuple[RunState, Any]:
+        """Start writing a checkpoint record; the new state and the pending write (or None).
+
+        Sequence numbers are taken here, synchronously, so concurrent writes never collide.
+        In ``exit`` mode only records of runs that stop here are written.
+        """
+        settings = self.directory.cached_settings()
+        if settings["durability"] == "exit" and status == "running":
+            return state, None
+        new, record = checkpoint.make_record(state, status, cause=cause, error=error)
+        data = checkpoint.encode(record, key=settings["key"])
+        info = _info(new, status, error)
+        write = self.directory.coordinator().save.remote(state.run_id, new.seq, data, info, durable)
+        return new, write
+
+    async def _save(
+        self,
+        state: RunState,
+        status: checkpoint.Status,
+        emit: Emit | None,
+        *,
+        cause: str | None = None,
+        error: str | None = None,
+        durable: bool = False,
+    ) -> RunState:
+        """Write a checkpoint record and wait until the coordinator has it."""
+        new, write = self._write(state, status, cause=cause, error=error, durable=durable)
+        if write is not None:
+            await write
+            if emit is not None:
+                self._emit(emit, new, "checkpoint", data={"seq": new.seq, "status": status})
+        return new
+
+    async def _halt(
+        self, state: RunState, status: checkpoint.Status, emit: Emit, *, cause: str | None = None
+    ) -> Outcome:
+        """Stop the run with a durable checkpoint (suspend or approval interrupt)."""
+        kind = "suspended" if status == "suspended" else "interrupted"
+        try:
+            state = await self._save(state, status, emit, cause=cause, durable=True)
+        except (CheckpointError, ray.exceptions.RayError) as exc:
+            log.error("run %s: cannot store its %s checkpoint: %s", state.run_id, status, exc)
+            return Outcome(kind, state, cause=cause, checkpoint_error=str(exc))
+        return Outcome(kind, state, cause=cause)
+
+    async def _fail(self, state: RunState, error: RaygentsError) -> Outcome:
+        try:
+            await self._save(state, "failed", None, error=str(error)[:2000], durable=True)
+        except Exception as exc:  # the failure itself is what the caller must see
+            log.warning("run %s: cannot store its failure checkpoint: %s", state.run_id, exc)
+        return Outcome("failed", state, error=error)
+
     # --- the agent, as the loop sees it -------------------------------------------------
     def tools(self) -> dict[str, Tool]:
         """The agent's tools by name (handoff tools are not included)."""
         if self._tools is None:
-            found: dict[str, Tool] = {}
-            names = [t.name for t in self.agent.tools] + [
-                h.tool_name for h in self.agent.handoff_configs()
-            ]
+            names = [t.name for t in self.agent.tools]
+            names += [h.tool_name for h in self.agent.handoff_configs()]
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise UserError(f"agent {self.agent.name!r} has duplicate tool names: {dupes!r}")
-            for t in self.agent.tools:
-                found[t.name] = t
-            self._tools = found
+            self._tools = {t.name: t for t in self.agent.tools}
         return self._tools
 
     def _base_view(self) -> loop.AgentView:
         if self._static_view is None:
             agent = self.agent
-            specs = [t.spec() for t in self.tools().values()]
             handoffs = agent.handoff_configs()
+            specs = [t.spec() for t in self.tools().values()]
             specs += [
-                ToolSpec(
-                    name=h.tool_name,
-                    description=h.tool_description,
-                    parameters={
-                        "type": "object",
-                        "properties": {},
-                        "required": [],
-                        "additionalProperties": False,
-                    },
-                )
+                ToolSpec(name=h.tool_name, description=h.tool_description, parameters=_HANDOFF_PARAMS)
                 for h in handoffs
             ]
             output_schema = None
@@ -242,15 +318,15 @@ class AgentActor:
         return self._static_view
 
     async def _view(self, state: RunState, context: Any) -> loop.AgentView:
-        import dataclasses
-
         base = self._base_view()
-        ctx = RunContext(state.run_id, self.agent.name, context, state.turns, state.usage)
-        system = await self.agent.system_prompt(ctx)
+        system = await self.agent.system_prompt(self._run_context(state, context))
         changes: dict[str, Any] = {"system": system}
         if state.response_format is not None:
             changes["output_schema"] = state.response_format
         return dataclasses.replace(base, **changes)
+
+    def _run_context(self, state: RunState, context: Any) -> RunContext:
+        return RunContext(state.run_id, self.agent.name, context, state.turns, state.usage)
 
     # --- model calls --------------------------------------------------------------------
     def model(self) -> Model:
@@ -266,8 +342,9 @@ class AgentActor:
         streamer = getattr(model, "stream", None)
         try:
             if stream and streamer is not None:
-                return await self._stream_model(streamer(request), state, emit)
-            response = await model.respond(request)
+                response = await self._stream_model(streamer(request), state, emit)
+            else:
+                response = await model.respond(request)
         except RaygentsError:
             raise
         except Exception as exc:  # provider errors must not escape as foreign exceptions
@@ -292,47 +369,73 @@ class AgentActor:
             elif isinstance(chunk, ModelResponse):
                 final = chunk
         if final is None:
-            raise ModelError(
-                f"the streaming model of agent {self.agent.name!r} ended without a response"
-            )
+            raise ModelError(f"the streaming model of agent {self.agent.name!r} ended without a response")
         return final
 
     # --- tool calls ---------------------------------------------------------------------
+    async def _needs_approval(self, state: RunState, batch: loop.RunTools, context: Any) -> frozenset[str]:
+        tools = self.tools()
+        approval = self.agent.approval
+        needs = set()
+        for step in batch.steps:
+            if not isinstance(step, loop.Execute) or step.call.id in state.journal:
+                continue
+            t = tools[step.call.name]
+            if t.needs_approval or (
+                approval is not None
+                and await approval.needs(self._run_context(state, context), step.call)
+            ):
+                needs.add(step.call.id)
+        return frozenset(needs)
+
     async def _run_batch(
         self, state: RunState, envelope: Envelope, batch: loop.RunTools, emit: Emit
-    ) -> list[_StepResult]:
+    ) -> tuple[list[StepResult], RunState, list[Outcome]]:
+        """Run a batch; finished calls go to the journal. Returns halted children too."""
+        journal = dict(state.journal)
+        saves: list[Any] = []
+
+        async def one(step: loop.ToolStep) -> StepResult:
+            nonlocal state
+            out = await self._run_step(state, envelope, step, emit)
+            if isinstance(step, loop.Execute) and out.halt is None and step.call.id not in journal:
+                journal[step.call.id] = out.result
+                state, write = self._write(state.evolve(journal=dict(journal)), "running")
+                if write is not None:
+                    saves.append(write)
+            return out
+
         if batch.sequential:
-            return [await self._run_step(state, envelope, step, emit) for step in batch.steps]
-        return list(
-            await asyncio.gather(*(self._run_step(state, envelope, s, emit) for s in batch.steps))
-        )
+            results = [await one(step) for step in batch.steps]
+        else:
+            results = list(await asyncio.gather(*(one(s) for s in batch.steps)))
+        await _settle(saves, state.run_id)
+        for r in results:
+            if r.usage is not None:
+                state = state.evolve(usage=state.usage + r.usage)
+        halts = [r.halt for r in results if r.halt is not None]
+        return results, state, halts
 
     async def _run_step(
         self, state: RunState, envelope: Envelope, step: loop.ToolStep, emit: Emit
-    ) -> _StepResult:
-        fixed = loop.step_result(step)
+    ) -> StepResult:
         if isinstance(step, loop.Transfer):
             await self._on_handoff(state, step.target, envelope.context)
+        fixed = loop.step_result(step)
         if fixed is not None:
-            return _StepResult(fixed)
+            return StepResult(fixed)
         call = step.call
+        if call.id in state.journal:
+            return StepResult(state.journal[call.id])
         t = self.tools()[call.name]
-        self._emit(
-            emit,
-            state,
-            "tool_start",
-            tool_name=call.name,
-            call_id=call.id,
-            arguments=call.arguments,
-        )
+        self._emit(emit, state, "tool_start", tool_name=call.name, call_id=call.id, arguments=call.arguments)
         started = time.perf_counter()
         if isinstance(t, AgentTool):
-            out = await self._run_child(state, envelope, call, t, emit)
+            active = self._active.get(state.run_id)
+            out = await run_child(self.directory, state, envelope, call, t, emit, active and active.children)
         else:
-            ctx = ToolContext(
-                state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context
-            )
-            out = await self._execute(t, ctx, call.arguments)
+            ctx = ToolContext(state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context)
+            out = await run_tool(t, ctx, call.arguments, self.task_cache)
         self._emit(
             emit,
             state,
@@ -346,102 +449,28 @@ class AgentActor:
         )
         return out
 
-    async def _execute(self, t: Tool, ctx: ToolContext, arguments: str) -> _StepResult:
-        if not t.remote:
-            try:
-                result = await t.execute(ctx, arguments)
-            except Exception as exc:
-                return _StepResult(tool_error(t.name, f"{type(exc).__name__}: {exc}"))
-            return _StepResult(result if isinstance(result, ToolResult) else to_tool_result(result))
-        task = self._tasks.get(t.name)
-        if task is None:
-            task = self._tasks[t.name] = remote_tool(t)
-        ref = task.remote(ctx, arguments)
-        try:
-            report: TaskReport = await asyncio.wait_for(_await_ref(ref), t.timeout_s)
-        except asyncio.TimeoutError:
-            ray.cancel(ref)
-            return _StepResult(tool_error(t.name, f"timed out after {t.timeout_s} s"))
-        except ray.exceptions.WorkerCrashedError:
-            return _StepResult(
-                tool_error(t.name, "the worker process running it crashed (no retries left)")
-            )
-        except ray.exceptions.RayError as exc:
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            return _StepResult(tool_error(t.name, f"{type(exc).__name__}: {first_line}"))
-        return _StepResult(report.result, data={"worker_pid": report.pid, "run_s": report.seconds})
-
-    async def _run_child(
-        self, state: RunState, envelope: Envelope, call: Any, t: AgentTool, emit: Emit
-    ) -> _StepResult:
-        callee = t.agent
-        cap = (
-            callee.max_tool_depth
-            if state.max_tool_depth is None
-            else min(callee.max_tool_depth, state.max_tool_depth)
-        )
-        if state.depth >= cap:
-            return _StepResult(
-                tool_error(t.name, f"agent-tool delegation exceeded maximum depth ({cap})")
-            )
-        request = json.loads(call.arguments)["input"]
-        child = RunState(
-            run_id=f"{state.run_id}.{_safe(call.id)}",
-            agent_name=callee.name,
-            messages=(Message("user", request),),
-            input_len=1,
-            max_turns=state.max_turns,
-            depth=state.depth + 1,
-            max_tool_depth=cap,
-            parent_run_id=state.run_id,
-            path=(*state.path, f"{callee.name}/{call.id}"),
-        )
-        token = SuspendToken(child.run_id)
-        active = self._active.get(state.run_id)
-        if active is not None:
-            active.children[child.run_id] = token
-            if active.token.cause:
-                token.request(active.token.cause)
-        try:
-            outcome = await drive(
-                Envelope(child, envelope.graph_fp, envelope.context, envelope.stream),
-                self.directory,
-                token,
-                emit,
-            )
-        finally:
-            if active is not None:
-                active.children.pop(child.run_id, None)
-        usage = outcome.state.usage
-        if outcome.kind == "completed":
-            return _StepResult(ToolResult(outcome.output or ""), usage)
-        return _StepResult(
-            tool_error(t.name, outcome.error or f"sub-agent run {outcome.kind}"), usage
-        )
-
     # --- handoffs -----------------------------------------------------------------------
+    def _handoff_config(self, target: str) -> Any:
+        return next(h for h in self.agent.handoff_configs() if h.agent.name == target)
+
     async def _on_handoff(self, state: RunState, target: str, context: Any) -> None:
-        config = next(h for h in self.agent.handoff_configs() if h.agent.name == target)
-        if config.on_handoff is None:
+        callback = self._handoff_config(target).on_handoff
+        if callback is None:
             return
-        ctx = RunContext(state.run_id, self.agent.name, context, state.turns, state.usage)
         try:
-            result = config.on_handoff(ctx)
-            if inspect.isawaitable(result):
+            result = callback(self._run_context(state, context))
+            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
                 await result
         except Exception as exc:
             raise RaygentsError(
                 f"cannot execute handoff callback for {target!r}: {exc}", run_id=state.run_id
             ) from None
 
-    async def _handoff(self, state: RunState, target: str, call: Any, context: Any) -> RunState:
-        config = next(h for h in self.agent.handoff_configs() if h.agent.name == target)
-        state = state.evolve(tool_used_in_run=False)
+    async def _handoff(self, state: RunState, target: str, call: ToolCall, context: Any) -> RunState:
+        config = self._handoff_config(target)
         if config.input_filter is None:
-            return state.evolve(agent_name=target)
-        data = HandoffInputData(
-            state.messages[: state.input_len], state.messages[state.input_len :]
-        )
+            return loop.apply_handoff(state, target)
+        data = HandoffInputData(state.messages[: state.input_len], state.messages[state.input_len :])
         try:
             messages = list(config.input_filter(data))
         except Exception as exc:
@@ -450,35 +479,22 @@ class AgentActor:
             ) from None
         if not all(isinstance(m, Message) for m in messages):
             raise UserError(f"handoff input_filter for {target!r} must return Message objects")
-        return state.evolve(
-            agent_name=target,
-            messages=tuple(messages),
-            input_len=min(state.input_len, len(messages)),
-        )
+        return loop.apply_handoff(state, target, messages)
 
     # --- events -------------------------------------------------------------------------
     def _emit(self, emit: Emit, state: RunState, kind: Any, **fields: Any) -> None:
-        emit(
-            RunEvent(
-                type=kind,
-                run_id=state.run_id,
-                agent_name=self.agent.name,
-                path=state.path,
-                **fields,
-            )
-        )
+        emit(RunEvent(type=kind, run_id=state.run_id, agent_name=self.agent.name, path=state.path, **fields))
 
 
-@dataclass
-class _StepResult:
-    result: ToolResult
-    usage: Any = None
-    data: dict[str, Any] | None = None
+def _info(state: RunState, status: str, error: str | None) -> Any:
+    from raygents.runtime.coordinator import RunInfo
+
+    return RunInfo(state.run_id, status, state.agent_name, state.turns, last_error=error, seq=state.seq)
 
 
-async def _await_ref(ref: Any) -> Any:
-    return await ref
+async def _settle(saves: list[Any], run_id: str) -> None:
+    """Wait for journal writes; a failed one is logged (the batch checkpoint covers it)."""
+    for result in await asyncio.gather(*saves, return_exceptions=True):
+        if isinstance(result, BaseException):
+            log.warning("run %s: a journal checkpoint failed: %s", run_id, result)
 
-
-def _safe(call_id: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in call_id)[:64] or "call"

@@ -1,60 +1,61 @@
-"""The driver side: ``init``, ``start``, ``run`` and friends, on one background event loop."""
+"""The driver's runtime: the Ray connection, the coordinator handle, a background event loop,
+and graceful suspend of this driver's runs on SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import logging
 import os
+import signal
+import socket
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+import uuid
+from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 
 import ray
-from ray import cloudpickle
 
-from raygents.agent import Agent, agent_graph
-from raygents.envelope import Envelope, Outcome, RunState, new_run_id
-from raygents.errors import (
-    SUSPEND_FOR_CHECKPOINT,
-    OutputValidationError,
-    RaygentsError,
-    RunNotFound,
-    SuspendedError,
-    UserError,
-)
-from raygents.events import RunEvent
-from raygents.messages import Message, to_messages
-from raygents.result import RunResult, TypedResult
-from raygents.runtime.coordinator import Coordinator, RunInfo
+from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
+from raygents.runtime.coordinator import Coordinator
 from raygents.runtime.directory import COORDINATOR_NAME, Directory
-from raygents.runtime.drive import SuspendToken, drive
 from raygents.runtime.handle import RunHandle
-from raygents.schema import type_is_wrapped, type_name, type_schema
 
-__all__ = ["attach", "init", "run", "run_streamed", "run_typed", "runs", "shutdown", "start"]
+__all__ = ["Runtime", "current", "init", "shutdown"]
 
+log = logging.getLogger("raygents")
 T = TypeVar("T")
 Durability = Literal["sync", "async", "exit"]
-RunInput = str | Sequence[Message | Mapping[str, Any]]
 
 
 class Runtime:
     """One per driver process: the Ray connection, the coordinator, and a background loop."""
 
-    def __init__(self, namespace: str, started_ray: bool, durability: Durability) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        started_ray: bool,
+        store_url: str,
+        durability: Durability,
+        key: bytes | None,
+        detached: bool,
+    ) -> None:
         self.namespace = namespace
         self.started_ray = started_ray
-        self.durability = durability
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        options: dict[str, Any] = {
+            "name": COORDINATOR_NAME,
+            "namespace": namespace,
+            "get_if_exists": True,
+            "num_cpus": 0,
+            "max_restarts": -1,
+            "max_concurrency": 10_000,
+        }
+        if detached:
+            options["lifetime"] = "detached"
         self.coordinator: Any = (
             ray.remote(Coordinator)
-            .options(
-                name=COORDINATOR_NAME,
-                namespace=namespace,
-                get_if_exists=True,
-                num_cpus=0,
-                max_restarts=-1,
-            )
-            .remote(namespace)
+            .options(**options)
+            .remote(namespace, store_url, durability, key, detached)
         )
         self.directory = Directory(namespace, self.coordinator)
         self.handles: dict[str, RunHandle] = {}
@@ -62,6 +63,13 @@ class Runtime:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygents", daemon=True)
         self._thread.start()
+        settings = self.wait(self.directory.settings())
+        if settings["store"] != store_url or settings["durability"] != durability:
+            raise UserError(
+                f"the raygents coordinator of namespace {namespace!r} already runs with store "
+                f"{settings['store']!r} and durability {settings['durability']!r}; use those, "
+                "or another namespace"
+            )
 
     def call_soon(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on the runtime's loop."""
@@ -70,6 +78,12 @@ class Runtime:
     def submit(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Schedule a coroutine on the runtime's loop."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def wait(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = 120) -> T:
+        """Run a coroutine on the runtime's loop and wait for its result."""
+        future = self.submit(coro)
+        result: T = future.result(timeout_s)
+        return result
 
     def close(self) -> None:
         """Stop the background loop."""
@@ -82,9 +96,21 @@ class Runtime:
             await self.coordinator.register_graph.remote(fp, blob, replicas)
             self._graphs.add(fp)
 
+    def suspend_all(self, grace_s: float) -> int:
+        """Suspend every running run of this driver and wait up to ``grace_s`` for them."""
+        running = [h for h in self.handles.values() if not h.done()]
+        for handle in running:
+            handle.suspend(SUSPEND_FOR_CHECKPOINT)
+        import concurrent.futures
+
+        futures = [h._future for h in running]
+        concurrent.futures.wait(futures, timeout=grace_s)
+        return sum(1 for h in running if h.done())
+
 
 _runtime: Runtime | None = None
 _lock = threading.Lock()
+_previous_sigterm: Any = None
 
 
 def init(
@@ -93,6 +119,9 @@ def init(
     namespace: str = "raygents",
     store: str | None = None,
     durability: Durability = "sync",
+    detached: bool = False,
+    handle_sigterm: bool = True,
+    sigterm_grace_s: float = 30.0,
     **ray_init_kwargs: Any,
 ) -> None:
     """Connect to Ray (or start a local instance) and set raygents up.
@@ -101,14 +130,26 @@ def init(
         address: a Ray address; default ``$RAY_ADDRESS``, else a new local instance. If Ray
             is already initialised in this process, that connection is used.
         namespace: raygents' Ray namespace (its coordinator and agent actors live there).
-        store: where checkpoints go: ``file://<dir>`` (default ``./.raygents``),
-            ``s3://bucket/prefix`` or ``memory://``.
-        durability: ``"sync"``, ``"async"`` or ``"exit"``.
+        store: where checkpoints go: ``file://<dir>``, ``s3://bucket/prefix`` or
+            ``memory://``; default ``$RAYGENTS_STORE``, else ``file://`` + ``./.raygents``.
+            ``$RAYGENTS_CHECKPOINT_KEY`` (if set) turns checksums into HMACs.
+        durability: ``"sync"`` (a checkpoint is durable before the run goes on), ``"async"``
+            (written behind, bounded backlog) or ``"exit"`` (only when a run stops early).
+        detached: the coordinator and agent actors outlive this driver.
+        handle_sigterm: on SIGTERM, suspend this driver's runs (waiting up to
+            ``sigterm_grace_s`` for their checkpoints), then exit.
         **ray_init_kwargs: passed to ``ray.init``.
     """
     global _runtime
     if durability not in ("sync", "async", "exit"):
         raise UserError(f"durability must be 'sync', 'async' or 'exit', got {durability!r}")
+    from raygents.store import default_store_url, open_store
+
+    store_url = store or os.environ.get("RAYGENTS_STORE") or default_store_url()
+    if store_url.startswith("file://") and not store_url.startswith("file:///"):
+        store_url = "file://" + os.path.abspath(store_url[len("file://") :])
+    open_store(store_url)  # fail here, in the caller's process, on a bad URL
+    key = os.environ.get("RAYGENTS_CHECKPOINT_KEY")
     with _lock:
         if _runtime is not None:
             if _runtime.namespace != namespace:
@@ -122,17 +163,39 @@ def init(
             target = address or os.environ.get("RAY_ADDRESS") or "local"
             ray.init(address=target, **ray_init_kwargs)
             started = True
-        _runtime = Runtime(namespace, started, durability)
+        _runtime = Runtime(
+            namespace, started, store_url, durability, key.encode() if key else None, detached
+        )
+    if handle_sigterm:
+        _install_sigterm(sigterm_grace_s)
+
+
+def _install_sigterm(grace_s: float) -> None:
+    global _previous_sigterm
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        rt = _runtime
+        if rt is not None:
+            suspended = rt.suspend_all(grace_s)
+            log.warning("SIGTERM: %d run(s) suspended with checkpoints", suspended)
+        raise SystemExit(128 + signum)
+
+    _previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def shutdown() -> None:
     """Stop raygents in this process, and Ray too if raygents started it."""
-    global _runtime
+    global _runtime, _previous_sigterm
     from raygents import testing
 
     with _lock:
         rt, _runtime = _runtime, None
     testing._reset_store_handle()
+    if _previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _previous_sigterm)
+        _previous_sigterm = None
     if rt is None:
         return
     rt.close()
@@ -140,215 +203,9 @@ def shutdown() -> None:
         ray.shutdown()
 
 
-def _current() -> Runtime:
+def current() -> Runtime:
+    """The process's runtime, initialising raygents (and Ray) on first use."""
     if _runtime is None:
         init()
     assert _runtime is not None
     return _runtime
-
-
-def _check_run_args(agent: Agent, timeout_s: float | None, max_turns: int | None) -> None:
-    if not isinstance(agent, Agent):
-        raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
-    if timeout_s is not None and not timeout_s > 0:
-        raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
-    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-        raise UserError(f"max_turns must be an int >= 1, got {max_turns!r}")
-
-
-def _input_messages(input: RunInput) -> tuple[Message, ...]:
-    try:
-        messages = to_messages(input)
-    except (TypeError, KeyError, ValueError) as exc:
-        raise UserError(f"invalid run input: {exc}") from None
-    if not messages:
-        raise UserError("run input is empty: pass a string or at least one message")
-    return messages
-
-
-def start(
-    agent: Agent,
-    input: RunInput,
-    *,
-    context: Any = None,
-    run_id: str | None = None,
-    session_id: str | None = None,
-    timeout_s: float | None = None,
-    max_turns: int | None = None,
-    _stream: bool = False,
-    _response_format: dict[str, Any] | None = None,
-) -> RunHandle:
-    """Start a run and return its handle at once.
-
-    Args:
-        agent: the start agent.
-        input: a string (one user message) or messages / OpenAI-style dicts.
-        context: any picklable value, given to tools and dynamic instructions.
-        run_id: the run's id; a fresh one by default.
-        session_id: the conversation to load from and save to the agent's session.
-        timeout_s: a wall-clock budget after which the run suspends.
-        max_turns: caps ``max_turns`` of every agent in this run.
-    """
-    _check_run_args(agent, timeout_s, max_turns)
-    messages = _input_messages(input)
-    if session_id is not None and agent.session is None:
-        raise UserError(f"session_id was given but agent {agent.name!r} has no session")
-    graph = agent_graph(agent)
-    rt = _current()
-    blob: bytes = cloudpickle.dumps(graph)  # type: ignore[no-untyped-call]
-    fp = hashlib.sha256(blob).hexdigest()[:16]
-    state = RunState(
-        run_id=run_id or new_run_id(),
-        agent_name=agent.name,
-        messages=messages,
-        input_len=len(messages),
-        max_turns=max_turns,
-        response_format=_response_format,
-    )
-    if state.run_id in rt.handles and not rt.handles[state.run_id].done():
-        raise UserError(f"run {state.run_id!r} is already running in this driver")
-    token = SuspendToken(state.run_id)
-    handle = RunHandle(state.run_id, rt, token)
-    rt.handles[state.run_id] = handle
-    envelope = Envelope(state, fp, context, stream=_stream)
-    replicas = {name: a.replicas for name, a in graph.items()}
-    rt.submit(_drive_root(rt, handle, envelope, blob, replicas, graph, timeout_s))
-    return handle
-
-
-async def _drive_root(
-    rt: Runtime,
-    handle: RunHandle,
-    envelope: Envelope,
-    blob: bytes,
-    replicas: dict[str, int],
-    graph: dict[str, Agent],
-    timeout_s: float | None,
-) -> None:
-    state = envelope.state
-    timer = None
-    try:
-        await rt.ensure_graph(envelope.graph_fp, blob, replicas)
-        if timeout_s is not None:
-            timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
-        handle._set_status("running")
-        _record(rt, state.run_id, "running", state.agent_name)
-        outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
-    except Exception as exc:
-        error = (
-            exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
-        )
-        outcome = Outcome("failed", state, error=error.with_run_id(state.run_id))
-    finally:
-        if timer is not None:
-            timer.cancel()
-    _finish(rt, handle, outcome, graph)
-
-
-def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, Agent]) -> None:
-    state = outcome.state
-    base = {
-        "run_id": state.run_id,
-        "agent_name": state.agent_name,
-        "turns": state.turns,
-        "usage": state.usage,
-    }
-    if outcome.kind == "completed":
-        result = RunResult(
-            run_id=state.run_id,
-            final_output=outcome.output or "",
-            messages=state.messages,
-            usage=state.usage,
-            turns=state.turns,
-            last_agent=graph[state.agent_name],
-        )
-        handle._emit(RunEvent(type="complete", output=result.final_output, **base))
-        _record(rt, state.run_id, "completed", state.agent_name, state.turns)
-        handle._resolve(result, None, "completed")
-        return
-    if outcome.kind == "suspended":
-        error: RaygentsError = SuspendedError(
-            "agent run suspended", run_id=state.run_id, cause=outcome.cause, checkpoint=state
-        )
-        handle._emit(RunEvent(type="suspended", error=outcome.cause, **base))
-        _record(rt, state.run_id, "suspended", state.agent_name, state.turns)
-        handle._resolve(None, error, "suspended")
-        return
-    error = outcome.error or RaygentsError("run failed", run_id=state.run_id)
-    handle._emit(RunEvent(type="error", error=str(error), **base))
-    _record(rt, state.run_id, "failed", state.agent_name, state.turns, str(error))
-    handle._resolve(None, error, "failed")
-
-
-def _record(
-    rt: Runtime, run_id: str, status: str, agent: str, turns: int = 0, error: str | None = None
-) -> None:
-    rt.coordinator.record.remote([RunInfo(run_id, status, agent, turns, last_error=error)])
-
-
-def run(agent: Agent, input: RunInput, **options: Any) -> RunResult:
-    """Run an agent to completion and return the result (blocks; for driver scripts).
-
-    Takes the same options as :func:`start`.
-    """
-    return start(agent, input, **options).result()
-
-
-def run_streamed(agent: Agent, input: RunInput, **options: Any) -> RunHandle:
-    """Like :func:`start`, with every model call streamed; read ``handle.events()``."""
-    return start(agent, input, _stream=True, **options)
-
-
-def run_typed(
-    agent: Agent, input: RunInput, output_type: type[T], **options: Any
-) -> TypedResult[T]:
-    """Run with a strict JSON schema for ``output_type`` and return the parsed output.
-
-    Raises:
-        OutputValidationError: the final output does not match, with the failing paths.
-    """
-    from pydantic import TypeAdapter, ValidationError
-
-    try:
-        schema = type_schema(output_type)
-    except Exception as exc:
-        raise UserError(f"cannot build a JSON schema for {output_type!r}: {exc}") from None
-    response_format = {"name": type_name(output_type), "schema": schema}
-    result = start(agent, input, _response_format=response_format, **options).result()
-    import json
-
-    value = json.loads(result.final_output)
-    raw = TypeAdapter(output_type).json_schema()
-    if type_is_wrapped(raw):
-        value = value["value"]
-    try:
-        output = TypeAdapter(output_type).validate_python(value)
-    except ValidationError as exc:
-        errors = [("/" + "/".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
-        raise OutputValidationError(
-            f"output does not match {output_type!r}: {errors}", run_id=result.run_id, errors=errors
-        ) from None
-    fields = {
-        k: getattr(result, k)
-        for k in ("run_id", "final_output", "messages", "usage", "turns", "last_agent")
-    }
-    return TypedResult(output=output, **fields)
-
-
-def attach(run_id: str) -> RunHandle:
-    """A handle to a run started by this driver.
-
-    Raises:
-        RunNotFound: no such run is known here.
-    """
-    rt = _current()
-    handle = rt.handles.get(run_id)
-    if handle is None:
-        raise RunNotFound(f"run {run_id!r} is not known to this driver", run_id=run_id)
-    return handle
-
-
-def runs(status: str | None = None) -> list[RunInfo]:
-    """What the coordinator knows about runs, optionally only those with ``status``."""
-    rt = _current()
-    return list(ray.get(rt.coordinator.list_runs.remote(status)))

@@ -1,18 +1,29 @@
-"""The coordinator actor: one per namespace; owns agent actors and the run table."""
+"""The coordinator actor: one per namespace. It owns agent actors, the run table and the
+checkpoints (hot copies in the object store, durable copies in the store)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
 
+from raygents import checkpoint
+from raygents.errors import CheckpointError, RaygentsError
 from raygents.runtime.actor import AgentActor
+from raygents.store import Store, open_store
 
 __all__ = ["Coordinator", "RunInfo"]
 
+log = logging.getLogger("raygents")
+
 _MAX_CONCURRENCY = 10_000
+_ASYNC_BACKLOG = 1_000
+_RESULTS_KEPT = 10_000
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,8 @@ class RunInfo:
     attempts: int = 1
     updated_at: float = field(default_factory=time.time)
     last_error: str | None = None
+    seq: int = 0
+    owner: str | None = None
 
 
 @dataclass
@@ -35,16 +48,37 @@ class _Graph:
 
 
 class Coordinator:
-    """Creates and retires agent actors, and keeps the run table. A plain class; the runtime
-    wraps it with ``ray.remote`` where it creates it."""
+    """Creates and retires agent actors, keeps the run table, and stores checkpoints.
 
-    def __init__(self, namespace: str, detached: bool = False) -> None:
+    A plain class; the runtime wraps it with ``ray.remote`` (``max_restarts=-1``) where it
+    creates it. Store I/O runs in threads, never on the actor's event loop. On (re)start it
+    rebuilds the run table from the store.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        store_url: str = "memory://",
+        durability: str = "sync",
+        hmac_key: bytes | None = None,
+        detached: bool = False,
+    ) -> None:
         self.namespace = namespace
+        self.store: Store = open_store(store_url)
+        self.durability = durability
+        self.key = hmac_key
         self.detached = detached
         self.graphs: dict[str, _Graph] = {}
         self.actors: dict[tuple[str, str], list[Any]] = {}
         self.runs: dict[str, RunInfo] = {}
+        self.hot: dict[str, list[Any]] = {}
+        self.results: OrderedDict[str, Any] = OrderedDict()
+        self.done: dict[str, asyncio.Event] = {}
+        self.backlog: asyncio.Queue[tuple[str, bytes]] | None = None
+        self.write_errors: list[str] = []
+        self._rebuild()
 
+    # --- agent actors -------------------------------------------------------------------
     def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         """Remember a graph snapshot; actors of older definitions of its agents retire."""
         if graph_fp in self.graphs:
@@ -62,7 +96,7 @@ class Coordinator:
         if key not in self.actors:
             graph = self.graphs.get(graph_fp)
             if graph is None:
-                raise KeyError(f"unknown agent graph {graph_fp!r}; start the run again")
+                raise RaygentsError(f"unknown agent graph {graph_fp!r}; start or resume the run again")
             count = graph.replicas.get(name, 1)
             self.actors[key] = [self._create(graph, graph_fp, name, i) for i in range(count)]
         return self.actors[key]
@@ -78,16 +112,107 @@ class Coordinator:
         }
         if self.detached:
             options["lifetime"] = "detached"
-        return (
-            ray.remote(AgentActor)
-            .options(**options)
-            .remote(graph.blob, name, graph_fp, self.namespace)
-        )
+        remote_cls = ray.remote(AgentActor).options(**options)
+        return remote_cls.remote(graph.blob, name, graph_fp, self.namespace)
+
+    # --- checkpoints --------------------------------------------------------------------
+    async def save(self, run_id: str, seq: int, data: bytes, info: RunInfo, durable: bool = True) -> None:
+        """Store one checkpoint record.
+
+        In ``sync`` mode (or when ``durable``) it returns once the store has the record; in
+        ``async`` mode it returns at once and the write happens behind, with a bounded backlog.
+
+        Raises:
+            CheckpointError: the store refused or could not be reached (sync writes only).
+        """
+        key = checkpoint.key_for(run_id, seq)
+        self.hot.setdefault(run_id, []).append(ray.put(data))
+        self._update(info)
+        if self.durability == "async" and not durable:
+            await self._enqueue(key, data)
+            return
+        await asyncio.to_thread(self.store.put, key, data)
+
+    async def _enqueue(self, key: str, data: bytes) -> None:
+        if self.backlog is None:
+            self.backlog = asyncio.Queue(_ASYNC_BACKLOG)
+            asyncio.get_running_loop().create_task(self._drain())
+        await self.backlog.put((key, data))
+
+    async def _drain(self) -> None:
+        assert self.backlog is not None
+        while True:
+            key, data = await self.backlog.get()
+            try:
+                await asyncio.to_thread(self.store.put, key, data)
+            except CheckpointError as exc:
+                log.error("write-behind checkpoint %s failed: %s", key, exc)
+                self.write_errors.append(f"{key}: {exc}")
+            finally:
+                self.backlog.task_done()
+
+    async def flush(self) -> list[str]:
+        """Wait for write-behind checkpoints; returns the errors seen so far."""
+        if self.backlog is not None:
+            await self.backlog.join()
+        return list(self.write_errors)
+
+    async def load(self, run_id: str) -> list[bytes]:
+        """The run's checkpoint records from the newest full one on (empty if none)."""
+        keys = await asyncio.to_thread(self.store.list, checkpoint.run_prefix(run_id))
+        blobs = []
+        for key in keys:
+            data = await asyncio.to_thread(self.store.get, key)
+            if data is not None:
+                blobs.append(data)
+        if not blobs and self.hot.get(run_id):
+            blobs = list(await asyncio.gather(*self.hot[run_id]))
+        return blobs
+
+    async def finish(self, info: RunInfo, result: Any = None) -> None:
+        """Record a run's end; a completed run's checkpoints are deleted."""
+        self._update(info)
+        if result is not None:
+            self.results[info.run_id] = result
+            while len(self.results) > _RESULTS_KEPT:
+                self.results.popitem(last=False)
+        event = self.done.pop(info.run_id, None)
+        if event is not None:
+            event.set()
+        self.hot.pop(info.run_id, None)
+        if info.status == "completed":
+            keys = await asyncio.to_thread(self.store.list, checkpoint.run_prefix(info.run_id))
+            if keys:
+                await asyncio.to_thread(self.store.delete, keys)
+
+    async def wait(self, run_id: str) -> tuple[RunInfo | None, Any]:
+        """Wait until a running run ends; its final info and result (if this coordinator has it)."""
+        info = self.runs.get(run_id)
+        if info is not None and info.status in ("running", "pending"):
+            event = self.done.setdefault(run_id, asyncio.Event())
+            await event.wait()
+        return self.runs.get(run_id), self.results.get(run_id)
+
+    # --- the run table ------------------------------------------------------------------
+    def claim(self, run_id: str, owner: str, agent_name: str) -> RunInfo | None:
+        """Mark a run as running for ``owner``; returns the current info if another owns it."""
+        info = self.runs.get(run_id)
+        if info is not None and info.status == "running" and info.owner not in (None, owner):
+            return info
+        attempts = (info.attempts + 1) if info is not None else 1
+        self._update(RunInfo(run_id, "running", agent_name, info.turns if info else 0, attempts, owner=owner, seq=info.seq if info else 0))
+        return None
 
     def record(self, infos: list[RunInfo]) -> None:
         """Update the run table (batched)."""
         for info in infos:
-            self.runs[info.run_id] = info
+            self._update(info)
+
+    def _update(self, info: RunInfo) -> None:
+        old = self.runs.get(info.run_id)
+        if old is not None:
+            info = replace(info, attempts=max(info.attempts, old.attempts), owner=info.owner or old.owner)
+        self.runs[info.run_id] = replace(info, updated_at=time.time())
 
     def list_runs(self, status: str | None = None) -> list[RunInfo]:
         """Runs in the table, oldest update first, optionally of one status."""
@@ -101,3 +226,39 @@ class Coordinator:
     def ping(self) -> bool:
         """Liveness check."""
         return True
+
+    def settings(self) -> dict[str, Any]:
+        """What agent actors need to write checkpoints."""
+        return {"durability": self.durability, "key": self.key, "store": self.store.url}
+
+    def _rebuild(self) -> None:
+        """Rebuild the run table from the newest record of every run in the store."""
+        try:
+            keys = self.store.list("runs/")
+        except CheckpointError as exc:
+            log.error("cannot list checkpoints to rebuild the run table: %s", exc)
+            return
+        newest: dict[str, str] = {}
+        for key in keys:
+            run_id = key.split("/")[1]
+            newest[run_id] = max(newest.get(run_id, key), key)
+        for run_id, key in newest.items():
+            try:
+                data = self.store.get(key)
+                record = checkpoint.decode(data or b"", key=self.key, source=key)
+            except CheckpointError as exc:
+                log.error("cannot read %s while rebuilding the run table: %s", key, exc)
+                continue
+            status = record["status"]
+            if status == "running":
+                status = "suspended"  # its driver is gone; resume it
+            state = record["state"]
+            self.runs[run_id] = RunInfo(
+                run_id,
+                status,
+                state["agent_name"],
+                state["turns"],
+                updated_at=float(record.get("at") or time.time()),
+                last_error=record.get("error"),
+                seq=int(record["seq"]),
+            )

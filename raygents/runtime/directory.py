@@ -23,6 +23,18 @@ class Directory:
         self._coordinator = coordinator
         self._actors: dict[tuple[str, str], list[Any]] = {}
         self._turn = itertools.count()
+        self._settings: dict[str, Any] | None = None
+
+    async def settings(self) -> dict[str, Any]:
+        """The coordinator's checkpoint settings (durability mode, integrity key), cached."""
+        if self._settings is None:
+            self._settings = await self.coordinator().settings.remote()
+        return self._settings
+
+    def cached_settings(self) -> dict[str, Any]:
+        """The settings fetched by :meth:`settings` earlier."""
+        assert self._settings is not None, "settings() must be awaited first"
+        return self._settings
 
     def coordinator(self) -> Any:
         """The namespace's coordinator actor."""

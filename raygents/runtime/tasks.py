@@ -11,9 +11,25 @@ from typing import Any
 
 import ray
 
-from raygents.tools import FunctionTool, Tool, ToolContext, ToolResult
+import ray.exceptions
 
-__all__ = ["TaskReport", "execute_tool", "remote_tool", "tool_error"]
+from raygents.messages import Usage
+from raygents.tools import FunctionTool, Tool, ToolContext, ToolResult, to_tool_result
+
+__all__ = ["StepResult", "TaskReport", "execute_tool", "remote_tool", "run_tool", "tool_error"]
+
+
+@dataclass
+class StepResult:
+    """The outcome of one call of a batch, as the agent actor sees it."""
+
+    result: ToolResult
+    usage: Usage | None = None
+    """Usage of an agent-as-tool child run, added to the parent's."""
+    data: dict[str, Any] | None = None
+    """Where and how long a tool task ran (for events)."""
+    halt: Any = None
+    """The child run's :class:`~raygents.envelope.Outcome` when it suspended or waits."""
 
 
 @dataclass(frozen=True)
@@ -78,3 +94,35 @@ def remote_tool(tool: Tool) -> Any:
         options["max_retries"] = tool.max_retries
     run_tool.__name__ = run_tool.__qualname__ = f"tool:{tool.name}"
     return ray.remote(run_tool).options(**options)
+
+
+async def run_tool(tool: Tool, ctx: ToolContext, arguments: str, cache: dict[str, Any]) -> StepResult:
+    """Run one tool call: as a Ray task (``cache`` keeps one remote function per tool), or in
+    this process for ``remote=False`` tools. Failures become error results."""
+    if not tool.remote:
+        try:
+            result = await tool.execute(ctx, arguments)
+        except Exception as exc:
+            return StepResult(tool_error(tool.name, _describe(exc)))
+        return StepResult(result if isinstance(result, ToolResult) else to_tool_result(result))
+    task = cache.get(tool.name)
+    if task is None:
+        task = cache[tool.name] = remote_tool(tool)
+    ref = task.remote(ctx, arguments)
+    try:
+        report: TaskReport = await asyncio.wait_for(_await(ref), tool.timeout_s)
+    except asyncio.TimeoutError:
+        ray.cancel(ref)
+        return StepResult(tool_error(tool.name, f"timed out after {tool.timeout_s} s"))
+    except ray.exceptions.WorkerCrashedError:
+        return StepResult(
+            tool_error(tool.name, "the worker process running it crashed (no retries left)")
+        )
+    except ray.exceptions.RayError as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        return StepResult(tool_error(tool.name, f"{type(exc).__name__}: {first_line}"))
+    return StepResult(report.result, data={"worker_pid": report.pid, "run_s": report.seconds})
+
+
+async def _await(ref: Any) -> Any:
+    return await ref

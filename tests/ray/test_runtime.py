@@ -293,7 +293,15 @@ def test_events_from_the_start_after_completion_and_await() -> None:
     result = asyncio.run(wait())
     assert result.final_output == "2" and handle.status() == "completed"
     types = [e.type for e in handle.events()]
-    assert types == ["agent_start", "tool_start", "tool_end", "agent_end", "complete"]
+    assert types == [
+        "agent_start",
+        "checkpoint",
+        "tool_start",
+        "tool_end",
+        "checkpoint",
+        "agent_end",
+        "complete",
+    ]
 
 
 def test_dynamic_instructions_see_the_run_context() -> None:
@@ -353,7 +361,7 @@ def test_empty_input_is_rejected() -> None:
 def test_suspend_stops_at_the_next_turn() -> None:
     model = ScriptedModel([calls(("nap", {"seconds": 1.0})), text("never")])
     handle = rg.start(rg.Agent("suspender", tools=[nap], model=model), "nap")
-    time.sleep(0.5)
+    next(e for e in handle.events() if e.type == "tool_start")
     handle.suspend()
     with pytest.raises(rg.SuspendedError) as info:
         handle.result(timeout_s=60)

@@ -1,0 +1,114 @@
+"""Agent-as-tool calls: each is a child run on the callee's actor, started or resumed here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from raygents import checkpoint
+from raygents.envelope import Envelope, RunState
+from raygents.events import RunEvent
+from raygents.messages import Message, ToolCall
+from raygents.runtime.drive import SuspendToken, drive
+from raygents.runtime.tasks import StepResult, tool_error
+from raygents.tools import AgentTool, ToolResult
+
+if TYPE_CHECKING:
+    from raygents.runtime.directory import Directory
+
+__all__ = ["child_run_id", "load_state", "run_child"]
+
+
+def child_run_id(parent_run_id: str, call_id: str) -> str:
+    """The child run's id: stable for a given call, so a resumed parent finds its child."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in call_id)[:64] or "call"
+    return f"{parent_run_id}.{safe}"
+
+
+async def load_state(directory: Directory, run_id: str) -> tuple[RunState, dict[str, Any]] | None:
+    """The newest checkpointed state of a run and its last record, or None without one."""
+    blobs = await directory.coordinator().load.remote(run_id)
+    if not blobs:
+        return None
+    key = (await directory.settings())["key"]
+    records = [checkpoint.decode(b, key=key, source=run_id) for b in blobs]
+    return checkpoint.replay(records)
+
+
+async def run_child(
+    directory: Directory,
+    state: RunState,
+    envelope: Envelope,
+    call: ToolCall,
+    tool: AgentTool,
+    emit: Callable[[RunEvent], None],
+    tokens: dict[str, SuspendToken] | None,
+) -> StepResult:
+    """Run (or resume) the child run for one agent-as-tool call."""
+    callee = tool.agent
+    cap = callee.max_tool_depth
+    if state.max_tool_depth is not None:
+        cap = min(cap, state.max_tool_depth)
+    if state.depth >= cap:
+        return StepResult(
+            tool_error(tool.name, f"agent-tool delegation exceeded maximum depth ({cap})")
+        )
+    child_id = child_run_id(state.run_id, call.id)
+    child = await _resumable(directory, child_id, envelope) if envelope.resumed else None
+    fresh = child is None
+    if child is None:
+        child = RunState(
+            run_id=child_id,
+            agent_name=callee.name,
+            messages=(Message("user", json.loads(call.arguments)["input"]),),
+            input_len=1,
+            max_turns=state.max_turns,
+            depth=state.depth + 1,
+            max_tool_depth=cap,
+            parent_run_id=state.run_id,
+            path=(*state.path, f"{callee.name}/{call.id}"),
+        )
+    token = SuspendToken(child_id)
+    if tokens is not None:
+        tokens[child_id] = token
+    child_envelope = Envelope(
+        child,
+        envelope.graph_fp,
+        envelope.context,
+        envelope.stream,
+        activate=fresh,
+        resumed=not fresh,
+        approvals=envelope.approvals,
+    )
+    try:
+        outcome = await drive(child_envelope, directory, token, emit)
+    finally:
+        if tokens is not None:
+            tokens.pop(child_id, None)
+    usage = outcome.state.usage
+    if outcome.kind == "completed":
+        _forget(directory, outcome.state, "completed")
+        return StepResult(ToolResult(outcome.output or ""), usage=usage)
+    if outcome.kind == "failed":
+        return StepResult(tool_error(tool.name, outcome.error or "sub-agent failed"), usage=usage)
+    return StepResult(ToolResult(f"sub-agent run {outcome.kind}"), halt=outcome)
+
+
+async def _resumable(directory: Directory, child_id: str, envelope: Envelope) -> RunState | None:
+    found = await load_state(directory, child_id)
+    if found is None:
+        return None
+    child, last = found
+    if last["status"] in ("failed", "completed"):
+        return None
+    mine = {p.call_id for p in child.pending}
+    decisions = {k: v for k, v in envelope.approvals.items() if k in mine}
+    return child.evolve(approvals={**child.approvals, **decisions}, pending=())
+
+
+def _forget(directory: Directory, state: RunState, status: str) -> None:
+    from raygents.runtime.coordinator import RunInfo
+
+    info = RunInfo(state.run_id, status, state.agent_name, state.turns, seq=state.seq)
+    directory.coordinator().finish.remote(info)

@@ -1,0 +1,393 @@
+"""Starting, resuming and attaching to runs from a driver: ``start``, ``run``, ``resume``..."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import ray
+from ray import cloudpickle
+
+from raygents.agent import Agent, agent_graph
+from raygents.approvals import ApprovalDecision, normalise
+from raygents.envelope import Envelope, Outcome, RunState, new_run_id
+from raygents.errors import (
+    SUSPEND_FOR_CHECKPOINT,
+    ApprovalDecisionsMismatch,
+    OutputValidationError,
+    RaygentsError,
+    RunInterrupted,
+    RunNotFound,
+    SuspendedError,
+    UserError,
+)
+from raygents.events import RunEvent
+from raygents.messages import Message, to_messages
+from raygents.result import RunResult, TypedResult
+from raygents.runtime.children import load_state
+from raygents.runtime.client import Runtime, current
+from raygents.runtime.coordinator import RunInfo
+from raygents.runtime.drive import SuspendToken, drive
+from raygents.runtime.handle import RunHandle
+from raygents.schema import type_is_wrapped, type_name, type_schema
+from raygents.store import validate_key
+
+__all__ = ["attach", "resume", "run", "run_streamed", "run_typed", "runs", "start"]
+
+T = TypeVar("T")
+RunInput = str | Sequence[Message | Mapping[str, Any]]
+
+
+def _check_run_args(agent: Agent, timeout_s: float | None, max_turns: int | None) -> None:
+    if not isinstance(agent, Agent):
+        raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
+    if timeout_s is not None and not timeout_s > 0:
+        raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise UserError(f"max_turns must be an int >= 1, got {max_turns!r}")
+
+
+def _input_messages(input: RunInput) -> tuple[Message, ...]:
+    try:
+        messages = to_messages(input)
+    except (TypeError, KeyError, ValueError) as exc:
+        raise UserError(f"invalid run input: {exc}") from None
+    if not messages:
+        raise UserError("run input is empty: pass a string or at least one message")
+    return messages
+
+
+def _snapshot(agent: Agent) -> tuple[dict[str, Agent], bytes, str]:
+    graph = agent_graph(agent)
+    try:
+        blob: bytes = cloudpickle.dumps(graph)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        raise UserError(f"agent graph of {agent.name!r} cannot be pickled for Ray: {exc}") from None
+    return graph, blob, hashlib.sha256(blob).hexdigest()[:16]
+
+
+def start(
+    agent: Agent,
+    input: RunInput,
+    *,
+    context: Any = None,
+    run_id: str | None = None,
+    session_id: str | None = None,
+    timeout_s: float | None = None,
+    max_turns: int | None = None,
+    _stream: bool = False,
+    _response_format: dict[str, Any] | None = None,
+) -> RunHandle:
+    """Start a run and return its handle at once.
+
+    Args:
+        agent: the start agent.
+        input: a string (one user message) or messages / OpenAI-style dicts.
+        context: any picklable value, given to tools and dynamic instructions.
+        run_id: the run's id (letters, digits, ``._-``); a fresh one by default.
+        session_id: the conversation to load from and save to the agent's session.
+        timeout_s: a wall-clock budget after which the run suspends (it is never killed).
+        max_turns: caps ``max_turns`` of every agent in this run.
+    """
+    _check_run_args(agent, timeout_s, max_turns)
+    messages = _input_messages(input)
+    if session_id is not None and agent.session is None:
+        raise UserError(f"session_id was given but agent {agent.name!r} has no session")
+    if run_id is not None:
+        validate_key(f"runs/{run_id}")
+    rt = current()
+    graph, blob, fp = _snapshot(agent)
+    state = RunState(
+        run_id=run_id or new_run_id(),
+        agent_name=agent.name,
+        messages=messages,
+        input_len=len(messages),
+        max_turns=max_turns,
+        response_format=_response_format,
+    )
+    envelope = Envelope(state, fp, context, stream=_stream)
+    return _launch(rt, envelope, graph, blob, timeout_s)
+
+
+def _launch(
+    rt: Runtime,
+    envelope: Envelope,
+    graph: dict[str, Agent],
+    blob: bytes,
+    timeout_s: float | None,
+) -> RunHandle:
+    run_id = envelope.state.run_id
+    known = rt.handles.get(run_id)
+    if known is not None and not known.done():
+        raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
+    if not envelope.resumed:
+        taken = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, envelope.state.agent_name))
+        if taken is not None:
+            raise UserError(f"run id {run_id!r} is already in use ({taken.status}); pick another")
+    handle = RunHandle(run_id, rt, SuspendToken(run_id))
+    rt.handles[run_id] = handle
+    replicas = {name: a.replicas for name, a in graph.items()}
+    rt.submit(_drive_root(rt, handle, envelope, blob, replicas, graph, timeout_s))
+    return handle
+
+
+async def _drive_root(
+    rt: Runtime,
+    handle: RunHandle,
+    envelope: Envelope,
+    blob: bytes,
+    replicas: dict[str, int],
+    graph: dict[str, Agent],
+    timeout_s: float | None,
+) -> None:
+    state = envelope.state
+    timer = None
+    try:
+        await rt.ensure_graph(envelope.graph_fp, blob, replicas)
+        if timeout_s is not None:
+            timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
+        handle._set_status("running")
+        outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
+    except Exception as exc:
+        error = exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
+        outcome = Outcome("failed", state, error=error.with_run_id(state.run_id))
+    finally:
+        if timer is not None:
+            timer.cancel()
+    _finish(rt, handle, outcome, graph)
+
+
+def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, Agent]) -> None:
+    state = outcome.state
+    base = {"run_id": state.run_id, "agent_name": state.agent_name, "turns": state.turns}
+    status: Any
+    if outcome.kind == "completed":
+        result = RunResult(
+            run_id=state.run_id,
+            final_output=outcome.output or "",
+            messages=state.messages,
+            usage=state.usage,
+            turns=state.turns,
+            last_agent=graph[state.agent_name],
+        )
+        event = RunEvent(type="complete", output=result.final_output, usage=state.usage, **base)
+        status, error = "completed", None
+    elif outcome.kind == "suspended":
+        inline = state if outcome.checkpoint_error else None
+        error = SuspendedError(
+            "agent run suspended" + (f" (checkpoint not stored: {outcome.checkpoint_error})" if inline else ""),
+            run_id=state.run_id,
+            cause=outcome.cause,
+            checkpoint=inline,
+        )
+        event = RunEvent(type="suspended", error=outcome.cause, **base)
+        status, result = "suspended", None
+    elif outcome.kind == "interrupted":
+        pending = list(state.pending)
+        error = RunInterrupted(
+            f"run interrupted: {len(pending)} tool call(s) require approval",
+            run_id=state.run_id,
+            pending=pending,
+        )
+        event = RunEvent(type="interrupted", data={"pending": [p.model_dump() for p in pending]}, **base)
+        status, result = "awaiting_approval", None
+    else:
+        error = outcome.error or RaygentsError("run failed", run_id=state.run_id)
+        event = RunEvent(type="error", error=str(error), **base)
+        status, result = "failed", None
+    handle._emit(event)
+    info = RunInfo(state.run_id, status, state.agent_name, state.turns, last_error=None if result else str(error), seq=state.seq)
+    summary = _summary(result) if result is not None else None
+    rt.coordinator.finish.remote(info, summary)
+    handle._resolve(result, error, status)
+
+
+def _summary(result: RunResult) -> dict[str, Any]:
+    return {
+        "final_output": result.final_output,
+        "messages": result.messages,
+        "usage": result.usage,
+        "turns": result.turns,
+        "agent_name": result.last_agent.name,
+    }
+
+
+def run(agent: Agent, input: RunInput, **options: Any) -> RunResult:
+    """Run an agent to completion and return the result (blocks; for driver scripts).
+
+    Takes the same options as :func:`start`.
+    """
+    return start(agent, input, **options).result()
+
+
+def run_streamed(agent: Agent, input: RunInput, **options: Any) -> RunHandle:
+    """Like :func:`start`, with every model call streamed; read ``handle.events()``."""
+    return start(agent, input, _stream=True, **options)
+
+
+def run_typed(agent: Agent, input: RunInput, output_type: type[T], **options: Any) -> TypedResult[T]:
+    """Run with a strict JSON schema for ``output_type`` and return the parsed output.
+
+    Raises:
+        OutputValidationError: the final output does not match, with the failing paths.
+    """
+    try:
+        schema = type_schema(output_type)
+    except Exception as exc:
+        raise UserError(f"cannot build a JSON schema for {output_type!r}: {exc}") from None
+    response_format = {"name": type_name(output_type), "schema": schema}
+    result = start(agent, input, _response_format=response_format, **options).result()
+    return parse_typed(result, output_type)
+
+
+def parse_typed(result: RunResult, output_type: type[T]) -> TypedResult[T]:
+    """Parse a run's final output into ``output_type``."""
+    from pydantic import TypeAdapter, ValidationError
+
+    adapter = TypeAdapter(output_type)
+    try:
+        value = json.loads(result.final_output)
+        if type_is_wrapped(adapter.json_schema()):
+            value = value["value"]
+        output = adapter.validate_python(value)
+    except ValidationError as exc:
+        errors = [("/" + "/".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+        raise OutputValidationError(
+            f"output does not match {output_type!r}: {errors}", run_id=result.run_id, errors=errors
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise OutputValidationError(
+            f"output is not valid JSON for {output_type!r}: {exc}",
+            run_id=result.run_id,
+            errors=[("/", str(exc))],
+        ) from None
+    fields = {k: getattr(result, k) for k in ("run_id", "final_output", "messages", "usage", "turns", "last_agent")}
+    return TypedResult(output=output, **fields)
+
+
+def resume(
+    run_id: str,
+    *,
+    agent: Agent,
+    approvals: Mapping[str, ApprovalDecision | bool] | None = None,
+    context: Any = None,
+    timeout_s: float | None = None,
+) -> RunHandle:
+    """Continue a suspended, interrupted or stopped run from its newest checkpoint.
+
+    Works from any driver. Agents are resolved by name in ``agent``'s graph.
+
+    Args:
+        run_id: the run to continue.
+        agent: any agent whose graph contains the agents named in the checkpoint.
+        approvals: for a run awaiting approval, a decision (``ApprovalDecision`` or bool)
+            for exactly each pending call id.
+        context: the run context for the rest of the run.
+        timeout_s: a new wall-clock budget.
+
+    Raises:
+        RunNotFound: no checkpoint exists for ``run_id``.
+        ApprovalDecisionsMismatch: ``approvals`` does not cover exactly the pending calls.
+        UserError: the run already completed, runs elsewhere, or names an unknown agent.
+    """
+    _check_run_args(agent, timeout_s, None)
+    rt = current()
+    known = rt.handles.get(run_id)
+    if known is not None and not known.done():
+        return known
+    found = rt.wait(load_state(rt.directory, run_id))
+    if found is None:
+        raise RunNotFound(f"no checkpoint for run {run_id!r}", run_id=run_id)
+    state, last = found
+    graph, blob, fp = _snapshot(agent)
+    if state.agent_name not in graph:
+        raise UserError(
+            f"run {run_id!r} was at agent {state.agent_name!r}, which is not in the graph of "
+            f"{agent.name!r} (it has {sorted(graph)!r})",
+            run_id=run_id,
+        )
+    decisions = _check_decisions(state, normalise(dict(approvals or {})))
+    mine = {p.call_id for p in state.pending if p.run_id == run_id}
+    state = state.evolve(
+        approvals={**state.approvals, **{k: v for k, v in decisions.items() if k in mine}},
+        pending=(),
+    )
+    taken = rt.wait(rt.coordinator.claim.remote(run_id, rt.owner, state.agent_name))
+    if taken is not None:
+        raise UserError(f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id)
+    envelope = Envelope(
+        state, fp, context, activate=False, resumed=True, approvals=decisions
+    )
+    return _launch(rt, envelope, graph, blob, timeout_s)
+
+
+def _check_decisions(
+    state: RunState, decisions: dict[str, ApprovalDecision]
+) -> dict[str, ApprovalDecision]:
+    pending = {p.call_id for p in state.pending}
+    if set(decisions) == pending:
+        return decisions
+    missing = sorted(pending - set(decisions))
+    unknown = sorted(set(decisions) - pending)
+    raise ApprovalDecisionsMismatch(
+        f"approval decisions must cover exactly the pending calls; missing {missing!r}, "
+        f"unknown {unknown!r}",
+        run_id=state.run_id,
+    )
+
+
+def attach(run_id: str) -> RunHandle:
+    """A handle to a run, possibly started by another driver.
+
+    Runs of this driver give their own handle (with every event). For other runs the handle
+    resolves when the run ends; only the terminal event is delivered, and the result's
+    ``last_agent`` is a placeholder ``Agent`` carrying the agent's name.
+
+    Raises:
+        RunNotFound: the coordinator knows no such run.
+    """
+    rt = current()
+    handle = rt.handles.get(run_id)
+    if handle is not None:
+        return handle
+    info = ray.get(rt.coordinator.get_run.remote(run_id))
+    if info is None:
+        raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
+    handle = RunHandle(run_id, rt, SuspendToken(run_id))
+    handle._set_status(info.status)
+    rt.submit(_follow(rt, handle))
+    return handle
+
+
+async def _follow(rt: Runtime, handle: RunHandle) -> None:
+    info, summary = await rt.coordinator.wait.remote(handle.run_id)
+    base = {"run_id": handle.run_id, "agent_name": info.agent_name, "turns": info.turns}
+    if info.status == "completed" and summary is not None:
+        result = RunResult(
+            run_id=handle.run_id,
+            final_output=summary["final_output"],
+            messages=tuple(summary["messages"]),
+            usage=summary["usage"],
+            turns=summary["turns"],
+            last_agent=Agent(summary["agent_name"]),
+        )
+        handle._emit(RunEvent(type="complete", output=result.final_output, **base))
+        handle._resolve(result, None, "completed")
+        return
+    error: RaygentsError
+    if info.status == "suspended":
+        error = SuspendedError("agent run suspended", run_id=handle.run_id, cause=SUSPEND_FOR_CHECKPOINT)
+    elif info.status == "awaiting_approval":
+        error = RunInterrupted("run is waiting for approval; resume it with decisions", run_id=handle.run_id, pending=[])
+    else:
+        error = RaygentsError(info.last_error or f"run ended as {info.status}", run_id=handle.run_id)
+    handle._emit(RunEvent(type="error", error=str(error), **base))
+    handle._resolve(None, error, info.status)
+
+
+def runs(status: str | None = None) -> list[RunInfo]:
+    """What the coordinator knows about runs, optionally only those with ``status``."""
+    rt = current()
+    return list(ray.get(rt.coordinator.list_runs.remote(status)))
