@@ -33,9 +33,9 @@ from raygents.models.base import Model, ModelSettings
 from raygents.models.openai import OpenAIChatModel
 from raygents.result import RunResult, TypedResult
 from raygents.runtime.client import init, shutdown
-from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.handle import RunHandle, RunStatus
+from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
 from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
 
 __all__ = [

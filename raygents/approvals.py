@@ -68,7 +68,7 @@ class Approval:
             if inspect.isawaitable(verdict):
                 verdict = await verdict
             return bool(verdict)
-        return call.name in self.tools  # type: ignore[operator]
+        return call.name in self.tools
 
 
 def normalise(decisions: dict[str, ApprovalDecision | bool] | None) -> dict[str, ApprovalDecision]:

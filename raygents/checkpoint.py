@@ -81,7 +81,13 @@ def encode(record: Record, *, key: bytes | None = None) -> bytes:
     return codec.encode(record, key=key)
 
 
-def decode(data: bytes, *, key: bytes | None = None, source: str | None = None, max_bytes: int = 10 * 1024 * 1024) -> Record:
+def decode(
+    data: bytes,
+    *,
+    key: bytes | None = None,
+    source: str | None = None,
+    max_bytes: int = 10 * 1024 * 1024,
+) -> Record:
     """Checkpoint bytes as a record; damaged bytes raise :class:`CheckpointCorrupt`."""
     value = codec.decode(data, key=key, source=source, max_bytes=max_bytes)
     if not isinstance(value, dict) or value.get("format") != FORMAT:
@@ -110,15 +116,20 @@ def replay(records: Sequence[Record]) -> tuple[RunState, Record]:
     try:
         for expected, record in enumerate(ordered[start:], start=int(ordered[start]["seq"])):
             if int(record["seq"]) != expected:
-                raise CheckpointError(f"checkpoint record {expected} of run {record['run_id']!r} is missing")
-            messages = messages[: int(record["keep"])] + [Message.model_validate(m) for m in record["append"]]
+                raise CheckpointError(
+                    f"checkpoint record {expected} of run {record['run_id']!r} is missing"
+                )
+            messages = messages[: int(record["keep"])] + [
+                Message.model_validate(m) for m in record["append"]
+            ]
         last = ordered[-1]
         state = RunState.model_validate({**last["state"], "messages": messages})
     except CheckpointError:
         raise
     except Exception as exc:
         raise CheckpointCorrupt(
-            f"checkpoint records of run {ordered[-1].get('run_id')!r} do not form a valid state: {exc}",
+            f"checkpoint records of run {ordered[-1].get('run_id')!r} "
+            f"do not form a valid state: {exc}",
             reason="invalid state",
         ) from None
     return state, last

@@ -124,15 +124,19 @@ def decode(
     Raises:
         CheckpointCorrupt: the bytes are too large, damaged, from a newer raygents, signed
             with another key or not signed while a key is set, or not plain msgpack.
-            ``reason`` says which.
+            ``reason`` is one of "too large", "not bytes", "bad magic", "truncated",
+            "newer version", "unknown version", "bad header", "trailing data",
+            "key required", "unsigned", "wrong key", "checksum mismatch", "hmac mismatch",
+            "undecodable".
         UserError: ``key`` or ``max_bytes`` is unusable.
     """
     _check_key(key)
     _check_max_bytes(max_bytes)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         _corrupt(source, "not bytes", f"is a {type(data).__name__}, not bytes")
-    if len(data) > max_bytes:
-        _corrupt(source, "too large", f"is {len(data)} bytes, over the limit of {max_bytes}")
+    size = data.nbytes if isinstance(data, memoryview) else len(data)
+    if size > max_bytes:
+        _corrupt(source, "too large", f"is {size} bytes, over the limit of {max_bytes}")
     data = bytes(data)
     _check_header(data, max_bytes, source)
     _check_tag(data, key, source)

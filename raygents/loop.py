@@ -440,7 +440,9 @@ def gate(
     undecided = [
         s.call
         for s in batch.steps
-        if isinstance(s, Execute) and s.call.id in needs_approval and s.call.id not in state.approvals
+        if isinstance(s, Execute)
+        and s.call.id in needs_approval
+        and s.call.id not in state.approvals
     ]
     if undecided:
         pending = tuple(

@@ -14,7 +14,17 @@ for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS"):
 
 
 @pytest.fixture(scope="session")
-def ray_session() -> Iterator[None]:
+def session_s3() -> Iterator[object]:
+    """moto's S3 server on 127.0.0.1 with the AWS environment pointing at it for the whole
+    session, set before Ray starts so that Ray's workers (the coordinator) inherit it."""
+    from s3_server import MotoServer, aws_env
+
+    with MotoServer() as server, aws_env(server.endpoint_url):
+        yield server
+
+
+@pytest.fixture(scope="session")
+def ray_session(session_s3: object) -> Iterator[None]:
     """A private local Ray instance with raygents initialised on it, for the whole session."""
     import ray
 

@@ -16,7 +16,7 @@ from typing_extensions import assert_never
 
 from raygents import checkpoint, loop
 from raygents.agent import Agent, HandoffInputData
-from raygents.envelope import Envelope, Outcome, RunState
+from raygents.envelope import Envelope, Outcome, OutcomeKind, RunState
 from raygents.errors import CheckpointError, ModelError, RaygentsError, UserError
 from raygents.events import RunEvent
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
@@ -35,7 +35,12 @@ _exit_actor: Any = ray.actor.exit_actor
 
 Emit = Callable[[RunEvent], None]
 _DONE = object()
-_HANDOFF_PARAMS = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+_HANDOFF_PARAMS = {
+    "type": "object",
+    "properties": {},
+    "required": [],
+    "additionalProperties": False,
+}
 
 
 @dataclass
@@ -59,15 +64,18 @@ class AgentActor:
     def __init__(
         self, graph: dict[str, Agent] | bytes, agent_name: str, graph_fp: str, namespace: str
     ) -> None:
+        self.directory = Directory(namespace)
         if isinstance(graph, bytes):
             from ray import cloudpickle
 
-            graph = cloudpickle.loads(graph)
+            blob = graph
+            graph = cloudpickle.loads(blob)
+            assert isinstance(graph, dict)
+            self.directory.graphs[graph_fp] = (blob, {n: a.replicas for n, a in graph.items()})
         assert isinstance(graph, dict)
         self.graph: dict[str, Agent] = graph
         self.agent = graph[agent_name]
         self.graph_fp = graph_fp
-        self.directory = Directory(namespace)
         self._model: Model | None = None
         self._tools: dict[str, Tool] | None = None
         self._static_view: loop.AgentView | None = None
@@ -174,12 +182,19 @@ class AgentActor:
                     if isinstance(action, loop.RunTools):
                         state = state.evolve(turn_limit=loop.turn_limit(state, view))
                 case loop.RunTools() as batch:
-                    halted, state, action = await self._tools_turn(state, view, envelope, batch, emit)
+                    halted, state, action = await self._tools_turn(
+                        state, view, envelope, batch, emit
+                    )
                     if halted is not None:
                         return halted
                 case loop.Finish(output=output):
                     self._emit(
-                        emit, state, "agent_end", output=output, turns=state.turns, usage=state.usage
+                        emit,
+                        state,
+                        "agent_end",
+                        output=output,
+                        turns=state.turns,
+                        usage=state.usage,
                     )
                     return Outcome("completed", state, output=output)
                 case loop.Fail(error=error):
@@ -193,7 +208,12 @@ class AgentActor:
                     assert_never(action)
 
     async def _tools_turn(
-        self, state: RunState, view: loop.AgentView, envelope: Envelope, batch: loop.RunTools, emit: Emit
+        self,
+        state: RunState,
+        view: loop.AgentView,
+        envelope: Envelope,
+        batch: loop.RunTools,
+        emit: Emit,
     ) -> tuple[Outcome | None, RunState, loop.Action]:
         """Gate, checkpoint and run one batch; an outcome if the run must stop here."""
         needs = await self._needs_approval(state, batch, envelope.context)
@@ -261,7 +281,7 @@ class AgentActor:
         self, state: RunState, status: checkpoint.Status, emit: Emit, *, cause: str | None = None
     ) -> Outcome:
         """Stop the run with a durable checkpoint (suspend or approval interrupt)."""
-        kind = "suspended" if status == "suspended" else "interrupted"
+        kind: OutcomeKind = "suspended" if status == "suspended" else "interrupted"
         try:
             state = await self._save(state, status, emit, cause=cause, durable=True)
         except (CheckpointError, ray.exceptions.RayError) as exc:
@@ -294,7 +314,9 @@ class AgentActor:
             handoffs = agent.handoff_configs()
             specs = [t.spec() for t in self.tools().values()]
             specs += [
-                ToolSpec(name=h.tool_name, description=h.tool_description, parameters=_HANDOFF_PARAMS)
+                ToolSpec(
+                    name=h.tool_name, description=h.tool_description, parameters=_HANDOFF_PARAMS
+                )
                 for h in handoffs
             ]
             output_schema = None
@@ -369,11 +391,15 @@ class AgentActor:
             elif isinstance(chunk, ModelResponse):
                 final = chunk
         if final is None:
-            raise ModelError(f"the streaming model of agent {self.agent.name!r} ended without a response")
+            raise ModelError(
+                f"the streaming model of agent {self.agent.name!r} ended without a response"
+            )
         return final
 
     # --- tool calls ---------------------------------------------------------------------
-    async def _needs_approval(self, state: RunState, batch: loop.RunTools, context: Any) -> frozenset[str]:
+    async def _needs_approval(
+        self, state: RunState, batch: loop.RunTools, context: Any
+    ) -> frozenset[str]:
         tools = self.tools()
         approval = self.agent.approval
         needs = set()
@@ -428,13 +454,23 @@ class AgentActor:
         if call.id in state.journal:
             return StepResult(state.journal[call.id])
         t = self.tools()[call.name]
-        self._emit(emit, state, "tool_start", tool_name=call.name, call_id=call.id, arguments=call.arguments)
+        self._emit(
+            emit,
+            state,
+            "tool_start",
+            tool_name=call.name,
+            call_id=call.id,
+            arguments=call.arguments,
+        )
         started = time.perf_counter()
         if isinstance(t, AgentTool):
             active = self._active.get(state.run_id)
-            out = await run_child(self.directory, state, envelope, call, t, emit, active and active.children)
+            tokens = active.children if active is not None else None
+            out = await run_child(self.directory, state, envelope, call, t, emit, tokens)
         else:
-            ctx = ToolContext(state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context)
+            ctx = ToolContext(
+                state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context
+            )
             out = await run_tool(t, ctx, call.arguments, self.task_cache)
         self._emit(
             emit,
@@ -466,11 +502,15 @@ class AgentActor:
                 f"cannot execute handoff callback for {target!r}: {exc}", run_id=state.run_id
             ) from None
 
-    async def _handoff(self, state: RunState, target: str, call: ToolCall, context: Any) -> RunState:
+    async def _handoff(
+        self, state: RunState, target: str, call: ToolCall, context: Any
+    ) -> RunState:
         config = self._handoff_config(target)
         if config.input_filter is None:
             return loop.apply_handoff(state, target)
-        data = HandoffInputData(state.messages[: state.input_len], state.messages[state.input_len :])
+        data = HandoffInputData(
+            state.messages[: state.input_len], state.messages[state.input_len :]
+        )
         try:
             messages = list(config.input_filter(data))
         except Exception as exc:
@@ -483,13 +523,23 @@ class AgentActor:
 
     # --- events -------------------------------------------------------------------------
     def _emit(self, emit: Emit, state: RunState, kind: Any, **fields: Any) -> None:
-        emit(RunEvent(type=kind, run_id=state.run_id, agent_name=self.agent.name, path=state.path, **fields))
+        emit(
+            RunEvent(
+                type=kind,
+                run_id=state.run_id,
+                agent_name=self.agent.name,
+                path=state.path,
+                **fields,
+            )
+        )
 
 
 def _info(state: RunState, status: str, error: str | None) -> Any:
     from raygents.runtime.coordinator import RunInfo
 
-    return RunInfo(state.run_id, status, state.agent_name, state.turns, last_error=error, seq=state.seq)
+    return RunInfo(
+        state.run_id, status, state.agent_name, state.turns, last_error=error, seq=state.seq
+    )
 
 
 async def _settle(saves: list[Any], run_id: str) -> None:
@@ -497,4 +547,3 @@ async def _settle(saves: list[Any], run_id: str) -> None:
     for result in await asyncio.gather(*saves, return_exceptions=True):
         if isinstance(result, BaseException):
             log.warning("run %s: a journal checkpoint failed: %s", run_id, result)
-

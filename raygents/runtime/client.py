@@ -59,7 +59,6 @@ class Runtime:
         )
         self.directory = Directory(namespace, self.coordinator)
         self.handles: dict[str, RunHandle] = {}
-        self._graphs: set[str] = set()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygents", daemon=True)
         self._thread.start()
@@ -92,9 +91,9 @@ class Runtime:
 
     async def ensure_graph(self, fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         """Tell the coordinator about a graph snapshot once per process."""
-        if fp not in self._graphs:
+        if fp not in self.directory.graphs:
             await self.coordinator.register_graph.remote(fp, blob, replicas)
-            self._graphs.add(fp)
+            self.directory.graphs[fp] = (blob, replicas)
 
     def suspend_all(self, grace_s: float) -> int:
         """Suspend every running run of this driver and wait up to ``grace_s`` for them."""

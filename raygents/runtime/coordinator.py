@@ -96,7 +96,9 @@ class Coordinator:
         if key not in self.actors:
             graph = self.graphs.get(graph_fp)
             if graph is None:
-                raise RaygentsError(f"unknown agent graph {graph_fp!r}; start or resume the run again")
+                raise RaygentsError(
+                    f"unknown agent graph {graph_fp!r}; start or resume the run again"
+                )
             count = graph.replicas.get(name, 1)
             self.actors[key] = [self._create(graph, graph_fp, name, i) for i in range(count)]
         return self.actors[key]
@@ -116,7 +118,9 @@ class Coordinator:
         return remote_cls.remote(graph.blob, name, graph_fp, self.namespace)
 
     # --- checkpoints --------------------------------------------------------------------
-    async def save(self, run_id: str, seq: int, data: bytes, info: RunInfo, durable: bool = True) -> None:
+    async def save(
+        self, run_id: str, seq: int, data: bytes, info: RunInfo, durable: bool = True
+    ) -> None:
         """Store one checkpoint record.
 
         In ``sync`` mode (or when ``durable``) it returns once the store has the record; in
@@ -200,7 +204,17 @@ class Coordinator:
         if info is not None and info.status == "running" and info.owner not in (None, owner):
             return info
         attempts = (info.attempts + 1) if info is not None else 1
-        self._update(RunInfo(run_id, "running", agent_name, info.turns if info else 0, attempts, owner=owner, seq=info.seq if info else 0))
+        self._update(
+            RunInfo(
+                run_id,
+                "running",
+                agent_name,
+                info.turns if info else 0,
+                attempts,
+                owner=owner,
+                seq=info.seq if info else 0,
+            )
+        )
         return None
 
     def record(self, infos: list[RunInfo]) -> None:
@@ -211,7 +225,9 @@ class Coordinator:
     def _update(self, info: RunInfo) -> None:
         old = self.runs.get(info.run_id)
         if old is not None:
-            info = replace(info, attempts=max(info.attempts, old.attempts), owner=info.owner or old.owner)
+            info = replace(
+                info, attempts=max(info.attempts, old.attempts), owner=info.owner or old.owner
+            )
         self.runs[info.run_id] = replace(info, updated_at=time.time())
 
     def list_runs(self, status: str | None = None) -> list[RunInfo]:

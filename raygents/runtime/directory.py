@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 import ray
+import ray.exceptions
 
 __all__ = ["COORDINATOR_NAME", "Directory"]
 
@@ -21,6 +22,8 @@ class Directory:
     def __init__(self, namespace: str, coordinator: Any = None) -> None:
         self.namespace = namespace
         self._coordinator = coordinator
+        self.graphs: dict[str, tuple[bytes, dict[str, int]]] = {}
+        """Graph snapshots this process knows, to register again with a restarted coordinator."""
         self._actors: dict[tuple[str, str], list[Any]] = {}
         self._turn = itertools.count()
         self._settings: dict[str, Any] | None = None
@@ -47,7 +50,14 @@ class Directory:
         key = (graph_fp, name)
         handles = self._actors.get(key)
         if not handles:
-            handles = await self.coordinator().agent_actors.remote(graph_fp, name)
+            try:
+                handles = await self.coordinator().agent_actors.remote(graph_fp, name)
+            except ray.exceptions.RayTaskError as exc:
+                known = self.graphs.get(graph_fp)
+                if known is None or "unknown agent graph" not in str(exc):
+                    raise
+                await self.coordinator().register_graph.remote(graph_fp, *known)
+                handles = await self.coordinator().agent_actors.remote(graph_fp, name)
             self._actors[key] = handles
         return handles[next(self._turn) % len(handles)]
 

@@ -151,7 +151,9 @@ async def _drive_root(
         handle._set_status("running")
         outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
     except Exception as exc:
-        error = exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
+        error = (
+            exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
+        )
         outcome = Outcome("failed", state, error=error.with_run_id(state.run_id))
     finally:
         if timer is not None:
@@ -163,6 +165,8 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
     state = outcome.state
     base = {"run_id": state.run_id, "agent_name": state.agent_name, "turns": state.turns}
     status: Any
+    error: RaygentsError | None
+    result: RunResult | None
     if outcome.kind == "completed":
         result = RunResult(
             run_id=state.run_id,
@@ -177,7 +181,8 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
     elif outcome.kind == "suspended":
         inline = state if outcome.checkpoint_error else None
         error = SuspendedError(
-            "agent run suspended" + (f" (checkpoint not stored: {outcome.checkpoint_error})" if inline else ""),
+            "agent run suspended"
+            + (f" (checkpoint not stored: {outcome.checkpoint_error})" if inline else ""),
             run_id=state.run_id,
             cause=outcome.cause,
             checkpoint=inline,
@@ -191,14 +196,23 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
             run_id=state.run_id,
             pending=pending,
         )
-        event = RunEvent(type="interrupted", data={"pending": [p.model_dump() for p in pending]}, **base)
+        event = RunEvent(
+            type="interrupted", data={"pending": [p.model_dump() for p in pending]}, **base
+        )
         status, result = "awaiting_approval", None
     else:
         error = outcome.error or RaygentsError("run failed", run_id=state.run_id)
         event = RunEvent(type="error", error=str(error), **base)
         status, result = "failed", None
     handle._emit(event)
-    info = RunInfo(state.run_id, status, state.agent_name, state.turns, last_error=None if result else str(error), seq=state.seq)
+    info = RunInfo(
+        state.run_id,
+        status,
+        state.agent_name,
+        state.turns,
+        last_error=None if result else str(error),
+        seq=state.seq,
+    )
     summary = _summary(result) if result is not None else None
     rt.coordinator.finish.remote(info, summary)
     handle._resolve(result, error, status)
@@ -227,7 +241,9 @@ def run_streamed(agent: Agent, input: RunInput, **options: Any) -> RunHandle:
     return start(agent, input, _stream=True, **options)
 
 
-def run_typed(agent: Agent, input: RunInput, output_type: type[T], **options: Any) -> TypedResult[T]:
+def run_typed(
+    agent: Agent, input: RunInput, output_type: type[T], **options: Any
+) -> TypedResult[T]:
     """Run with a strict JSON schema for ``output_type`` and return the parsed output.
 
     Raises:
@@ -263,7 +279,10 @@ def parse_typed(result: RunResult, output_type: type[T]) -> TypedResult[T]:
             run_id=result.run_id,
             errors=[("/", str(exc))],
         ) from None
-    fields = {k: getattr(result, k) for k in ("run_id", "final_output", "messages", "usage", "turns", "last_agent")}
+    fields = {
+        k: getattr(result, k)
+        for k in ("run_id", "final_output", "messages", "usage", "turns", "last_agent")
+    }
     return TypedResult(output=output, **fields)
 
 
@@ -300,7 +319,7 @@ def resume(
     found = rt.wait(load_state(rt.directory, run_id))
     if found is None:
         raise RunNotFound(f"no checkpoint for run {run_id!r}", run_id=run_id)
-    state, last = found
+    state, _ = found
     graph, blob, fp = _snapshot(agent)
     if state.agent_name not in graph:
         raise UserError(
@@ -314,12 +333,10 @@ def resume(
         approvals={**state.approvals, **{k: v for k, v in decisions.items() if k in mine}},
         pending=(),
     )
-    taken = rt.wait(rt.coordinator.claim.remote(run_id, rt.owner, state.agent_name))
+    taken = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, state.agent_name))
     if taken is not None:
         raise UserError(f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id)
-    envelope = Envelope(
-        state, fp, context, activate=False, resumed=True, approvals=decisions
-    )
+    envelope = Envelope(state, fp, context, activate=False, resumed=True, approvals=decisions)
     return _launch(rt, envelope, graph, blob, timeout_s)
 
 
@@ -378,11 +395,19 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
         return
     error: RaygentsError
     if info.status == "suspended":
-        error = SuspendedError("agent run suspended", run_id=handle.run_id, cause=SUSPEND_FOR_CHECKPOINT)
+        error = SuspendedError(
+            "agent run suspended", run_id=handle.run_id, cause=SUSPEND_FOR_CHECKPOINT
+        )
     elif info.status == "awaiting_approval":
-        error = RunInterrupted("run is waiting for approval; resume it with decisions", run_id=handle.run_id, pending=[])
+        error = RunInterrupted(
+            "run is waiting for approval; resume it with decisions",
+            run_id=handle.run_id,
+            pending=[],
+        )
     else:
-        error = RaygentsError(info.last_error or f"run ended as {info.status}", run_id=handle.run_id)
+        error = RaygentsError(
+            info.last_error or f"run ended as {info.status}", run_id=handle.run_id
+        )
     handle._emit(RunEvent(type="error", error=str(error), **base))
     handle._resolve(None, error, info.status)
 

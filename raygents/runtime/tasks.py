@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-
 import ray.exceptions
 
 from raygents.messages import Usage
@@ -96,7 +95,9 @@ def remote_tool(tool: Tool) -> Any:
     return ray.remote(run_tool).options(**options)
 
 
-async def run_tool(tool: Tool, ctx: ToolContext, arguments: str, cache: dict[str, Any]) -> StepResult:
+async def run_tool(
+    tool: Tool, ctx: ToolContext, arguments: str, cache: dict[str, Any]
+) -> StepResult:
     """Run one tool call: as a Ray task (``cache`` keeps one remote function per tool), or in
     this process for ``remote=False`` tools. Failures become error results."""
     if not tool.remote:

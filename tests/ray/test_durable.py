@@ -1,0 +1,390 @@
+"""Durable runs: checkpoints, graceful suspend, resume, approvals, corrupt checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray
+
+import raygents as rg
+from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
+
+pytestmark = pytest.mark.usefixtures("rt")
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, tmp_path: Path, session_s3: object) -> Iterator[str]:
+    """raygents re-initialised on a fresh namespace with the store kind of the test."""
+    kind = getattr(request, "param", "file")
+    if kind == "file":
+        url = f"file://{tmp_path / 'ckpt'}"
+    elif kind == "s3":
+        from s3_server import create_bucket
+
+        url = f"s3://{create_bucket(session_s3.endpoint_url)}/runs"  # type: ignore[attr-defined]
+    else:
+        url = "memory://"
+    rg.shutdown()
+    rg.init(namespace=f"durable-{kind}-{os.urandom(3).hex()}", store=url)
+    yield url
+    rg.shutdown()
+    rg.init(store="memory://")
+
+
+def ledger_tool(name: str, seconds: float = 0.0) -> rg.Tool:
+    """A tool that records each execution in the ledger file given as run context."""
+
+    def body(ctx: rg.ToolContext, value: str) -> str:
+        time.sleep(seconds)
+        with open(ctx.context["ledger"], "a") as f:
+            f.write(json.dumps({"key": ctx.idempotency_key, "value": value}) + "\n")
+        return f"{name}({value})"
+
+    body.__name__ = name
+    body.__doc__ = f"Record {name}."
+    return rg.tool(num_cpus=0)(body)
+
+
+def ledger(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def answer_after_tools(done: str = "done") -> FunctionModel:
+    """Calls ``work`` once, then answers with the number of tool results seen."""
+
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        results = [m for m in req.messages if m.role == "tool"]
+        if not results:
+            return calls(call("work", {"value": "x"}, id="call_work"))
+        return text(f"{done}: {len(results)} result(s)")
+
+    return FunctionModel(reply)
+
+
+@pytest.mark.parametrize("store", ["memory", "file", "s3"], indirect=True)
+def test_suspend_while_a_tool_runs_then_resume_without_rerunning_it(
+    store: str, tmp_path: Path
+) -> None:
+    book = tmp_path / "ledger"
+    agent = rg.Agent("worker", tools=[ledger_tool("work", 1.0)], model=answer_after_tools())
+    handle = rg.start(agent, "go", context={"ledger": str(book)})
+    next(e for e in handle.events() if e.type == "tool_start")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError) as info:
+        handle.result(timeout_s=60)
+    assert info.value.checkpoint is None, "the checkpoint was stored, not carried inline"
+    assert len(ledger(book)) == 1, "the in-flight tool finished"
+    assert [r.status for r in rg.runs() if r.run_id == handle.run_id] == ["suspended"]
+    result = rg.resume(handle.run_id, agent=agent, context={"ledger": str(book)}).result(
+        timeout_s=60
+    )
+    assert result.final_output == "done: 1 result(s)"
+    assert len(ledger(book)) == 1, "the finished tool did not run again"
+    assert result.turns == 2
+
+
+def test_timeout_budget_suspends_and_resume_completes(store: str, tmp_path: Path) -> None:
+    book = tmp_path / "ledger"
+    agent = rg.Agent("budget", tools=[ledger_tool("work", 1.5)], model=answer_after_tools())
+    handle = rg.start(agent, "go", context={"ledger": str(book)}, timeout_s=0.5)
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    result = rg.resume(handle.run_id, agent=agent, context={"ledger": str(book)}).result(
+        timeout_s=60
+    )
+    assert result.final_output.startswith("done") and len(ledger(book)) == 1
+
+
+def test_suspend_before_the_first_turn_checkpoints_the_input(store: str) -> None:
+    model = ScriptedModel([text("hello")])
+    agent = rg.Agent("early", model=model)
+    handle = rg.start(agent, "hi there", run_id=f"early-{os.urandom(3).hex()}")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    assert model.calls == []
+    result = rg.resume(handle.run_id, agent=agent).result(timeout_s=60)
+    assert result.final_output == "hello" and result.messages[0].text == "hi there"
+
+
+def test_nested_suspend_and_resume_three_levels_deep(store: str, tmp_path: Path) -> None:
+    book = tmp_path / "ledger"
+
+    def leaf_model(req: rg.ModelRequest) -> rg.ModelResponse:
+        if not any(m.role == "tool" for m in req.messages):
+            return calls(call("work", {"value": req.messages[0].text}, id="call_leaf"))
+        return text(f"leaf saw {req.messages[-1].text}")
+
+    def via(tool: str) -> FunctionModel:
+        def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+            results = [m.text for m in req.messages if m.role == "tool"]
+            if not results:
+                return calls(call(tool, {"input": "deep"}, id=f"call_{tool}"))
+            return text(f"{tool} said: {results[0]}")
+
+        return FunctionModel(reply)
+
+    c = rg.Agent("level_c", tools=[ledger_tool("work", 1.0)], model=FunctionModel(leaf_model))
+    b = rg.Agent("level_b", tools=[c.as_tool()], model=via("level_c"))
+    a = rg.Agent("level_a", tools=[b.as_tool()], model=via("level_b"))
+    handle = rg.start(a, "start", context={"ledger": str(book)})
+    next(e for e in handle.events() if e.type == "tool_start" and len(e.path) == 2)
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    statuses = {r.run_id: r.status for r in rg.runs()}
+    nested = [rid for rid in statuses if rid.startswith(handle.run_id)]
+    assert len(nested) == 3 and all(statuses[r] == "suspended" for r in nested)
+    result = rg.resume(handle.run_id, agent=a, context={"ledger": str(book)}).result(timeout_s=60)
+    assert result.final_output == "level_b said: level_c said: leaf saw work(deep)"
+    assert len(ledger(book)) == 1
+
+
+@rg.tool(num_cpus=0, needs_approval=True)
+def delete_all(target: str) -> str:
+    """Delete everything in a target."""
+    return f"deleted {target}"
+
+
+@rg.tool(num_cpus=0)
+def look(target: str) -> str:
+    """Look at a target."""
+    return f"looked at {target}"
+
+
+def approval_model() -> FunctionModel:
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        results = [m.text for m in req.messages if m.role == "tool"]
+        if not results:
+            return calls(
+                call("look", {"target": "db"}, id="c_look"),
+                call("delete_all", {"target": "db"}, id="c_del"),
+            )
+        return text(" | ".join(results))
+
+    return FunctionModel(reply)
+
+
+def test_approval_interrupts_then_approve_runs_the_batch(store: str) -> None:
+    agent = rg.Agent("careful", tools=[look, delete_all], model=approval_model())
+    handle = rg.start(agent, "clean up")
+    with pytest.raises(rg.RunInterrupted) as info:
+        handle.result(timeout_s=60)
+    assert [(p.call_id, p.tool_name) for p in info.value.pending] == [("c_del", "delete_all")]
+    assert handle.status() == "awaiting_approval"
+    with pytest.raises(rg.ApprovalDecisionsMismatch):
+        rg.resume(handle.run_id, agent=agent, approvals={"c_look": True})
+    with pytest.raises(rg.ApprovalDecisionsMismatch):
+        rg.resume(handle.run_id, agent=agent, approvals={})
+    result = rg.resume(handle.run_id, agent=agent, approvals={"c_del": True}).result(timeout_s=60)
+    assert result.final_output == "looked at db | deleted db"
+
+
+def test_denied_calls_get_the_denial_message(store: str) -> None:
+    agent = rg.Agent(
+        "careful2",
+        tools=[look, delete_all],
+        model=approval_model(),
+    )
+    handle = rg.start(agent, "clean up")
+    with pytest.raises(rg.RunInterrupted):
+        handle.result(timeout_s=60)
+    decision = rg.ApprovalDecision(False, "not today")
+    result = rg.resume(handle.run_id, agent=agent, approvals={"c_del": decision}).result(
+        timeout_s=60
+    )
+    assert result.final_output == "looked at db | not today"
+
+
+def test_should_approve_wins_over_the_tool_list(store: str) -> None:
+    approval = rg.Approval(
+        tools=["look"], should_approve=lambda ctx, call: call.name == "delete_all"
+    )
+    agent = rg.Agent("policy", tools=[look, delete_all], model=approval_model(), approval=approval)
+    with pytest.raises(rg.RunInterrupted) as info:
+        rg.run(agent, "clean")
+    assert [p.tool_name for p in info.value.pending] == ["delete_all"]
+
+
+def test_nested_approvals_of_siblings_and_levels_surface_on_the_root(store: str) -> None:
+    def guarded(req: rg.ModelRequest) -> rg.ModelResponse:
+        results = [m.text for m in req.messages if m.role == "tool"]
+        if not results:
+            return calls(
+                call(
+                    "delete_all",
+                    {"target": req.messages[0].text},
+                    id=f"del_{req.agent_name}_{req.messages[0].text}",
+                )
+            )
+        return text(results[0])
+
+    leaf = rg.Agent("leaf_guard", tools=[delete_all], model=FunctionModel(guarded))
+
+    def middle_reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        results = [m.text for m in req.messages if m.role == "tool"]
+        if not results:
+            return calls(call("leaf_guard", {"input": "deep"}, id="call_leaf"))
+        return text(f"middle: {results[0]}")
+
+    middle = rg.Agent("middle_guard", tools=[leaf.as_tool()], model=FunctionModel(middle_reply))
+
+    def root_reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        results = [m.text for m in req.messages if m.role == "tool"]
+        if not results:
+            return calls(
+                call("leaf_guard", {"input": "a"}, id="call_a"),
+                call("leaf_guard", {"input": "b"}, id="call_b"),
+                call("middle_guard", {"input": "m"}, id="call_m"),
+            )
+        return text(" / ".join(results))
+
+    root = rg.Agent(
+        "root_guard", tools=[leaf.as_tool(), middle.as_tool()], model=FunctionModel(root_reply)
+    )
+    handle = rg.start(root, "go")
+    with pytest.raises(rg.RunInterrupted) as info:
+        handle.result(timeout_s=60)
+    pending = {p.call_id: p for p in info.value.pending}
+    assert set(pending) == {"del_leaf_guard_a", "del_leaf_guard_b", "del_leaf_guard_deep"}
+    assert pending["del_leaf_guard_deep"].run_id.count(".") == 2
+    decisions = {"del_leaf_guard_a": True, "del_leaf_guard_b": False, "del_leaf_guard_deep": True}
+    result = rg.resume(handle.run_id, agent=root, approvals=decisions).result(timeout_s=60)
+    assert result.final_output == (
+        "deleted a / Tool call was denied by human review. / middle: deleted deep"
+    )
+
+
+def test_resume_twice_gives_the_same_handle(store: str) -> None:
+    agent = rg.Agent(
+        "twice", tools=[look], model=FunctionModel(lambda req: text("ok"), latency_s=0.5)
+    )
+    handle = rg.start(agent, "x")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    first = rg.resume(handle.run_id, agent=agent)
+    assert rg.resume(handle.run_id, agent=agent) is first
+    assert first.result(timeout_s=60).final_output == "ok"
+    assert rg.attach(handle.run_id) is first
+
+
+def test_resume_errors(store: str) -> None:
+    with pytest.raises(rg.RunNotFound):
+        rg.resume("no-such-run", agent=rg.Agent("x", model=ScriptedModel([])))
+    agent = rg.Agent("named", model=ScriptedModel([text("never")]))
+    handle = rg.start(agent, "x")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    with pytest.raises(rg.UserError, match=r"'named'.*not in the graph"):
+        rg.resume(handle.run_id, agent=rg.Agent("other", model=ScriptedModel([])))
+    with pytest.raises(rg.ApprovalDecisionsMismatch):
+        rg.resume(handle.run_id, agent=agent, approvals={"nothing": True})
+
+
+def test_the_checkpointed_turn_limit_wins_over_the_live_agent(store: str) -> None:
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        done = sum(1 for m in req.messages if m.role == "tool")
+        return (
+            text("finished")
+            if done >= 2
+            else calls(call("look", {"target": str(done)}, id=f"c{done}"))
+        )
+
+    agent = rg.Agent(
+        "limited", tools=[look], model=FunctionModel(reply, latency_s=0.3), max_turns=5
+    )
+    handle = rg.start(agent, "x")
+    next(e for e in handle.events() if e.type == "tool_end")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    tighter = agent.clone(max_turns=1)
+    assert rg.resume(handle.run_id, agent=tighter).result(timeout_s=60).final_output == "finished"
+
+
+def test_corrupt_and_truncated_checkpoints_are_refused(store: str) -> None:
+    agent = rg.Agent("fragile_ckpt", model=ScriptedModel([text("never")]))
+    handle = rg.start(agent, "x")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    root = Path(store[len("file://") :]) / "runs" / handle.run_id
+    (path,) = sorted(root.iterdir())
+    data = path.read_bytes()
+    for damaged in (data[: len(data) // 2], data[:-1] + bytes([data[-1] ^ 1])):
+        path.unlink()
+        path.write_bytes(damaged)
+        with pytest.raises(rg.CheckpointCorrupt):
+            rg.resume(handle.run_id, agent=agent)
+
+
+def test_s3_unreachable_suspend_carries_the_checkpoint_inline(
+    session_s3: object, tmp_path: Path
+) -> None:
+    from s3_server import create_bucket
+
+    url = f"s3://{create_bucket(session_s3.endpoint_url)}/runs"  # type: ignore[attr-defined]
+    rg.shutdown()
+    rg.init(namespace=f"s3-down-{os.urandom(3).hex()}", store=url)
+    try:
+        agent = rg.Agent("offline_store", model=ScriptedModel([text("never")]))
+        session_s3.stop()  # type: ignore[attr-defined]
+        try:
+            handle = rg.start(agent, "x")
+            handle.suspend()
+            with pytest.raises(rg.SuspendedError) as info:
+                handle.result(timeout_s=120)
+        finally:
+            session_s3.start()  # type: ignore[attr-defined]
+        assert info.value.checkpoint is not None
+        assert info.value.checkpoint.messages[0].text == "x"
+        assert "not stored" in str(info.value)
+    finally:
+        rg.shutdown()
+        rg.init(store="memory://")
+
+
+def test_coordinator_restart_between_checkpoints_is_resumable(store: str, tmp_path: Path) -> None:
+    book = tmp_path / "ledger"
+
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        done = sum(1 for m in req.messages if m.role == "tool")
+        return (
+            text(f"finished after {done}")
+            if done >= 2
+            else calls(call("work", {"value": str(done)}, id=f"w{done}"))
+        )
+
+    agent = rg.Agent("survivor", tools=[ledger_tool("work", 1.0)], model=FunctionModel(reply))
+    handle = rg.start(agent, "go", context={"ledger": str(book)})
+    events = iter(handle.events())
+    next(e for e in events if e.type == "tool_end")
+    next(e for e in events if e.type == "checkpoint")  # the first batch's results are durable
+    next(e for e in events if e.type == "tool_start")  # the second tool is in flight
+    coordinator = ray.get_actor(
+        "raygents:coordinator", namespace=rg.runtime.client.current().namespace
+    )
+    ray.kill(coordinator, no_restart=False)
+    with pytest.raises(rg.RaygentsError):
+        handle.result(timeout_s=60)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            statuses = {r.run_id: r.status for r in rg.runs()}
+            break
+        except ray.exceptions.RayActorError:
+            time.sleep(0.2)
+    assert statuses.get(handle.run_id) in ("suspended", "failed")
+    result = rg.resume(handle.run_id, agent=agent, context={"ledger": str(book)}).result(
+        timeout_s=60
+    )
+    assert result.final_output == "finished after 2"
+    values = [entry["value"] for entry in ledger(book)]
+    assert values.count("0") == 1, "the first call finished before the crash and never ran again"
