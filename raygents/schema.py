@@ -133,31 +133,30 @@ _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Split a Google-style docstring into its description and per-argument descriptions."""
+    """Split a Google-style docstring into its description and per-argument descriptions.
+
+    The description is the text before the first section header (``Args:``, ``Returns:``...).
+    """
     if not doc:
         return "", {}
-    lines = inspect.cleandoc(doc).splitlines()
     summary: list[str] = []
     args: dict[str, str] = {}
+    section: str | None = None
     current: str | None = None
-    in_args = False
-    for line in lines:
-        if _ARGS_HEADER.match(line):
-            in_args, current = True, None
+    for line in inspect.cleandoc(doc).splitlines():
+        if _SECTION.match(line) and not line.startswith((" ", "\t")):
+            section = "args" if _ARGS_HEADER.match(line) else "other"
+            current = None
             continue
-        if in_args and _SECTION.match(line) and not line.startswith((" ", "\t")):
-            in_args, current = False, None
-            continue
-        if in_args:
+        if section is None:
+            summary.append(line)
+        elif section == "args":
             m = _ARG_LINE.match(line)
             if m and len(line) - len(line.lstrip()) <= 4:
                 current = m.group(1).lstrip("*")
                 args[current] = m.group(3).strip()
             elif current and line.strip():
                 args[current] = f"{args[current]} {line.strip()}".strip()
-            continue
-        if not _SECTION.match(line) or summary:
-            summary.append(line)
     return "\n".join(summary).strip(), args
 
 
@@ -197,3 +196,36 @@ def function_parameters(
             prop.pop("description", None)
         _ = name
     return schema, model, {"": description, **arg_docs}
+
+
+def drop_defaulted_nulls(value: Any, schema: dict[str, Any]) -> Any:
+    """Remove ``null`` values of optional properties, so their Python defaults apply.
+
+    Strict mode makes every property required and optional ones nullable, so a model sends
+    ``null`` where it means "use the default". ``schema`` is the type's own (non-strict) schema.
+    """
+    return _drop(value, schema, schema.get("$defs", {}), 0)
+
+
+def _drop(value: Any, node: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:
+    if depth > 64 or not isinstance(node, dict):
+        return value
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _drop(value, defs.get(ref.split("/")[-1], {}), defs, depth + 1)
+    for key in ("anyOf", "oneOf"):
+        if key in node and value is not None:
+            for alt in node[key]:
+                if isinstance(alt, dict) and ("$ref" in alt or alt.get("type") in ("object", "array")):
+                    return _drop(value, alt, defs, depth + 1)
+    if isinstance(value, dict) and "properties" in node:
+        required = set(node.get("required", ()))
+        props = node["properties"]
+        return {
+            k: _drop(v, props.get(k, {}), defs, depth + 1)
+            for k, v in value.items()
+            if not (v is None and k not in required and k in props)
+        }
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [_drop(v, node["items"], defs, depth + 1) for v in value]
+    return value

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from raygents.errors import UserError
 from raygents.messages import ToolSpec, Usage
-from raygents.schema import function_parameters
+from raygents.schema import drop_defaulted_nulls, function_parameters
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
@@ -151,6 +151,7 @@ class FunctionTool(Tool):
             raise UserError(f"cannot build a schema for tool {self.name!r}: {exc}") from exc
         self.parameters = schema
         self.args_model: type[BaseModel] = model
+        self.raw_schema = model.model_json_schema()
         self.description = description if description is not None else docs[""]
         for field in dataclasses.fields(options):
             setattr(self, field.name, getattr(options, field.name))
@@ -159,15 +160,12 @@ class FunctionTool(Tool):
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
         """Parse the arguments, call the function, and turn its return value into a result."""
         try:
-            parsed = self.args_model.model_validate_json(arguments or "{}")
-        except ValidationError as exc:
+            raw = json.loads(arguments or "{}")
+            value = drop_defaulted_nulls(raw, self.raw_schema)
+            parsed = self.args_model.model_validate(value)
+        except (ValidationError, ValueError) as exc:
             return ToolResult(f'Invalid parameters for tool "{self.name}": {exc}', is_error=True)
-        kwargs = {}
-        for field_name, info in type(parsed).model_fields.items():
-            value = getattr(parsed, field_name)
-            if value is None and info.default is not None and not info.is_required():
-                value = info.default
-            kwargs[field_name] = value
+        kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
         args = (ctx,) if self.takes_context else ()
         out = self.fn(*args, **kwargs)
         if inspect.isawaitable(out):

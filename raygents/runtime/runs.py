@@ -31,7 +31,7 @@ from raygents.runtime.client import Runtime, current
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.drive import SuspendToken, drive
 from raygents.runtime.handle import RunHandle
-from raygents.schema import type_is_wrapped, type_name, type_schema
+from raygents.schema import drop_defaulted_nulls, type_is_wrapped, type_name, type_schema
 from raygents.store import validate_key
 
 __all__ = ["attach", "resume", "run", "run_streamed", "run_typed", "runs", "start"]
@@ -265,9 +265,10 @@ def parse_typed(result: RunResult, output_type: type[T]) -> TypedResult[T]:
     adapter = TypeAdapter(output_type)
     try:
         value = json.loads(result.final_output)
-        if type_is_wrapped(adapter.json_schema()):
+        raw = adapter.json_schema()
+        if type_is_wrapped(raw):
             value = value["value"]
-        output = adapter.validate_python(value)
+        output = adapter.validate_python(drop_defaulted_nulls(value, raw))
     except ValidationError as exc:
         errors = [("/" + "/".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
         raise OutputValidationError(

@@ -1,0 +1,32 @@
+"""The main job: ``raygents demo`` runs offline on a fresh local Ray instance."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.timeout(240)
+def test_demo_runs_offline_and_shows_parallel_tool_tasks(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_ADDRESS"))}
+    env["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "raygents", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=230,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "model: offline" in out
+    assert out.count("in Ray worker pid") == 8
+    assert len({line.split("pid ")[1] for line in out.splitlines() if "worker pid" in line}) >= 2
+    assert "orchestrator -> writer (handoff)" in out
+    assert "report: Market outlook" in out and "recommendation:" in out
+    assert "summary: 5 runs, 11 turns, 8 tool tasks" in out

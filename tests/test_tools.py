@@ -1,0 +1,190 @@
+"""Tools, schemas, agents and graphs: no Ray needed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from pydantic import BaseModel
+
+import raygents as rg
+from raygents.agent import agent_graph, handoff_section
+from raygents.schema import parse_docstring, strict_schema, type_schema
+from raygents.tools import AgentTool, to_tool_result
+
+CTX = rg.ToolContext(run_id="r", call_id="c", tool_name="t", agent_name="a")
+
+
+class Point(BaseModel):
+    x: int
+    y: int = 0
+
+
+@rg.tool
+def place(ctx: rg.ToolContext, name: str, at: Point, tags: list[str] | None = None, note: str = "hi") -> dict:
+    """Place a named point.
+
+    Args:
+        name: what to call it.
+        at: where it goes.
+        tags: optional labels.
+    """
+    return {"name": name, "at": at.model_dump(), "tags": tags, "note": note, "run": ctx.run_id}
+
+
+def test_schema_is_strict_with_optional_fields_nullable() -> None:
+    schema = place.parameters
+    assert schema["required"] == ["name", "at", "tags", "note"]
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["note"]["type"] == ["string", "null"]
+    assert {"type": "null"} in schema["properties"]["tags"]["anyOf"]
+    assert schema["properties"]["at"]["required"] == ["x", "y"]
+    assert schema["properties"]["name"]["description"] == "what to call it."
+    assert place.description == "Place a named point."
+    assert place.takes_context and place.name == "place"
+
+
+def test_execute_parses_arguments_and_applies_defaults_for_nulls() -> None:
+    args = json.dumps({"name": "p", "at": {"x": 1, "y": None}, "tags": None, "note": None})
+    result = asyncio.run(place.execute(CTX, args))
+    value = json.loads(result.content)
+    assert value == {"name": "p", "at": {"x": 1, "y": 0}, "tags": None, "note": "hi", "run": "r"}
+
+
+def test_execute_reports_invalid_arguments_as_error_results() -> None:
+    result = asyncio.run(place.execute(CTX, json.dumps({"name": "p", "at": {"x": "far"}})))
+    assert result.is_error and result.content.startswith('Invalid parameters for tool "place"')
+
+
+def test_async_tools_and_custom_names() -> None:
+    @rg.tool(name="shout", description="Loud.")
+    async def loud(word: str) -> str:
+        return word.upper()
+
+    assert loud.name == "shout" and loud.description == "Loud."
+    assert asyncio.run(loud.execute(CTX, '{"word": "hi"}')).content == "HI"
+
+
+@pytest.mark.parametrize(
+    ("value", "content"),
+    [("text", "text"), (3, "3"), ({"a": [1]}, '{"a": [1]}'), (Point(x=1), '{"x":1,"y":0}')],
+)
+def test_return_values_become_results(value: object, content: str) -> None:
+    assert to_tool_result(value).content == content
+
+
+def test_unserialisable_return_values_become_error_results() -> None:
+    assert to_tool_result(object()).is_error
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"timeout_s": 0}, "timeout_s"), ({"max_retries": -1}, "max_retries"), ({"name": "bad name"}, "invalid")],
+)
+def test_bad_tool_options_fail_fast(kwargs: dict, match: str) -> None:
+    with pytest.raises(rg.UserError, match=match):
+        rg.tool(**kwargs)(lambda x: x)  # type: ignore[arg-type]
+
+
+def test_var_args_are_refused() -> None:
+    def f(*args: int) -> int:
+        return 0
+
+    with pytest.raises(rg.UserError, match="args"):
+        rg.tool(f)
+
+
+def test_docstring_parsing() -> None:
+    summary, args = parse_docstring(
+        """Do it.
+
+        Longer text.
+
+        Args:
+            a (int): first
+                continued.
+            b: second.
+
+        Returns:
+            nothing.
+        """
+    )
+    assert summary == "Do it.\n\nLonger text."
+    assert args == {"a": "first continued.", "b": "second."}
+
+
+def test_type_schema_wraps_non_objects_and_inlines_refs() -> None:
+    class Outer(BaseModel):
+        points: list[Point]
+
+    schema = type_schema(Outer)
+    assert "$defs" not in json.dumps(schema)
+    assert schema["properties"]["points"]["items"]["required"] == ["x", "y"]
+    assert type_schema(int)["properties"]["value"]["type"] == "integer"
+
+
+def test_strict_schema_keeps_properties_named_like_keywords() -> None:
+    schema = strict_schema({"type": "object", "properties": {"title": {"type": "string"}, "default": {"type": "integer"}}})
+    assert set(schema["properties"]) == {"title", "default"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_turns": 0}, "max_turns"),
+        ({"max_tool_depth": 0}, "max_tool_depth"),
+        ({"replicas": 0}, "replicas"),
+        ({"tool_use_behavior": "sometimes"}, "tool_use_behavior"),
+        ({"tools": ["not a tool"]}, "tools must be Tool"),
+        ({"max_empty_output_retries": -1}, "max_empty_output_retries"),
+    ],
+)
+def test_bad_agent_options_fail_fast(kwargs: dict, match: str) -> None:
+    with pytest.raises(rg.UserError, match=match):
+        rg.Agent("a", **kwargs)
+
+
+def test_agent_names_must_be_unique_in_a_graph() -> None:
+    a = rg.Agent("same")
+    b = rg.Agent("same")
+    with pytest.raises(rg.UserError, match="two different agents are named 'same'"):
+        agent_graph(rg.Agent("root", handoffs=[a], tools=[b.as_tool(name="other")]))
+
+
+def test_graph_follows_handoffs_and_agent_tools_with_cycles() -> None:
+    triage = rg.Agent("triage")
+    billing = rg.Agent("billing", handoffs=[triage])
+    helper = rg.Agent("helper")
+    triage.handoffs = [billing]
+    triage.tools = [helper.as_tool()]
+    assert set(agent_graph(triage)) == {"triage", "billing", "helper"}
+
+
+def test_handoff_defaults_and_prompt_section() -> None:
+    target = rg.Agent("Billing Support", handoff_description="Money things.")
+    config = rg.handoff(target)
+    assert config.tool_name == "transfer_to_billing_support"
+    assert config.tool_description == "Transfer the conversation to Billing Support. Money things."
+    section = handoff_section([config, rg.handoff(rg.Agent("x"), tool_description="")])
+    assert section.startswith("\n\n## Handoffs\nYou can transfer the conversation")
+    assert "- Billing Support: Transfer the conversation" in section
+    assert section.endswith("- x: Transfer the conversation to x.")
+
+
+def test_dynamic_instructions_and_clone() -> None:
+    agent = rg.Agent("dyn", lambda ctx, agent: f"hello {ctx.context}", handoffs=[rg.Agent("h")])
+    ctx = rg.RunContext(run_id="r", agent_name="dyn", context="ada")
+    assert asyncio.run(agent.system_prompt(ctx)).startswith("hello ada\n\n## Handoffs")
+    copy = agent.clone(max_turns=3)
+    copy.tools.append(place)
+    assert agent.tools == [] and copy.max_turns == 3 and agent.max_turns == 10
+    with pytest.raises(rg.UserError, match="unknown option"):
+        agent.clone(colour="red")
+
+
+def test_agent_tool_schema() -> None:
+    tool = rg.Agent("Research Bot", handoff_description="Finds things.").as_tool()
+    assert isinstance(tool, AgentTool)
+    assert tool.name == "research_bot" and tool.description == "Finds things."
+    assert tool.parameters["required"] == ["input"]
