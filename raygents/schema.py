@@ -216,7 +216,9 @@ def _drop(value: Any, node: dict[str, Any], defs: dict[str, Any], depth: int) ->
     for key in ("anyOf", "oneOf"):
         if key in node and value is not None:
             for alt in node[key]:
-                if isinstance(alt, dict) and ("$ref" in alt or alt.get("type") in ("object", "array")):
+                if isinstance(alt, dict) and (
+                    "$ref" in alt or alt.get("type") in ("object", "array")
+                ):
                     return _drop(value, alt, defs, depth + 1)
     if isinstance(value, dict) and "properties" in node:
         required = set(node.get("required", ()))

@@ -22,7 +22,9 @@ class Point(BaseModel):
 
 
 @rg.tool
-def place(ctx: rg.ToolContext, name: str, at: Point, tags: list[str] | None = None, note: str = "hi") -> dict:
+def place(
+    ctx: rg.ToolContext, name: str, at: Point, tags: list[str] | None = None, note: str = "hi"
+) -> dict:
     """Place a named point.
 
     Args:
@@ -80,7 +82,11 @@ def test_unserialisable_return_values_become_error_results() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"timeout_s": 0}, "timeout_s"), ({"max_retries": -1}, "max_retries"), ({"name": "bad name"}, "invalid")],
+    [
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"name": "bad name"}, "invalid"),
+    ],
 )
 def test_bad_tool_options_fail_fast(kwargs: dict, match: str) -> None:
     with pytest.raises(rg.UserError, match=match):
@@ -125,7 +131,12 @@ def test_type_schema_wraps_non_objects_and_inlines_refs() -> None:
 
 
 def test_strict_schema_keeps_properties_named_like_keywords() -> None:
-    schema = strict_schema({"type": "object", "properties": {"title": {"type": "string"}, "default": {"type": "integer"}}})
+    schema = strict_schema(
+        {
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "default": {"type": "integer"}},
+        }
+    )
     assert set(schema["properties"]) == {"title", "default"}
 
 

@@ -388,3 +388,53 @@ def test_coordinator_restart_between_checkpoints_is_resumable(store: str, tmp_pa
     assert result.final_output == "finished after 2"
     values = [entry["value"] for entry in ledger(book)]
     assert values.count("0") == 1, "the first call finished before the crash and never ran again"
+
+
+@rg.tool(num_cpus=0)
+def slow_look(target: str) -> str:
+    """Look at a target, slowly."""
+    time.sleep(0.5)
+    return f"looked at {target}"
+
+
+def three_step_model() -> FunctionModel:
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        done = sum(1 for m in req.messages if m.role == "tool")
+        if done >= 2:
+            return text(f"finished after {done}")
+        return calls(call("slow_look", {"target": str(done)}, id=f"step{done}"))
+
+    return FunctionModel(reply, latency_s=0.2)
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_durability_modes_write_what_they_promise(durability: str, tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    rg.shutdown()
+    rg.init(
+        namespace=f"mode-{durability}-{os.urandom(3).hex()}",
+        store=f"file://{root}",
+        durability=durability,
+    )
+    try:
+        agent = rg.Agent("moded", tools=[slow_look], model=three_step_model())
+        handle = rg.start(agent, "go")
+        events = iter(handle.events())
+        next(e for e in events if e.type == "tool_start" and e.call_id == "step1")
+        handle.suspend()
+        with pytest.raises(rg.SuspendedError):
+            handle.result(timeout_s=60)
+        keys = sorted((root / "runs" / handle.run_id).iterdir())
+        if durability == "exit":
+            assert len(keys) == 1, "exit mode writes only the suspend checkpoint"
+        else:
+            assert len(keys) >= 5, "intent, journal and results of two batches, then the suspend"
+        result = rg.resume(handle.run_id, agent=agent).result(timeout_s=60)
+        assert result.final_output == "finished after 2"
+        deadline = time.time() + 20  # deleted in the background once the run completed
+        while (root / "runs" / handle.run_id).exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert not (root / "runs" / handle.run_id).exists(), "a completed run's checkpoints go"
+    finally:
+        rg.shutdown()
+        rg.init(store="memory://")
