@@ -28,6 +28,7 @@ from raygents.errors import (
     UserError,
 )
 from raygents.events import RunEvent
+from raygents.hooks import RunHooks
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from raygents.models.base import Model, ModelSettings
 from raygents.models.openai import OpenAIChatModel
@@ -64,6 +65,7 @@ __all__ = [
     "RaygentsError",
     "RunContext",
     "RunEvent",
+    "RunHooks",
     "RunHandle",
     "RunInfo",
     "RunInterrupted",

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 import raygents as rg
 from raygents.messages import ModelRequest, ModelResponse
+from raygents.templates import load_template, template_instructions
 from raygents.testing import FunctionModel, call, calls, text
 
 __all__ = ["Report", "build_agents", "main"]
@@ -114,12 +115,16 @@ def offline_reply(request: ModelRequest) -> ModelResponse:
     return text(json.dumps(report))
 
 
+def _values(ctx: rg.RunContext, agent: rg.Agent) -> dict[str, Any]:
+    company = (ctx.context or {}).get("company", "our company")
+    return {"company": company, "samples": 8_000_000, "topics": TOPICS}
+
+
 def build_agents(model: Any) -> rg.Agent:
     """The demo's agent graph; returns the orchestrator."""
     analyst = rg.Agent(
         "analyst",
-        "You analyse one topic. Call simulate (samples=8000000) and scan_corpus for it, then "
-        "answer with JSON: topic, score (the simulation score) and a one-line summary.",
+        template_instructions(load_template("raygents.prompts", "analyst.txt.tmpl"), _values),
         tools=[simulate, scan_corpus],
         model=model,
     )
@@ -169,7 +174,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
 
 def _run(orchestrator: rg.Agent, out: TextIO) -> int:
     started = time.perf_counter()
-    handle = rg.start(orchestrator, "Assess the market for our product.")
+    handle = rg.start(
+        orchestrator, "Assess the market for our product.", context={"company": "Acme"}
+    )
     tool_time, tool_tasks, runs, turns = 0.0, 0, {handle.run_id}, 0
     first_start = last_end = 0.0
     for event in handle.events():

@@ -18,6 +18,7 @@ from raygents import checkpoint, loop
 from raygents.agent import Agent, HandoffInputData
 from raygents.envelope import Envelope, Outcome, OutcomeKind, RunState
 from raygents.errors import CheckpointError, ModelError, RaygentsError, UserError
+from raygents.hooks import fire
 from raygents.events import RunEvent
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from raygents.models.base import Model, resolve_model
@@ -143,6 +144,15 @@ class AgentActor:
 
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
+        outcome = await self._outcome(envelope, token, emit)
+        if outcome.kind != "handoff":
+            ctx = self._run_context(outcome.state, envelope.context)
+            await fire(
+                self.agent.hooks, "on_run_end", ctx, self.agent, outcome.output, outcome.error
+            )
+        return outcome
+
+    async def _outcome(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         state = envelope.state
         try:
             return await self._drive(envelope, token, emit)
@@ -165,6 +175,11 @@ class AgentActor:
         view = await self._view(state, envelope.context)
         if envelope.activate:
             state = loop.activate(state, view)
+        ctx = self._run_context(state, envelope.context)
+        if envelope.resumed:
+            await fire(self.agent.hooks, "on_restore", ctx, self.agent, state.seq)
+        if envelope.resumed or (envelope.activate and state.turns == 0):
+            await fire(self.agent.hooks, "on_run_start", ctx, self.agent, list(state.messages))
         self._emit(emit, state, "agent_start")
         action: loop.Action
         pending = loop.pending_batch(state, view) if envelope.resumed else None
@@ -177,7 +192,10 @@ class AgentActor:
                 case loop.CallModel(request=request):
                     if token.cause is not None:
                         return await self._halt(state, "suspended", emit, cause=token.cause)
+                    ctx = self._run_context(state, envelope.context)
+                    await fire(self.agent.hooks, "on_llm_start", ctx, self.agent, request)
                     response = await self._call_model(request, state, envelope.stream, emit)
+                    await fire(self.agent.hooks, "on_llm_end", ctx, self.agent, response)
                     state, action = loop.on_response(state, view, response)
                     if isinstance(action, loop.RunTools):
                         state = state.evolve(turn_limit=loop.turn_limit(state, view))
@@ -200,6 +218,8 @@ class AgentActor:
                 case loop.Fail(error=error):
                     raise error
                 case loop.HandoffTo(target=target, call=call):
+                    ctx = self._run_context(state, envelope.context)
+                    await fire(self.agent.hooks, "on_handoff", ctx, self.agent, self.graph[target])
                     state = await self._handoff(state, target, call, envelope.context)
                     state = await self._save(state, "running", emit)
                     self._emit(emit, state, "handoff", to_agent=target)
@@ -231,7 +251,7 @@ class AgentActor:
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self._halt(state, "suspended", emit, cause=cause), state, batch
         state, action = loop.on_results(state, view, gated, [r.result for r in results])
-        if not isinstance(action, loop.Finish):
+        if isinstance(action, loop.CallModel):  # a handoff writes its own checkpoint
             state = await self._save(state, "running", emit)
         return None, state, action
 
@@ -275,6 +295,8 @@ class AgentActor:
             await write
             if emit is not None:
                 self._emit(emit, new, "checkpoint", data={"seq": new.seq, "status": status})
+            ctx = RunContext(new.run_id, self.agent.name, None, new.turns, new.usage)
+            await fire(self.agent.hooks, "on_checkpoint", ctx, self.agent, new.seq, status)
         return new
 
     async def _halt(
@@ -454,6 +476,8 @@ class AgentActor:
         if call.id in state.journal:
             return StepResult(state.journal[call.id])
         t = self.tools()[call.name]
+        ctx = self._run_context(state, envelope.context)
+        await fire(self.agent.hooks, "on_tool_start", ctx, self.agent, call)
         self._emit(
             emit,
             state,
@@ -483,6 +507,7 @@ class AgentActor:
             duration_s=time.perf_counter() - started,
             data=out.data,
         )
+        await fire(self.agent.hooks, "on_tool_end", ctx, self.agent, call, out.result)
         return out
 
     # --- handoffs -----------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Prompt templates shipped with raygents (package data)."""
