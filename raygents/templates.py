@@ -19,7 +19,10 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 def load_template(package: str, name: str) -> str:
-    """Read a template shipped as package data, e.g. ``load_template("raygents.prompts", "analyst.txt.tmpl")``."""
+    """Read a template shipped as package data.
+
+    Example: ``load_template("raygents.prompts", "analyst.txt.tmpl")``.
+    """
     try:
         return resources.files(package).joinpath(name).read_text(encoding="utf-8")
     except (FileNotFoundError, ModuleNotFoundError) as exc:

@@ -18,8 +18,8 @@ from raygents import checkpoint, loop
 from raygents.agent import Agent, HandoffInputData
 from raygents.envelope import Envelope, Outcome, OutcomeKind, RunState
 from raygents.errors import CheckpointError, ModelError, RaygentsError, UserError
-from raygents.hooks import fire
 from raygents.events import RunEvent
+from raygents.hooks import fire
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from raygents.models.base import Model, resolve_model
 from raygents.runtime.children import run_child
@@ -170,6 +170,45 @@ class AgentActor:
             self._active.pop(state.run_id, None)
 
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
+        state, view, action = await self._begin(envelope, emit)
+        hooks = self.agent.hooks
+        while True:
+            ctx = self._run_context(state, envelope.context)
+            match action:
+                case loop.CallModel(request=request):
+                    if token.cause is not None:
+                        return await self._halt(state, "suspended", emit, cause=token.cause)
+                    await fire(hooks, "on_llm_start", ctx, self.agent, request)
+                    response = await self._call_model(request, state, envelope.stream, emit)
+                    await fire(hooks, "on_llm_end", ctx, self.agent, response)
+                    state, action = loop.on_response(state, view, response)
+                    if isinstance(action, loop.RunTools):
+                        state = state.evolve(turn_limit=loop.turn_limit(state, view))
+                case loop.RunTools() as batch:
+                    halted, state, action = await self._tools_turn(
+                        state, view, envelope, batch, emit
+                    )
+                    if halted is not None:
+                        return halted
+                case loop.Finish(output=output):
+                    end = {"output": output, "turns": state.turns, "usage": state.usage}
+                    self._emit(emit, state, "agent_end", **end)
+                    return Outcome("completed", state, output=output)
+                case loop.Fail(error=error):
+                    raise error
+                case loop.HandoffTo(target=target, call=call):
+                    await fire(hooks, "on_handoff", ctx, self.agent, self.graph[target])
+                    state = await self._handoff(state, target, call, envelope.context)
+                    state = await self._save(state, "running", emit)
+                    self._emit(emit, state, "handoff", to_agent=target)
+                    return Outcome("handoff", state)
+                case _:
+                    assert_never(action)
+
+    async def _begin(
+        self, envelope: Envelope, emit: Emit
+    ) -> tuple[RunState, loop.AgentView, loop.Action]:
+        """Activate the agent for this envelope and choose the first action."""
         state = envelope.state
         await self.directory.settings()
         view = await self._view(state, envelope.context)
@@ -181,51 +220,11 @@ class AgentActor:
         if envelope.resumed or (envelope.activate and state.turns == 0):
             await fire(self.agent.hooks, "on_run_start", ctx, self.agent, list(state.messages))
         self._emit(emit, state, "agent_start")
-        action: loop.Action
         pending = loop.pending_batch(state, view) if envelope.resumed else None
-        if pending is None:
-            state, action = loop.next_turn(state, view)
-        else:
-            action = pending
-        while True:
-            match action:
-                case loop.CallModel(request=request):
-                    if token.cause is not None:
-                        return await self._halt(state, "suspended", emit, cause=token.cause)
-                    ctx = self._run_context(state, envelope.context)
-                    await fire(self.agent.hooks, "on_llm_start", ctx, self.agent, request)
-                    response = await self._call_model(request, state, envelope.stream, emit)
-                    await fire(self.agent.hooks, "on_llm_end", ctx, self.agent, response)
-                    state, action = loop.on_response(state, view, response)
-                    if isinstance(action, loop.RunTools):
-                        state = state.evolve(turn_limit=loop.turn_limit(state, view))
-                case loop.RunTools() as batch:
-                    halted, state, action = await self._tools_turn(
-                        state, view, envelope, batch, emit
-                    )
-                    if halted is not None:
-                        return halted
-                case loop.Finish(output=output):
-                    self._emit(
-                        emit,
-                        state,
-                        "agent_end",
-                        output=output,
-                        turns=state.turns,
-                        usage=state.usage,
-                    )
-                    return Outcome("completed", state, output=output)
-                case loop.Fail(error=error):
-                    raise error
-                case loop.HandoffTo(target=target, call=call):
-                    ctx = self._run_context(state, envelope.context)
-                    await fire(self.agent.hooks, "on_handoff", ctx, self.agent, self.graph[target])
-                    state = await self._handoff(state, target, call, envelope.context)
-                    state = await self._save(state, "running", emit)
-                    self._emit(emit, state, "handoff", to_agent=target)
-                    return Outcome("handoff", state)
-                case _:
-                    assert_never(action)
+        if pending is not None:
+            return state, view, pending
+        state, action = loop.next_turn(state, view)
+        return state, view, action
 
     async def _tools_turn(
         self,
@@ -476,8 +475,8 @@ class AgentActor:
         if call.id in state.journal:
             return StepResult(state.journal[call.id])
         t = self.tools()[call.name]
-        ctx = self._run_context(state, envelope.context)
-        await fire(self.agent.hooks, "on_tool_start", ctx, self.agent, call)
+        hook_ctx = self._run_context(state, envelope.context)
+        await fire(self.agent.hooks, "on_tool_start", hook_ctx, self.agent, call)
         self._emit(
             emit,
             state,
@@ -507,7 +506,7 @@ class AgentActor:
             duration_s=time.perf_counter() - started,
             data=out.data,
         )
-        await fire(self.agent.hooks, "on_tool_end", ctx, self.agent, call, out.result)
+        await fire(self.agent.hooks, "on_tool_end", hook_ctx, self.agent, call, out.result)
         return out
 
     # --- handoffs -----------------------------------------------------------------------
