@@ -97,15 +97,15 @@ def test_tool_calls_run_as_named_ray_tasks_in_worker_processes() -> None:
 
 
 def test_parallel_tool_calls_overlap_and_keep_call_order() -> None:
-    def batch(seconds: float) -> rg.ModelResponse:
-        return calls(*[call("nap", {"seconds": seconds}, id=f"c{i}") for i in range(4)])
-
-    model = ScriptedModel([batch(0.5), text("warm"), batch(0.6), text("rested")])
-    agent = rg.Agent("sleeper", tools=[nap], model=model)
-    rg.run(agent, "warm up the worker pool")  # Ray starts extra workers on first use
-    result = rg.run(agent, "nap")
+    batch = calls(*[call("nap", {"seconds": 1.0}, id=f"c{i}") for i in range(4)])
+    model = ScriptedModel([batch, text("rested")])
+    result = rg.run(rg.Agent("sleeper", tools=[nap], model=model), "nap")
     spans = [json.loads(m) for m in tool_messages(result)]
-    assert max(start for start, _ in spans) < min(end for _, end in spans)
+    # Ray keeps one idle worker per CPU; more workers start on demand, so at least two of the
+    # four calls run at once even on a cold, busy 2-core machine.
+    most = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+    assert most >= 2
+    assert max(e for _, e in spans) - min(s for s, _ in spans) < sum(e - s for s, e in spans)
     assert [m.tool_call_id for m in result.messages if m.role == "tool"] == [
         "c0",
         "c1",
