@@ -1,0 +1,531 @@
+"""Tests for raygents.sessions: one behaviour suite over every session, then each one's own."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ray import cloudpickle
+
+from raygents import codec
+from raygents import sessions as sessions_module
+from raygents.errors import CheckpointCorrupt, RaygentsError, UserError
+from raygents.messages import Message, ToolCall
+from raygents.sessions import (
+    MemorySession,
+    Session,
+    SQLiteSession,
+    StoreSession,
+    load_session,
+    save_session,
+    validate_session_id,
+)
+from raygents.store import MemoryStore, Store, open_store
+
+CONVERSATION = [
+    Message("system", "You are terse."),
+    Message("user", "What is 2+3 and the weather in Paris?"),
+    Message(
+        "assistant",
+        None,
+        tool_calls=[
+            ToolCall("call_1", "add", '{"a": 2, "b": 3}'),
+            ToolCall("call_2", "weather", '{"city": "Paris"}'),
+        ],
+    ),
+    Message("tool", "5", tool_call_id="call_1"),
+    Message("tool", "Sunny, 21 °C ✓", tool_call_id="call_2"),
+    Message("assistant", "5, and sunny."),
+]
+KINDS = ["memory", "sqlite", "store-memory", "store-file"]
+BAD_IDS: list[Any] = ["", "a/b", "../x", "a..b", ".hidden", "-x", "x" * 129, "héllo", "a b", 42]
+
+
+def make(kind: str, tmp_path: Path) -> Any:
+    if kind == "memory":
+        return MemorySession()
+    if kind == "sqlite":
+        return SQLiteSession(tmp_path / "sessions.db")
+    if kind == "store-memory":
+        return StoreSession(f"memory://sessions-{uuid.uuid4().hex}")
+    return StoreSession(f"file://{tmp_path}/store")
+
+
+@pytest.fixture(params=KINDS)
+def session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    made = make(request.param, tmp_path)
+    yield made
+    if isinstance(made, MemorySession):
+        made.close()
+
+
+# --- the behaviour suite, for every session -----------------------------------------------------
+
+
+def test_is_a_session(session: Any) -> None:
+    assert isinstance(session, Session)
+
+
+def test_unknown_id_is_empty(session: Any) -> None:
+    assert session.load("nobody") == []
+
+
+def test_round_trip_keeps_tool_calls(session: Any) -> None:
+    session.save("s1", CONVERSATION)
+    loaded = session.load("s1")
+    assert loaded == CONVERSATION
+    assert loaded[2].tool_calls[1] == ToolCall("call_2", "weather", '{"city": "Paris"}')
+    assert [m.tool_call_id for m in loaded[3:5]] == ["call_1", "call_2"]
+    assert loaded[2].content is None
+
+
+def test_save_overwrites(session: Any) -> None:
+    session.save("s1", CONVERSATION)
+    session.save("s1", CONVERSATION[:2])
+    assert session.load("s1") == CONVERSATION[:2]
+    session.save("s1", [])
+    assert session.load("s1") == []
+
+
+def test_ids_are_independent(session: Any) -> None:
+    session.save("alice", CONVERSATION[:2])
+    session.save("bob", CONVERSATION[3:])
+    assert session.load("alice") == CONVERSATION[:2]
+    assert session.load("bob") == CONVERSATION[3:]
+    assert session.load("alice.2") == []
+
+
+def test_defensive_copies(session: Any) -> None:
+    saved = list(CONVERSATION[:2])
+    session.save("s1", saved)
+    saved.append(Message("user", "added later"))
+    first = session.load("s1")
+    first.clear()
+    second = session.load("s1")
+    assert second == CONVERSATION[:2]
+    assert second is not session.load("s1")
+
+
+def test_accepts_tuples(session: Any) -> None:
+    session.save("s1", tuple(CONVERSATION))
+    assert session.load("s1") == CONVERSATION
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=range(len(BAD_IDS)))
+def test_bad_session_id(session: Any, bad: Any) -> None:
+    with pytest.raises(UserError, match="session id"):
+        session.load(bad)
+    with pytest.raises(UserError, match="session id"):
+        session.save(bad, CONVERSATION)
+
+
+@pytest.mark.parametrize("bad", ["just text", [{"role": "user", "content": "hi"}], [None]])
+def test_save_refuses_non_messages_and_keeps_the_old(session: Any, bad: Any) -> None:
+    session.save("s1", CONVERSATION[:1])
+    with pytest.raises(UserError):
+        session.save("s1", bad)
+    assert session.load("s1") == CONVERSATION[:1]
+
+
+def test_cloudpickle_copy_shares_the_conversations(session: Any) -> None:
+    session.save("s1", CONVERSATION[:2])
+    copy = cloudpickle.loads(cloudpickle.dumps(session))
+    assert type(copy) is type(session)
+    assert copy.load("s1") == CONVERSATION[:2]
+    copy.save("s2", CONVERSATION[3:])
+    assert session.load("s2") == CONVERSATION[3:]
+
+
+async def test_runtime_helpers(session: Any) -> None:
+    await save_session(session, "s1", CONVERSATION)
+    assert await load_session(session, "s1") == CONVERSATION
+    assert await load_session(session, "other") == []
+    with pytest.raises(UserError):
+        await load_session(session, "a/b")
+
+
+# --- the runtime helpers with custom sessions --------------------------------------------------
+
+
+class AsyncSession:
+    """A custom session with async methods."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, list[Message]] = {}
+
+    async def load(self, session_id: str) -> list[Message]:
+        return list(self.data.get(session_id, []))
+
+    async def save(self, session_id: str, messages: list[Message]) -> None:
+        self.data[session_id] = list(messages)
+
+
+class OddSession:
+    """A custom session that misbehaves in the ways the helpers must catch."""
+
+    def __init__(self, loaded: Any = None, error: Exception | None = None) -> None:
+        self.loaded, self.error = loaded, error
+
+    def load(self, session_id: str) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.loaded
+
+    def save(self, session_id: str, messages: list[Message]) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+async def test_helpers_await_async_sessions() -> None:
+    session = AsyncSession()
+    assert isinstance(session, Session)
+    await save_session(session, "s1", CONVERSATION)
+    assert await load_session(session, "s1") == CONVERSATION
+
+
+async def test_helpers_run_sync_sessions_in_a_thread() -> None:
+    threads: list[int] = []
+
+    class Spy(OddSession):
+        def load(self, session_id: str) -> Any:
+            threads.append(threading.get_ident())
+            return []
+
+    assert await load_session(Spy(), "s1") == []
+    assert threads and threads[0] != threading.get_ident()
+
+
+async def test_helpers_wrap_foreign_errors() -> None:
+    session = OddSession(error=OSError("disk gone"))
+    with pytest.raises(RaygentsError, match=r"cannot load session 's1' .*OSError: disk gone"):
+        await load_session(session, "s1")
+    with pytest.raises(RaygentsError, match=r"cannot save session 's1' .*OSError: disk gone"):
+        await save_session(session, "s1", [])
+    with pytest.raises(UserError, match="mine"):  # raygents errors pass through unchanged
+        await load_session(OddSession(error=UserError("mine")), "s1")
+
+
+@pytest.mark.parametrize(
+    ("loaded", "expected"),
+    [(None, []), ((Message("user", "hi"),), [Message("user", "hi")])],
+)
+async def test_helpers_normalise_load_results(loaded: Any, expected: list[Message]) -> None:
+    assert await load_session(OddSession(loaded), "s1") == expected
+
+
+@pytest.mark.parametrize("loaded", ["text", 42, [{"role": "user"}]])
+async def test_helpers_refuse_bad_load_results(loaded: Any) -> None:
+    with pytest.raises(RaygentsError, match="load returned"):
+        await load_session(OddSession(loaded), "s1")
+
+
+@pytest.mark.parametrize("good", ["a", "0", "_x", "user-42.v2", "A" * 128, "6f1c2f0e-uuid"])
+def test_validate_session_id_accepts(good: str) -> None:
+    assert validate_session_id(good) == good
+
+
+# --- MemorySession ----------------------------------------------------------------------------
+
+
+def test_memory_session_in_process_without_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("Ray is up in this test process; tests/ray covers the shared mode")
+    session = MemorySession()
+    session.save("s1", CONVERSATION)
+    assert sessions_module._LOCAL[session.name]["s1"][2]["tool_calls"][0]["id"] == "call_1"
+    assert MemorySession().load("s1") == []  # each instance has its own conversations
+    session.close()
+    assert session.load("s1") == []
+
+
+def test_memory_session_pickles_only_its_name() -> None:
+    session = MemorySession()
+    assert session.__getstate__() == {"name": session.name}
+    assert session.name.startswith("raygents-session-")
+    assert repr(session) == f"MemorySession({session.name!r})"
+
+
+# --- SQLiteSession ----------------------------------------------------------------------------
+
+
+def test_sqlite_two_objects_share_the_file(tmp_path: Path) -> None:
+    one, two = SQLiteSession(tmp_path / "a.db"), SQLiteSession(str(tmp_path / "a.db"))
+    one.save("s1", CONVERSATION)
+    assert two.load("s1") == CONVERSATION
+    two.save("s1", CONVERSATION[:1])
+    assert one.load("s1") == CONVERSATION[:1]
+
+
+def test_sqlite_across_processes(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dir" / "shared.db"
+    SQLiteSession(path).save("parent", CONVERSATION[:2])
+    script = textwrap.dedent(
+        f"""
+        from raygents.messages import Message
+        from raygents.sessions import SQLiteSession
+
+        session = SQLiteSession({str(path)!r})
+        seen = session.load("parent")
+        session.save("child", [*seen, Message("assistant", "from the child")])
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert SQLiteSession(path).load("child") == [
+        *CONVERSATION[:2],
+        Message("assistant", "from the child"),
+    ]
+
+
+def test_sqlite_concurrent_writers(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        session = SQLiteSession(path)
+        try:
+            for round_ in range(10):
+                session.save("shared", [Message("user", f"{n}:{round_}")] * (n + 1))
+                session.save(f"own-{n}", [Message("user", str(round_))])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    shared = SQLiteSession(path).load("shared")
+    n = int(shared[0].text.split(":")[0])
+    assert len(shared) == n + 1 and len({m.text for m in shared}) == 1  # one whole save won
+    assert [SQLiteSession(path).load(f"own-{n}") for n in range(6)] == [[Message("user", "9")]] * 6
+
+
+def test_sqlite_uses_wal_and_one_table(tmp_path: Path) -> None:
+    session = SQLiteSession(tmp_path / "wal.db")
+    session.save("s1", CONVERSATION[:2])
+    db = sqlite3.connect(tmp_path / "wal.db")
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        rows = db.execute(
+            "SELECT session_id, seq, message FROM raygents_session_messages ORDER BY seq"
+        ).fetchall()
+    finally:
+        db.close()
+    assert [(r[0], r[1]) for r in rows] == [("s1", 0), ("s1", 1)]
+    assert Message.model_validate_json(rows[1][2]) == CONVERSATION[1]
+
+
+def test_sqlite_resolves_relative_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    session = SQLiteSession("rel.db")
+    assert session.path == str(tmp_path / "rel.db")
+    copy = cloudpickle.loads(cloudpickle.dumps(session))
+    assert copy.path == session.path and copy.timeout_s == 30.0
+
+
+@pytest.mark.parametrize("path", ["", ":memory:", "file:x.db?mode=memory"])
+def test_sqlite_refuses_memory_databases(path: str) -> None:
+    with pytest.raises(UserError, match="MemorySession"):
+        SQLiteSession(path)
+
+
+def test_sqlite_failure_is_a_raygents_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(RaygentsError, match="cannot save session 's1' in SQLite file"):
+        SQLiteSession(blocker / "x.db").save("s1", [])
+    (tmp_path / "junk.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(RaygentsError, match="cannot load session 's1'"):
+        SQLiteSession(tmp_path / "junk.db").load("s1")
+
+
+# --- StoreSession ----------------------------------------------------------------------------
+
+
+class RecordingStore(MemoryStore):
+    """A memory store that records every put, to prove no key is written twice."""
+
+    def __init__(self) -> None:
+        super().__init__(f"recording-{uuid.uuid4().hex}")
+        self.puts: list[str] = []
+
+    def put(self, key: str, data: bytes) -> None:
+        assert self.get(key) is None, f"{key} written twice"
+        self.puts.append(key)
+        super().put(key, data)
+
+
+@pytest.fixture
+def recording(monkeypatch: pytest.MonkeyPatch) -> RecordingStore:
+    store = RecordingStore()
+    monkeypatch.setattr(sessions_module, "open_store", lambda url: store)
+    return store
+
+
+def key(session_id: str, seq: int) -> str:
+    return f"sessions/{session_id}/{seq:010d}.sess"
+
+
+def test_store_session_never_overwrites(recording: RecordingStore) -> None:
+    session = StoreSession("memory://ignored")
+    for n in range(1, 5):
+        session.save("s1", CONVERSATION[:n])
+    session.save("s2", CONVERSATION)
+    assert recording.puts == [key("s1", n) for n in range(1, 5)] + [key("s2", 1)]
+    assert recording.list("sessions/") == [key("s1", 3), key("s1", 4), key("s2", 1)]
+    assert session.load("s1") == CONVERSATION[:4]
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_store_session_keeps_versions(tmp_path: Path, keep: int) -> None:
+    session = StoreSession(f"file://{tmp_path}", keep_versions=keep)
+    store = open_store(f"file://{tmp_path}")
+    for n in range(1, 6):
+        before = set(store.list())
+        session.save("s1", CONVERSATION[:n])
+        assert key("s1", n) not in before
+    assert store.list() == [key("s1", n) for n in range(6 - keep, 6)]
+    oldest = store.get(key("s1", 6 - keep))
+    assert oldest is not None
+    assert codec.decode(oldest)["messages"] == [
+        m.model_dump(mode="json") for m in CONVERSATION[: 6 - keep]
+    ]
+
+
+def test_store_session_survives_a_lost_race(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    session = StoreSession(url)
+    session.save("s1", CONVERSATION[:1])
+    store = open_store(url)
+    listed = store.list
+    stale = [True]
+
+    def stale_list(prefix: str = "") -> list[str]:  # once, hides what another writer just made
+        hide = stale.pop() if stale else False
+        return [k for k in listed(prefix) if not (hide and k == key("s1", 2))]
+
+    StoreSession(url, keep_versions=5).save("s1", CONVERSATION[:2])
+    session._open()
+    session._store.list = stale_list  # type: ignore[union-attr,method-assign]
+    session.save("s1", CONVERSATION[:3])
+    assert stale == []  # the stale listing was used, and the save lost one race
+    assert listed("sessions/") == [key("s1", 2), key("s1", 3)]
+    assert StoreSession(url).load("s1") == CONVERSATION[:3]
+
+
+def test_store_session_concurrent_writers(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for _ in range(5):
+                StoreSession(url).save("shared", [Message("user", str(n))])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    (loaded,) = StoreSession(url).load("shared")
+    assert loaded.text in {str(n) for n in range(6)}
+
+
+def test_store_session_default_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAYGENTS_STORE", raising=False)
+    session = StoreSession()
+    assert session.url is None  # nothing is read before first use
+    monkeypatch.setenv("RAYGENTS_STORE", f"file://{tmp_path}/from-env")
+    session.save("s1", CONVERSATION[:1])
+    assert session.url == f"file://{tmp_path}/from-env"
+    assert (tmp_path / "from-env" / "sessions" / "s1" / "0000000001.sess").is_file()
+
+    monkeypatch.delenv("RAYGENTS_STORE")
+    fallback = StoreSession()
+    fallback.save("s1", CONVERSATION[:1])
+    assert fallback.url == f"file://{tmp_path}/.raygents"
+
+
+def test_store_session_pickles_its_resolved_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAYGENTS_STORE", f"file://{tmp_path}/chosen")
+    copy = cloudpickle.loads(cloudpickle.dumps(StoreSession()))
+    monkeypatch.setenv("RAYGENTS_STORE", f"file://{tmp_path}/elsewhere")
+    assert copy.url == f"file://{tmp_path}/chosen"
+    copy.save("s1", [])
+    assert (tmp_path / "chosen").is_dir() and not (tmp_path / "elsewhere").exists()
+
+
+def test_store_session_hmac(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"file://{tmp_path}"
+    StoreSession(url, key=b"k" * 16).save("s1", CONVERSATION)
+    assert StoreSession(url, key=b"k" * 16).load("s1") == CONVERSATION
+    with pytest.raises(CheckpointCorrupt) as caught:
+        StoreSession(url).load("s1")
+    assert caught.value.reason == "key required"
+    monkeypatch.setenv("RAYGENTS_CHECKPOINT_KEY", "k" * 16)
+    assert StoreSession(url).load("s1") == CONVERSATION
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"garbage",
+        codec.encode({"format": "something-else", "messages": []}),
+        codec.encode({"format": "raygents.session", "session_id": "other", "messages": []}),
+        codec.encode({"format": "raygents.session", "session_id": "s1", "messages": [{"x": 1}]}),
+    ],
+)
+def test_store_session_refuses_bad_data(tmp_path: Path, payload: bytes) -> None:
+    session = StoreSession(f"file://{tmp_path}")
+    session.save("s1", CONVERSATION)
+    open_store(f"file://{tmp_path}").put(key("s1", 7), payload)
+    with pytest.raises(RaygentsError):
+        session.load("s1")
+
+
+def test_store_session_ignores_foreign_keys(tmp_path: Path) -> None:
+    store: Store = open_store(f"file://{tmp_path}")
+    session = StoreSession(store.url)
+    session.save("s1", CONVERSATION[:1])
+    store.put("sessions/s1/notes.txt", b"x")
+    store.put("sessions/s1/nested/0000000009.sess", b"x")
+    store.put("sessions/s10/0000000009.sess", b"x")
+    assert session.load("s1") == CONVERSATION[:1]
+    session.save("s1", CONVERSATION[:2])
+    assert store.get(key("s1", 2)) is not None
+
+
+@pytest.mark.parametrize(
+    ("make_session", "match"),
+    [
+        (lambda: StoreSession("ftp://nope"), "unsupported store URL"),
+        (lambda: StoreSession(42), "must be a str"),  # type: ignore[arg-type]
+        (lambda: StoreSession("memory://", keep_versions=0), "keep_versions"),
+    ],
+)
+def test_store_session_refuses_bad_options(make_session: Callable[[], Any], match: str) -> None:
+    with pytest.raises(UserError, match=match):
+        make_session()
+
+
+def test_store_session_repr(tmp_path: Path) -> None:
+    assert repr(StoreSession(f"file://{tmp_path}")) == f"StoreSession('file://{tmp_path}')"
+    assert os.fspath(tmp_path)  # keep the import used on every platform
