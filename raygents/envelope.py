@@ -73,6 +73,12 @@ class RunState(BaseModel):
     """Calls waiting for approval (this run's and its children's)."""
     turn_limit: int | None = None
     """The active agent's turn limit as checkpointed; wins over the live agent's on resume."""
+    epoch: int = 0
+    """The dispatch this state belongs to; checkpoint writes of older dispatches are refused."""
+    session_id: str | None = None
+    """The conversation the run loads at start and saves on success (start agent's session)."""
+    start_agent: str = ""
+    """The agent the run started on (whose session and input guardrails apply)."""
 
     def evolve(self, **changes: Any) -> RunState:
         """A copy with ``changes`` applied."""

@@ -27,18 +27,19 @@ if sys.version_info < (3, 11):
 
 if TYPE_CHECKING:
     from mcp import ClientSession
-    from mcp.client._transport import TransportStreams
     from mcp.types import CallToolResult
     from mcp.types import Tool as MCPToolInfo
 
 __all__ = ["MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool"]
 
 T = TypeVar("T")
+_Streams = tuple[Any, Any]
+"""A transport's read and write streams."""
 
 logger = logging.getLogger(__name__)
 
-_CONNECT_TIMEOUT_S = 30.0
-"""How long starting a server and the MCP handshake may take."""
+_CONNECT_TIMEOUT_S = 60.0
+"""How long a server may take to answer the MCP handshake; ``npx``/``uvx`` may first download."""
 _HTTP_TIMEOUT_S = 30.0
 _HTTP_READ_TIMEOUT_S = 300.0
 """A streamable-HTTP response may be an event stream that stays quiet for a while."""
@@ -166,12 +167,16 @@ class MCPServer:
         async with self._connect_lock:
             if self._conn is not None and self._conn.alive:
                 return self._conn
-            stale, self._conn = self._conn, None
-            if stale is not None:
-                await stale.close()
-            conn = _Connection(self)
-            await conn.ready()
-            self._conn = conn
+            if self._conn is not None:
+                await self._conn.close()
+            # Published before the handshake, so that close() can stop it midway.
+            self._conn = conn = _Connection(self)
+            try:
+                await conn.ready()
+            except BaseException:
+                if self._conn is conn:
+                    self._conn = None
+                raise
             return conn
 
     async def _discard(self, conn: _Connection) -> None:
@@ -189,7 +194,7 @@ class MCPServer:
                 self._tools = tools
             self._loop = loop
 
-    async def _open(self, stack: contextlib.AsyncExitStack) -> TransportStreams:
+    async def _open(self, stack: contextlib.AsyncExitStack) -> _Streams:
         """Enter the transport on ``stack`` and return its read and write streams."""
         raise NotImplementedError(f"{type(self).__name__} has no transport")
 
@@ -230,7 +235,7 @@ class MCPServerStdio(MCPServer):
     def __repr__(self) -> str:
         return f"MCPServerStdio({self.name!r}, command={self.command!r}, args={self.args!r})"
 
-    async def _open(self, stack: contextlib.AsyncExitStack) -> TransportStreams:
+    async def _open(self, stack: contextlib.AsyncExitStack) -> _Streams:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         params = StdioServerParameters(
@@ -258,7 +263,7 @@ class MCPServerStreamableHTTP(MCPServer):
     def __repr__(self) -> str:
         return f"MCPServerStreamableHTTP({self.name!r}, url={self.url!r})"
 
-    async def _open(self, stack: contextlib.AsyncExitStack) -> TransportStreams:
+    async def _open(self, stack: contextlib.AsyncExitStack) -> _Streams:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
@@ -330,6 +335,7 @@ class _Connection:
         self._ready: asyncio.Future[None] = self.loop.create_future()
         self._stop = asyncio.Event()
         self._task = self.loop.create_task(self._run(), name=f"raygents-mcp-{server.name}")
+        self._task.add_done_callback(self._on_done)
 
     @property
     def session(self) -> ClientSession:
@@ -338,7 +344,9 @@ class _Connection:
 
     @property
     def alive(self) -> bool:
-        return not self._task.done() and not self._stop.is_set()
+        """Ready, and neither closing nor ended (a dead server is found out by a request)."""
+        ready = self._ready.done() and not self._ready.cancelled() and not self._ready.exception()
+        return ready and not self._task.done() and not self._stop.is_set()
 
     async def ready(self) -> None:
         """Wait for the handshake; raise what made it fail, after the owner task ended."""
@@ -353,8 +361,7 @@ class _Connection:
         self._stop.set()
         if not self._ready.done():
             self._task.cancel()  # still starting: do not wait for the handshake
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(self._task)
+        await asyncio.wait({self._task})  # neither raises the task's outcome nor cancels it
 
     async def _run(self) -> None:
         import anyio
@@ -364,8 +371,12 @@ class _Connection:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await self._server._open(stack)
                 session = await stack.enter_async_context(ClientSession(read, write))
-                with anyio.fail_after(_CONNECT_TIMEOUT_S):
-                    await session.initialize()
+                try:
+                    with anyio.fail_after(_CONNECT_TIMEOUT_S):
+                        await session.initialize()
+                except TimeoutError:
+                    limit = f"{_CONNECT_TIMEOUT_S:g}s"
+                    raise TimeoutError(f"no answer to the MCP handshake within {limit}") from None
                 self._session = session
                 self._ready.set_result(None)
                 await self._stop.wait()
@@ -374,10 +385,11 @@ class _Connection:
                 self._ready.set_exception(exc)
             else:
                 logger.info("MCP server %r: connection ended: %s", self._server.name, exc)
-        except asyncio.CancelledError:
-            if not self._ready.done():
-                self._ready.cancel()
-            raise
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        # Also runs for a task cancelled before it started, which never entered _run's body.
+        if not self._ready.done():
+            self._ready.set_exception(ConnectionError("closed while connecting"))
 
 
 async def _list_all_tools(session: ClientSession) -> list[MCPToolInfo]:

@@ -19,6 +19,7 @@ from raygents.agent import Agent, HandoffInputData
 from raygents.envelope import Envelope, Outcome, OutcomeKind, RunState
 from raygents.errors import CheckpointError, ModelError, RaygentsError, UserError
 from raygents.events import RunEvent
+from raygents.guardrails import run_input_guardrails, run_output_guardrails
 from raygents.hooks import fire
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from raygents.models.base import Model, resolve_model
@@ -27,6 +28,7 @@ from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken
 from raygents.runtime.tasks import StepResult, run_tool
 from raygents.schema import type_name, type_schema
+from raygents.sessions import load_session, save_session
 from raygents.tools import AgentTool, RunContext, Tool, ToolContext
 
 __all__ = ["AgentActor"]
@@ -65,7 +67,11 @@ class AgentActor:
     def __init__(
         self, graph: dict[str, Agent] | bytes, agent_name: str, graph_fp: str, namespace: str
     ) -> None:
-        self.directory = Directory(namespace)
+        import os
+
+        self.directory = Directory(
+            namespace, owner=f"agent:{agent_name}@{graph_fp[:8]}:{os.getpid()}"
+        )
         if isinstance(graph, bytes):
             from ray import cloudpickle
 
@@ -191,6 +197,13 @@ class AgentActor:
                     if halted is not None:
                         return halted
                 case loop.Finish(output=output):
+                    await run_output_guardrails(
+                        self.agent.output_guardrails,
+                        ctx,
+                        state.messages[-1],
+                        on_trip=self._on_trip(ctx),
+                    )
+                    await self._save_session(state)
                     end = {"output": output, "turns": state.turns, "usage": state.usage}
                     self._emit(emit, state, "agent_end", **end)
                     return Outcome("completed", state, output=output)
@@ -215,9 +228,16 @@ class AgentActor:
         if envelope.activate:
             state = loop.activate(state, view)
         ctx = self._run_context(state, envelope.context)
+        fresh = envelope.activate and not envelope.resumed and state.turns == 0
+        if fresh:
+            state = await self._open_session(state)
+            ctx = self._run_context(state, envelope.context)
+            await run_input_guardrails(
+                self.agent.input_guardrails, ctx, list(state.messages), on_trip=self._on_trip(ctx)
+            )
         if envelope.resumed:
             await fire(self.agent.hooks, "on_restore", ctx, self.agent, state.seq)
-        if envelope.resumed or (envelope.activate and state.turns == 0):
+        if envelope.resumed or fresh:
             await fire(self.agent.hooks, "on_run_start", ctx, self.agent, list(state.messages))
         self._emit(emit, state, "agent_start")
         pending = loop.pending_batch(state, view) if envelope.resumed else None
@@ -275,7 +295,9 @@ class AgentActor:
         new, record = checkpoint.make_record(state, status, cause=cause, error=error)
         data = checkpoint.encode(record, key=settings["key"])
         info = _info(new, status, error)
-        write = self.directory.coordinator().save.remote(state.run_id, new.seq, data, info, durable)
+        write = self.directory.coordinator().save.remote(
+            state.run_id, new.seq, data, info, durable, new.epoch
+        )
         return new, write
 
     async def _save(
@@ -316,6 +338,40 @@ class AgentActor:
         except Exception as exc:  # the failure itself is what the caller must see
             log.warning("run %s: cannot store its failure checkpoint: %s", state.run_id, exc)
         return Outcome("failed", state, error=error)
+
+    # --- sessions and guardrails ---------------------------------------------------------
+    async def _open_session(self, state: RunState) -> RunState:
+        """Prepend the start agent's session history (a fresh top-level run only)."""
+        if state.session_id is None or self.agent.session is None:
+            return state
+        holder = await self.directory.coordinator().lock_session.remote(
+            state.session_id, state.run_id
+        )
+        if holder is not None:
+            raise UserError(
+                f"session {state.session_id!r} is in use by run {holder!r}; runs on one session "
+                "are serialised: wait for it to end, or use another session_id",
+                run_id=state.run_id,
+            )
+        history = await load_session(self.agent.session, state.session_id)
+        messages = (*history, *state.messages)
+        return state.evolve(messages=messages, input_len=len(messages), recorded=0)
+
+    async def _save_session(self, state: RunState) -> None:
+        """Save the conversation to the start agent's session (on success only)."""
+        if state.session_id is None or state.depth:
+            return
+        session = self.graph[state.start_agent or self.agent.name].session
+        if session is not None:
+            await save_session(session, state.session_id, list(state.messages))
+
+    def _on_trip(self, ctx: RunContext) -> Any:
+        async def on_trip(name: str, result: Any) -> None:
+            await fire(
+                self.agent.hooks, "on_guardrail_tripped", ctx, self.agent, name, result.message
+            )
+
+        return on_trip
 
     # --- the agent, as the loop sees it -------------------------------------------------
     def tools(self) -> dict[str, Tool]:

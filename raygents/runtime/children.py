@@ -69,6 +69,10 @@ async def run_child(
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
         )
+    _, epoch = await directory.coordinator().claim.remote(
+        child_id, directory.owner, child.agent_name, True
+    )
+    child = child.evolve(epoch=epoch)
     token = SuspendToken(child_id)
     if tokens is not None:
         tokens[child_id] = token

@@ -38,6 +38,8 @@ class Runtime:
         durability: Durability,
         key: bytes | None,
         detached: bool,
+        recovery: dict[str, float],
+        actor_options: dict[str, Any],
     ) -> None:
         self.namespace = namespace
         self.started_ray = started_ray
@@ -55,9 +57,9 @@ class Runtime:
         self.coordinator: Any = (
             ray.remote(Coordinator)
             .options(**options)
-            .remote(namespace, store_url, durability, key, detached)
+            .remote(namespace, store_url, durability, key, detached, recovery, actor_options)
         )
-        self.directory = Directory(namespace, self.coordinator)
+        self.directory = Directory(namespace, self.coordinator, self.owner)
         self.handles: dict[str, RunHandle] = {}
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygents", daemon=True)
@@ -121,6 +123,10 @@ def init(
     detached: bool = False,
     handle_sigterm: bool = True,
     sigterm_grace_s: float = 30.0,
+    max_attempts: int = 5,
+    heartbeat_s: float = 2.0,
+    stale_after_s: float = 30.0,
+    actor_options: dict[str, Any] | None = None,
     **ray_init_kwargs: Any,
 ) -> None:
     """Connect to Ray (or start a local instance) and set raygents up.
@@ -137,6 +143,12 @@ def init(
         detached: the coordinator and agent actors outlive this driver.
         handle_sigterm: on SIGTERM, suspend this driver's runs (waiting up to
             ``sigterm_grace_s`` for their checkpoints), then exit.
+        max_attempts: how often a run whose agent actor died (or went stale) is dispatched
+            again from its newest checkpoint before it fails.
+        heartbeat_s: how often drivers and actors ping the agent actors their runs are on.
+        stale_after_s: an actor that does not answer a ping for this long is replaced.
+        actor_options: Ray actor options for every agent actor, e.g.
+            ``{"resources": {"cpu_nodes": 0.01}}`` to keep agents on some nodes.
         **ray_init_kwargs: passed to ``ray.init``.
     """
     global _runtime
@@ -162,8 +174,21 @@ def init(
             target = address or os.environ.get("RAY_ADDRESS") or "local"
             ray.init(address=target, **ray_init_kwargs)
             started = True
+        recovery = {
+            "attempts": max_attempts,
+            "backoff_s": 0.5,
+            "heartbeat_s": heartbeat_s,
+            "stale_after_s": stale_after_s,
+        }
         _runtime = Runtime(
-            namespace, started, store_url, durability, key.encode() if key else None, detached
+            namespace,
+            started,
+            store_url,
+            durability,
+            key.encode() if key else None,
+            detached,
+            recovery,
+            dict(actor_options or {}),
         )
     if handle_sigterm:
         _install_sigterm(sigterm_grace_s)

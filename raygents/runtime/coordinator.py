@@ -62,6 +62,8 @@ class Coordinator:
         durability: str = "sync",
         hmac_key: bytes | None = None,
         detached: bool = False,
+        recovery: dict[str, float] | None = None,
+        actor_options: dict[str, Any] | None = None,
     ) -> None:
         self.namespace = namespace
         self.store: Store = open_store(store_url)
@@ -76,6 +78,11 @@ class Coordinator:
         self.done: dict[str, asyncio.Event] = {}
         self.backlog: asyncio.Queue[tuple[str, bytes]] | None = None
         self.write_errors: list[str] = []
+        self.epochs: dict[str, int] = {}
+        self.sessions: dict[str, str] = {}
+        self.generation = 0
+        self.recovery = dict(recovery or {})
+        self.actor_options = dict(actor_options or {})
         self._rebuild()
 
     # --- agent actors -------------------------------------------------------------------
@@ -111,15 +118,23 @@ class Coordinator:
             "num_cpus": 0,
             "max_concurrency": _MAX_CONCURRENCY,
             "get_if_exists": True,
+            "max_restarts": -1,
         }
         if self.detached:
             options["lifetime"] = "detached"
+        options.update(self.actor_options)
         remote_cls = ray.remote(AgentActor).options(**options)
         return remote_cls.remote(graph.blob, name, graph_fp, self.namespace)
 
     # --- checkpoints --------------------------------------------------------------------
     async def save(
-        self, run_id: str, seq: int, data: bytes, info: RunInfo, durable: bool = True
+        self,
+        run_id: str,
+        seq: int,
+        data: bytes,
+        info: RunInfo,
+        durable: bool = True,
+        epoch: int = 0,
     ) -> None:
         """Store one checkpoint record.
 
@@ -130,6 +145,14 @@ class Coordinator:
             CheckpointError: the store refused or could not be reached (sync writes only).
         """
         key = checkpoint.key_for(run_id, seq)
+        current = self.epochs.get(run_id, 0)
+        if epoch < current:
+            raise CheckpointError(
+                f"run {run_id!r}: checkpoint {seq} comes from dispatch {epoch}, but the run was "
+                f"dispatched again ({current}); this copy of the run is fenced",
+                run_id=run_id,
+                key=key,
+            )
         self.hot.setdefault(run_id, []).append(ray.put(data))
         self._update(info)
         if self.durability == "async" and not durable:
@@ -173,9 +196,22 @@ class Coordinator:
             blobs = list(await asyncio.gather(*self.hot[run_id]))
         return blobs
 
+    def lock_session(self, session_id: str, run_id: str) -> str | None:
+        """Take a session for a run; returns the run holding it if another one does."""
+        holder = self.sessions.get(session_id)
+        if holder is not None and holder != run_id:
+            info = self.runs.get(holder)
+            if info is not None and info.status in ("running", "pending"):
+                return holder
+        self.sessions[session_id] = run_id
+        return None
+
     async def finish(self, info: RunInfo, result: Any = None) -> None:
-        """Record a run's end; a completed run's checkpoints are deleted."""
+        """Record a run's end (its session is released); a completed run's checkpoints go."""
         self._update(info)
+        for session_id, holder in list(self.sessions.items()):
+            if holder == info.run_id:
+                del self.sessions[session_id]
         if result is not None:
             self.results[info.run_id] = result
             while len(self.results) > _RESULTS_KEPT:
@@ -198,11 +234,20 @@ class Coordinator:
         return self.runs.get(run_id), self.results.get(run_id)
 
     # --- the run table ------------------------------------------------------------------
-    def claim(self, run_id: str, owner: str, agent_name: str) -> RunInfo | None:
-        """Mark a run as running for ``owner``; returns the current info if another owns it."""
+    def claim(
+        self, run_id: str, owner: str, agent_name: str, force: bool = False
+    ) -> tuple[RunInfo | None, int]:
+        """Dispatch a run for ``owner``: a new epoch fences every earlier dispatch.
+
+        Returns ``(info, 0)`` without dispatching when another owner runs it (unless
+        ``force``), else ``(None, epoch)``.
+        """
         info = self.runs.get(run_id)
-        if info is not None and info.status == "running" and info.owner not in (None, owner):
-            return info
+        busy = info is not None and info.status == "running" and info.owner not in (None, owner)
+        if busy and not force:
+            return info, 0
+        epoch = self.epochs.get(run_id, 0) + 1
+        self.epochs[run_id] = epoch
         attempts = (info.attempts + 1) if info is not None else 1
         self._update(
             RunInfo(
@@ -215,7 +260,20 @@ class Coordinator:
                 seq=info.seq if info else 0,
             )
         )
-        return None
+        return None, epoch
+
+    def replace_actor(self, graph_fp: str, name: str, stale: Any) -> None:
+        """Stop handing out an unresponsive actor; the next lookup creates a fresh one."""
+        handles = self.actors.get((graph_fp, name))
+        if handles is None:
+            return
+        stale_id = stale._actor_id.hex()
+        fresh = [h for h in handles if h._actor_id.hex() != stale_id]
+        graph = self.graphs.get(graph_fp)
+        if graph is not None:
+            self.generation += 1
+            fresh.append(self._create(graph, graph_fp, name, self.generation))
+        self.actors[(graph_fp, name)] = fresh
 
     def record(self, infos: list[RunInfo]) -> None:
         """Update the run table (batched)."""
@@ -245,7 +303,12 @@ class Coordinator:
 
     def settings(self) -> dict[str, Any]:
         """What agent actors need to write checkpoints."""
-        return {"durability": self.durability, "key": self.key, "store": self.store.url}
+        return {
+            "durability": self.durability,
+            "key": self.key,
+            "store": self.store.url,
+            "recovery": self.recovery,
+        }
 
     def _rebuild(self) -> None:
         """Rebuild the run table from the newest record of every run in the store."""
@@ -269,6 +332,7 @@ class Coordinator:
             if status == "running":
                 status = "suspended"  # its driver is gone; resume it
             state = record["state"]
+            self.epochs[run_id] = int(state.get("epoch", 0))
             self.runs[run_id] = RunInfo(
                 run_id,
                 status,

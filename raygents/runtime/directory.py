@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -19,7 +22,7 @@ class Directory:
     Replicas are used round-robin. Only used from one event loop per process.
     """
 
-    def __init__(self, namespace: str, coordinator: Any = None) -> None:
+    def __init__(self, namespace: str, coordinator: Any = None, owner: str = "") -> None:
         self.namespace = namespace
         self._coordinator = coordinator
         self.graphs: dict[str, tuple[bytes, dict[str, int]]] = {}
@@ -27,6 +30,8 @@ class Directory:
         self._actors: dict[tuple[str, str], list[Any]] = {}
         self._turn = itertools.count()
         self._settings: dict[str, Any] | None = None
+        self._watches: dict[str, _Watch] = {}
+        self.owner = owner
 
     async def settings(self) -> dict[str, Any]:
         """The coordinator's checkpoint settings (durability mode, integrity key), cached."""
@@ -61,6 +66,59 @@ class Directory:
             self._actors[key] = handles
         return handles[next(self._turn) % len(handles)]
 
-    def forget(self, graph_fp: str, name: str, actor: Any) -> None:
-        """Drop a cached actor that failed, so the next lookup asks the coordinator."""
+    def forget(self, graph_fp: str, name: str) -> None:
+        """Drop cached actors that failed, so the next lookup asks the coordinator."""
         self._actors.pop((graph_fp, name), None)
+
+    def watch(self, actor: Any) -> asyncio.Future[None]:
+        """A future that completes when ``actor`` stops answering heartbeats.
+
+        One heartbeat loop per actor and process, however many runs use the actor.
+        """
+        key = actor._actor_id.hex()
+        watch = self._watches.get(key)
+        if watch is None:
+            stale: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            task = asyncio.ensure_future(self._heartbeat(actor, stale))
+            watch = self._watches[key] = _Watch(stale, task)
+        watch.users += 1
+        return watch.stale
+
+    def unwatch(self, actor: Any) -> None:
+        """One run stopped using ``actor``; the last one stops its heartbeat."""
+        key = actor._actor_id.hex()
+        watch = self._watches.get(key)
+        if watch is None:
+            return
+        watch.users -= 1
+        if watch.users <= 0:
+            watch.task.cancel()
+            del self._watches[key]
+
+    async def _heartbeat(self, actor: Any, stale: asyncio.Future[None]) -> None:
+        recovery = (await self.settings())["recovery"]
+        every = float(recovery.get("heartbeat_s", 2.0))
+        limit = float(recovery.get("stale_after_s", 30.0))
+        with contextlib.suppress(ray.exceptions.RayError):
+            await _ping(actor)  # an actor that is still starting is not stale
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await asyncio.wait_for(_ping(actor), limit)
+            except asyncio.TimeoutError:
+                if not stale.done():
+                    stale.set_result(None)
+                return
+            except ray.exceptions.RayError:
+                continue  # dead or restarting: the run's own call reports that
+
+
+@dataclass
+class _Watch:
+    stale: asyncio.Future[None]
+    task: asyncio.Future[None]
+    users: int = 0
+
+
+async def _ping(actor: Any) -> Any:
+    return await actor.ping.remote()

@@ -1,12 +1,17 @@
-"""Driving a run across agent actors: send the envelope, follow handoffs, relay events."""
+"""Driving a run across agent actors: send the envelope, follow handoffs, relay events, and
+recover the run from its newest checkpoint when its actor dies or stops answering."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
+import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ray
+import ray.exceptions
 
 from raygents.envelope import Envelope, Outcome
 from raygents.errors import RaygentsError
@@ -15,7 +20,26 @@ from raygents.events import RunEvent
 if TYPE_CHECKING:
     from raygents.runtime.directory import Directory
 
-__all__ = ["SuspendToken", "drive"]
+__all__ = ["StaleActor", "SuspendToken", "drive"]
+
+log = logging.getLogger("raygents")
+
+# Ray errors that mean "the actor (or its node) is gone or unreachable", not "the call failed".
+_LOST = (
+    ray.exceptions.RayActorError,
+    ray.exceptions.ActorUnavailableError,
+    ray.exceptions.OwnerDiedError,
+    ray.exceptions.ObjectLostError,
+)
+
+
+_MAX_WAITS = 120  # about three minutes of an actor restarting or unreachable
+
+
+class StaleActor(RaygentsError):
+    """An agent actor stopped answering heartbeats."""
+
+    actor: Any = None
 
 
 class SuspendToken:
@@ -29,7 +53,6 @@ class SuspendToken:
         self.run_id = run_id
         self.cause: str | None = None
         self.actor: Any = None
-        self.on_request: Callable[[str], None] | None = None
 
     def request(self, cause: str) -> None:
         """Ask for a suspend; the run stops at its next safe point."""
@@ -37,8 +60,6 @@ class SuspendToken:
             self.cause = cause
         if self.actor is not None:
             self.actor.suspend.remote(self.run_id, self.cause)
-        if self.on_request is not None:
-            self.on_request(self.cause)
 
 
 async def drive(
@@ -47,23 +68,39 @@ async def drive(
     token: SuspendToken,
     emit: Callable[[RunEvent], None],
 ) -> Outcome:
-    """Run ``envelope`` to an end, hopping between actors on handoffs."""
+    """Run ``envelope`` to an end, hopping between actors on handoffs.
+
+    When the actor running it dies or goes stale, the run is dispatched again (a new epoch
+    fences the old copy) from its newest durable checkpoint, with bounded attempts and
+    exponential backoff; the ``recovered`` event says so.
+    """
+    first = envelope
+    attempt = waits = 0
     while True:
         name = envelope.state.agent_name
-        actor = await directory.actor(envelope.graph_fp, name)
         if token.cause is not None:
             envelope = dataclasses.replace(envelope, suspend_cause=token.cause)
-        token.actor = actor
         try:
-            outcome = await _call(actor, envelope, emit)
-        except ray.exceptions.RayError as exc:
-            directory.forget(envelope.graph_fp, name, actor)
-            error = RaygentsError(
-                f"the actor of agent {name!r} failed while running the run: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                run_id=envelope.state.run_id,
-            )
-            return Outcome("failed", envelope.state, error=error)
+            actor = await directory.actor(envelope.graph_fp, name)
+            token.actor = actor
+            outcome = await _call(actor, envelope, emit, directory)
+        except (*_LOST, StaleActor) as exc:
+            if "creation task" in str(exc):  # the agent cannot even be built: not transient
+                error = RaygentsError(
+                    f"cannot start the actor of agent {name!r}: {_first_lines(exc)}",
+                    run_id=envelope.state.run_id,
+                )
+                return Outcome("failed", envelope.state, error=error)
+            if isinstance(exc, ray.exceptions.ActorUnavailableError) and waits < _MAX_WAITS:
+                waits += 1  # restarting, or briefly unreachable: wait, it is not a new loss
+                await asyncio.sleep(min(0.2 * waits, 2.0))
+            else:
+                attempt += 1
+            retry = await _recover(first, envelope, directory, emit, exc, attempt)
+            if isinstance(retry, Outcome):
+                return retry
+            envelope = retry
+            continue
         finally:
             token.actor = None
         if outcome.kind != "handoff":
@@ -71,7 +108,92 @@ async def drive(
         envelope = dataclasses.replace(envelope, state=outcome.state, activate=True)
 
 
-async def _call(actor: Any, envelope: Envelope, emit: Callable[[RunEvent], None]) -> Outcome:
+def _first_lines(exc: BaseException, count: int = 12) -> str:
+    return "\n".join(str(exc).splitlines()[:count])
+
+
+async def _recover(
+    first: Envelope,
+    current: Envelope,
+    directory: Directory,
+    emit: Callable[[RunEvent], None],
+    exc: BaseException,
+    attempt: int,
+) -> Envelope | Outcome:
+    """The envelope to dispatch again after ``exc``, or the failed outcome past the limit."""
+    from raygents.runtime.children import load_state
+
+    settings = (await directory.settings())["recovery"]
+    state = current.state
+    attempt = max(attempt, 1)
+    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if attempt > int(settings.get("attempts", 5)):
+        error = RaygentsError(
+            f"run {state.run_id} failed: its agent actor was lost {attempt - 1} time(s); "
+            f"last: {reason}",
+            run_id=state.run_id,
+        )
+        return Outcome("failed", state, error=error)
+    base = float(settings.get("backoff_s", 0.5))
+    await asyncio.sleep(min(base * 2 ** (attempt - 1), 30.0) * (0.5 + random.random() / 2))
+    if isinstance(exc, StaleActor):
+        await directory.coordinator().replace_actor.remote(
+            current.graph_fp, state.agent_name, exc.actor
+        )
+    directory.forget(current.graph_fp, state.agent_name)
+    found = await load_state(directory, state.run_id)
+    if found is None:  # nothing durable yet: start over from the input
+        envelope = first
+        from_seq = 0
+    else:
+        envelope = dataclasses.replace(current, state=found[0], activate=False, resumed=True)
+        from_seq = found[0].seq
+    _, epoch = await directory.coordinator().claim.remote(
+        state.run_id, directory.owner, envelope.state.agent_name, True
+    )
+    envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
+    log.warning(
+        "run %s recovered (attempt %d) from checkpoint %d after %s",
+        state.run_id,
+        attempt,
+        from_seq,
+        reason,
+    )
+    emit(
+        RunEvent(
+            type="recovered",
+            run_id=state.run_id,
+            agent_name=envelope.state.agent_name,
+            path=state.path,
+            error=reason,
+            data={"attempt": attempt, "from_seq": from_seq},
+        )
+    )
+    return envelope
+
+
+async def _call(
+    actor: Any, envelope: Envelope, emit: Callable[[RunEvent], None], directory: Directory
+) -> Outcome:
+    consume = asyncio.ensure_future(_consume(actor, envelope, emit))
+    stale = directory.watch(actor)
+    try:
+        waiting: set[asyncio.Future[Any]] = {consume, stale}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if consume.done():
+            return consume.result()
+        consume.cancel()
+        error = StaleActor(
+            f"the actor of agent {envelope.state.agent_name!r} stopped answering",
+            run_id=envelope.state.run_id,
+        )
+        error.actor = actor
+        raise error
+    finally:
+        directory.unwatch(actor)
+
+
+async def _consume(actor: Any, envelope: Envelope, emit: Callable[[RunEvent], None]) -> Outcome:
     outcome: Outcome | None = None
     async for ref in actor.run.remote(envelope):
         item = await ref

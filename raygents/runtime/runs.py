@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.drive import SuspendToken, drive
 from raygents.runtime.handle import RunHandle
 from raygents.schema import drop_defaulted_nulls, type_is_wrapped, type_name, type_schema
+from raygents.sessions import validate_session_id
 from raygents.store import validate_key
 
 __all__ = ["attach", "resume", "run", "run_streamed", "run_typed", "runs", "start"]
@@ -93,8 +95,10 @@ def start(
     """
     _check_run_args(agent, timeout_s, max_turns)
     messages = _input_messages(input)
-    if session_id is not None and agent.session is None:
-        raise UserError(f"session_id was given but agent {agent.name!r} has no session")
+    if session_id is not None:
+        if agent.session is None:
+            raise UserError(f"session_id was given but agent {agent.name!r} has no session")
+        validate_session_id(session_id)
     if run_id is not None:
         validate_key(f"runs/{run_id}")
     rt = current()
@@ -106,6 +110,8 @@ def start(
         input_len=len(messages),
         max_turns=max_turns,
         response_format=_response_format,
+        session_id=session_id,
+        start_agent=agent.name,
     )
     envelope = Envelope(state, fp, context, stream=_stream)
     return _launch(rt, envelope, graph, blob, timeout_s)
@@ -122,10 +128,14 @@ def _launch(
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
-    if not envelope.resumed:
-        taken = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, envelope.state.agent_name))
-        if taken is not None:
-            raise UserError(f"run id {run_id!r} is already in use ({taken.status}); pick another")
+    taken, epoch = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, envelope.state.agent_name))
+    if taken is not None:
+        if envelope.resumed:
+            raise UserError(
+                f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id
+            )
+        raise UserError(f"run id {run_id!r} is already in use ({taken.status}); pick another")
+    envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
     rt.handles[run_id] = handle
     replicas = {name: a.replicas for name, a in graph.items()}
@@ -334,9 +344,6 @@ def resume(
         approvals={**state.approvals, **{k: v for k, v in decisions.items() if k in mine}},
         pending=(),
     )
-    taken = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, state.agent_name))
-    if taken is not None:
-        raise UserError(f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id)
     envelope = Envelope(state, fp, context, activate=False, resumed=True, approvals=decisions)
     return _launch(rt, envelope, graph, blob, timeout_s)
 
