@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import ray
+from faultkit import Ledger, agent_actor, apply_effect_once, no_leaked_cpus, record, wait_for
 
 import raygents as rg
-from conftest import Ledger, agent_actor, apply_effect_once, no_leaked_cpus, record, wait_for
 from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("faulty")

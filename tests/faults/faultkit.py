@@ -1,0 +1,82 @@
+"""Helpers for fault-injection tests: a ledger of tool starts and effects, actor lookups."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+import raygents as rg
+
+
+class Ledger:
+    """Tool starts and effects recorded in a file, by idempotency key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def effects(self) -> dict[str, int]:
+        """How many times each idempotency key took effect (idempotent: counted once)."""
+        seen: dict[str, int] = {}
+        for entry in self.entries():
+            if entry["event"] == "effect":
+                seen[entry["key"]] = seen.get(entry["key"], 0) + 1
+        return seen
+
+    def starts(self) -> dict[str, int]:
+        seen: dict[str, int] = {}
+        for entry in self.entries():
+            if entry["event"] == "start":
+                seen[entry["key"]] = seen.get(entry["key"], 0) + 1
+        return seen
+
+
+def record(path: str, event: str, key: str, **extra: Any) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps({"event": event, "key": key, "pid": os.getpid(), **extra}) + "\n")
+        f.flush()
+
+
+def apply_effect_once(path: str, key: str) -> None:
+    """An idempotent effect: applied at most once per key, like a payment with a key."""
+    marker = Path(path).with_suffix(f".{key.replace(':', '_').replace('/', '_')}.done")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.close(fd)
+    record(path, "effect", key)
+
+
+def agent_actor(name: str) -> Any:
+    """The (first) actor serving agent ``name`` in the current namespace."""
+    namespace = rg.runtime.client.current().namespace
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] == namespace and entry["name"].startswith(f"agent:{name}@"):
+            return ray.get_actor(entry["name"], namespace=namespace)
+    raise LookupError(name)
+
+
+def wait_for(predicate: Any, timeout_s: float = 30.0) -> None:
+    deadline = time.time() + timeout_s
+    while not predicate():
+        if time.time() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.05)
+
+
+def no_leaked_cpus(timeout_s: float = 60.0) -> None:
+    """Every CPU is free again (tasks did not leak)."""
+    wait_for(
+        lambda: ray.available_resources().get("CPU", 0) == ray.cluster_resources().get("CPU", 0),
+        timeout_s,
+    )
