@@ -28,7 +28,15 @@ from raygents.errors import (
     UserError,
 )
 from raygents.events import RunEvent
+from raygents.guardrails import (
+    GuardrailResult,
+    InputGuardrail,
+    OutputGuardrail,
+    input_guardrail,
+    output_guardrail,
+)
 from raygents.hooks import RunHooks
+from raygents.mcp import MCPServerStdio, MCPServerStreamableHTTP
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from raygents.models.base import Model, ModelSettings
 from raygents.models.openai import OpenAIChatModel
@@ -37,6 +45,7 @@ from raygents.runtime.client import init, shutdown
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.handle import RunHandle, RunStatus
 from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
+from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
 from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
 
 __all__ = [
@@ -47,11 +56,16 @@ __all__ = [
     "ApprovalDecisionsMismatch",
     "CheckpointCorrupt",
     "CheckpointError",
+    "GuardrailResult",
     "Handoff",
     "HandoffInputData",
+    "InputGuardrail",
     "InputGuardrailTripped",
+    "MCPServerStdio",
+    "MCPServerStreamableHTTP",
     "MaxToolDepthExceeded",
     "MaxTurnsExceeded",
+    "MemorySession",
     "Message",
     "Model",
     "ModelError",
@@ -59,20 +73,24 @@ __all__ = [
     "ModelResponse",
     "ModelSettings",
     "OpenAIChatModel",
+    "OutputGuardrail",
     "OutputGuardrailTripped",
     "OutputValidationError",
     "PendingApproval",
     "RaygentsError",
     "RunContext",
     "RunEvent",
-    "RunHooks",
     "RunHandle",
+    "RunHooks",
     "RunInfo",
     "RunInterrupted",
     "RunNotFound",
     "RunResult",
     "RunStatus",
+    "SQLiteSession",
+    "Session",
     "StopAtTools",
+    "StoreSession",
     "SuspendedError",
     "Tool",
     "ToolCall",
@@ -85,6 +103,8 @@ __all__ = [
     "attach",
     "handoff",
     "init",
+    "input_guardrail",
+    "output_guardrail",
     "resume",
     "run",
     "run_streamed",

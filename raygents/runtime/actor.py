@@ -224,6 +224,7 @@ class AgentActor:
         """Activate the agent for this envelope and choose the first action."""
         state = envelope.state
         await self.directory.settings()
+        await self.resolve_tools()
         view = await self._view(state, envelope.context)
         if envelope.activate:
             state = loop.activate(state, view)
@@ -376,14 +377,33 @@ class AgentActor:
     # --- the agent, as the loop sees it -------------------------------------------------
     def tools(self) -> dict[str, Tool]:
         """The agent's tools by name (handoff tools are not included)."""
-        if self._tools is None:
-            names = [t.name for t in self.agent.tools]
-            names += [h.tool_name for h in self.agent.handoff_configs()]
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
-                raise UserError(f"agent {self.agent.name!r} has duplicate tool names: {dupes!r}")
-            self._tools = {t.name: t for t in self.agent.tools}
+        assert self._tools is not None, "resolve_tools() must run first"
         return self._tools
+
+    async def resolve_tools(self) -> None:
+        """Collect the agent's tools, its MCP servers' tools and its handoff tools.
+
+        MCP servers connect on first use and keep their connection for the actor's life;
+        their tool lists are cached until ``reset_cache()``. A name used twice fails the run.
+        """
+        sources: list[tuple[str, Tool]] = [("the agent's tools", t) for t in self.agent.tools]
+        for server in self.agent.mcp_servers:
+            for t in await server.list_tools():
+                sources.append((f"MCP server {server.name!r}", t))
+        owners: dict[str, str] = {}
+        for h in self.agent.handoff_configs():
+            owners[h.tool_name] = f"the handoff to {h.agent.name!r}"
+        for owner, t in sources:
+            if t.name in owners:
+                raise UserError(
+                    f"agent {self.agent.name!r}: tool name {t.name!r} is used by {owners[t.name]} "
+                    f"and by {owner}; rename one of them"
+                )
+            owners[t.name] = owner
+        tools = {t.name: t for _, t in sources}
+        if self._tools is None or set(tools) != set(self._tools):
+            self._tools = tools
+            self._static_view = None
 
     def _base_view(self) -> loop.AgentView:
         if self._static_view is None:
