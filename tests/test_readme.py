@@ -29,7 +29,12 @@ def test_readme_snippets_run(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_ADDRESS"))}
     env["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
     done = subprocess.run(
-        [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280
+        [sys.executable, str(path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "README OK" in done.stdout

@@ -43,6 +43,7 @@ class Runtime:
     ) -> None:
         self.namespace = namespace
         self.started_ray = started_ray
+        self.detached = detached
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         options: dict[str, Any] = {
             "name": COORDINATOR_NAME,

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -80,6 +81,8 @@ class Coordinator:
         self.write_errors: list[str] = []
         self.epochs: dict[str, int] = {}
         self.sessions: dict[str, str] = {}
+        self.tokens: dict[str, Any] = {}
+        self.directory: Any = None
         self.generation = 0
         self.recovery = dict(recovery or {})
         self.actor_options = dict(actor_options or {})
@@ -125,6 +128,65 @@ class Coordinator:
         options.update(self.actor_options)
         remote_cls = ray.remote(AgentActor).options(**options)
         return remote_cls.remote(graph.blob, name, graph_fp, self.namespace)
+
+    # --- runs driven here (detached mode) -----------------------------------------------
+    async def drive_root(self, envelope: Any) -> AsyncIterator[Any]:
+        """Drive a top-level run here, so it outlives the driver that started it.
+
+        Yields event batches, then the outcome; the run's end is recorded here too, so
+        ``attach`` from any driver gets it.
+        """
+        from raygents.runtime.directory import Directory
+        from raygents.runtime.drive import SuspendToken, drive
+
+        run_id = envelope.state.run_id
+        if self.directory is None:
+            self.directory = Directory(self.namespace, owner=f"coordinator:{self.namespace}")
+        token = self.tokens[run_id] = SuspendToken(run_id)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        task = asyncio.ensure_future(drive(envelope, self.directory, token, queue.put_nowait))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (item := await queue.get()) is not None:
+                batch = [item]
+                while not queue.empty():
+                    nxt = queue.get_nowait()
+                    if nxt is None:
+                        queue.put_nowait(None)
+                        break
+                    batch.append(nxt)
+                yield batch
+            outcome = task.result()
+            await self._record_outcome(outcome)
+            yield outcome
+        finally:
+            self.tokens.pop(run_id, None)
+
+    async def _record_outcome(self, outcome: Any) -> None:
+        state = outcome.state
+        status = {"completed": "completed", "suspended": "suspended"}.get(outcome.kind, "failed")
+        if outcome.kind == "interrupted":
+            status = "awaiting_approval"
+        summary = None
+        if outcome.kind == "completed":
+            summary = {
+                "final_output": outcome.output or "",
+                "messages": state.messages,
+                "usage": state.usage,
+                "turns": state.turns,
+                "agent_name": state.agent_name,
+            }
+        error = None if outcome.error is None else str(outcome.error)
+        info = RunInfo(state.run_id, status, state.agent_name, state.turns, last_error=error)
+        await self.finish(info, summary)
+
+    def suspend(self, run_id: str, cause: str) -> bool:
+        """Ask a run driven here to suspend; False if it is not driven here."""
+        token = self.tokens.get(run_id)
+        if token is None:
+            return False
+        token.request(cause)
+        return True
 
     # --- checkpoints --------------------------------------------------------------------
     async def save(
@@ -329,8 +391,10 @@ class Coordinator:
                 log.error("cannot read %s while rebuilding the run table: %s", key, exc)
                 continue
             status = record["status"]
-            if status == "running":
-                status = "suspended"  # its driver is gone; resume it
+            error = record.get("error")
+            if status == "running":  # whoever drove it is gone: leave it resumable
+                status = "suspended"
+                error = "its driver or the coordinator stopped while it ran; resume it"
             state = record["state"]
             self.epochs[run_id] = int(state.get("epoch", 0))
             self.runs[run_id] = RunInfo(
@@ -339,6 +403,6 @@ class Coordinator:
                 state["agent_name"],
                 state["turns"],
                 updated_at=float(record.get("at") or time.time()),
-                last_error=record.get("error"),
+                last_error=error,
                 seq=int(record["seq"]),
             )

@@ -159,7 +159,10 @@ async def _drive_root(
         if timeout_s is not None:
             timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
         handle._set_status("running")
-        outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
+        if rt.detached:  # the coordinator drives it, so it outlives this driver
+            outcome = await _drive_detached(rt, handle, envelope)
+        else:
+            outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
     except Exception as exc:
         error = (
             exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
@@ -169,6 +172,24 @@ async def _drive_root(
         if timer is not None:
             timer.cancel()
     _finish(rt, handle, outcome, graph)
+
+
+async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) -> Outcome:
+    handle._token.actor = rt.coordinator  # suspend requests go to the coordinator
+    outcome: Outcome | None = None
+    async for ref in rt.coordinator.drive_root.remote(envelope):
+        item = await ref
+        if isinstance(item, Outcome):
+            outcome = item
+        else:
+            for event in item:
+                handle._emit(event)
+    handle._token.actor = None
+    if outcome is None:
+        raise RaygentsError(
+            "the coordinator ended the run without an outcome", run_id=handle.run_id
+        )
+    return outcome
 
 
 def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, Agent]) -> None:

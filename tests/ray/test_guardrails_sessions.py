@@ -49,7 +49,7 @@ def test_input_guardrail_trips_before_any_model_call() -> None:
 
 def test_a_failing_guardrail_fails_the_run_naming_it() -> None:
     agent = rg.Agent("guarded_err", model=ScriptedModel([]), input_guardrails=[exploding])
-    with pytest.raises(rg.RaygentsError, match="exploding.*guardrail bug"):
+    with pytest.raises(rg.RaygentsError, match=r"exploding.*guardrail bug"):
         rg.run(agent, "x")
 
 

@@ -46,5 +46,5 @@ def test_a_name_clash_with_an_mcp_tool_fails_at_run_start() -> None:
     agent = rg.Agent(
         "clash", tools=[get_current_time], model=ScriptedModel([]), mcp_servers=[time_server()]
     )
-    with pytest.raises(rg.UserError, match="get_current_time.*MCP server 'clock'"):
+    with pytest.raises(rg.UserError, match=r"get_current_time.*MCP server 'clock'"):
         rg.run(agent, "x")

@@ -1,0 +1,125 @@
+"""Runs and their drivers: detached runs outlive the driver; otherwise a dead driver's runs are
+left resumable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import ray
+
+import raygents as rg
+from raygents.testing import FunctionModel, call, calls, text
+
+DRIVER = textwrap.dedent(
+    """
+    import sys, time
+    import raygents as rg
+    from raygents.testing import FunctionModel, call, calls, text
+
+    address, namespace, store, run_id, mode = sys.argv[1:6]
+
+    @rg.tool(num_cpus=0)
+    def step(n: int) -> str:
+        \"\"\"A slow step.\"\"\"
+        time.sleep(0.7)
+        return f"step {n}"
+
+    def reply(request):
+        done = sum(m.role == "tool" for m in request.messages)
+        return text(f"done after {done}") if done >= 3 else calls(call("step", {"n": done}, id=f"s{done}"))
+
+    agent = rg.Agent("outliving", tools=[step], model=FunctionModel(reply))
+    rg.init(address, namespace=namespace, store=store, detached=(mode == "detached"))
+    handle = rg.start(agent, "go", run_id=run_id)
+    for event in handle.events():
+        if event.type == "tool_start":
+            print("STARTED", flush=True)
+            break
+    if mode == "kill":
+        time.sleep(60)  # SIGKILLed by the test
+    """
+)
+
+
+@rg.tool(num_cpus=0)
+def step(n: int) -> str:
+    """A slow step."""
+    return f"step {n}"
+
+
+def reply(request: rg.ModelRequest) -> rg.ModelResponse:
+    done = sum(m.role == "tool" for m in request.messages)
+    return (
+        text(f"done after {done}") if done >= 3 else calls(call("step", {"n": done}, id=f"s{done}"))
+    )
+
+
+def start_driver(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], str, str, str]:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    namespace = f"exit-{mode}-{os.urandom(3).hex()}"
+    store = f"file://{tmp_path / 'store'}"
+    run_id = f"outlive-{os.urandom(3).hex()}"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    args = [
+        sys.executable,
+        str(script),
+        ray.get_runtime_context().gcs_address,
+        namespace,
+        store,
+        run_id,
+        mode,
+    ]
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "STARTED", line + (proc.stderr.read() if proc.stderr else "")
+    return proc, namespace, store, run_id
+
+
+@pytest.mark.timeout(240)
+def test_detached_runs_outlive_their_driver_and_can_be_attached(
+    ray_session: None, tmp_path: Path
+) -> None:
+    proc, namespace, store, run_id = start_driver(tmp_path, "detached")
+    proc.wait(timeout=60)  # the driver exits while its run is still going
+    rg.shutdown()
+    rg.init(namespace=namespace, store=store, detached=True)
+    try:
+        result = rg.attach(run_id).result(timeout_s=120)
+        assert result.final_output == "done after 3"
+        assert result.last_agent.name == "outliving"
+    finally:
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["namespace"] == namespace:
+                ray.kill(ray.get_actor(entry["name"], namespace=namespace))
+        rg.shutdown()
+        rg.init(store="memory://")
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_drivers_runs_are_left_resumable(rt: None, tmp_path: Path) -> None:
+    proc, namespace, store, run_id = start_driver(tmp_path, "kill")
+    import time
+
+    time.sleep(1.0)  # at least one batch is checkpointed
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    rg.shutdown()
+    rg.init(namespace=namespace, store=store)
+    try:
+        info = {r.run_id: r for r in rg.runs()}[run_id]
+        assert info.status == "suspended" and "resume it" in (info.last_error or "")
+        agent = rg.Agent("outliving", tools=[step], model=FunctionModel(reply))
+        assert rg.resume(run_id, agent=agent).result(timeout_s=60).final_output == "done after 3"
+    finally:
+        rg.shutdown()
+        rg.init(store="memory://")
