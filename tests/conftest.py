@@ -17,10 +17,12 @@ for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS"):
 def session_s3() -> Iterator[object]:
     """moto's S3 server on 127.0.0.1 with the AWS environment pointing at it for the whole
     session, set before Ray starts so that Ray's workers (the coordinator) inherit it."""
-    from s3_server import MotoServer, aws_env
+    from s3_server import FaultProxy, MotoServer, aws_env
 
-    with MotoServer() as server, aws_env(server.endpoint_url):
-        yield server
+    with MotoServer() as server, FaultProxy(server.endpoint_url) as proxy:
+        server.proxy = proxy  # type: ignore[attr-defined]
+        with aws_env(proxy.endpoint_url):  # boto3 (and Ray's workers) go through the proxy
+            yield server
 
 
 @pytest.fixture(scope="session")

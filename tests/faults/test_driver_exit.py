@@ -32,7 +32,9 @@ DRIVER = textwrap.dedent(
 
     def reply(request):
         done = sum(m.role == "tool" for m in request.messages)
-        return text(f"done after {done}") if done >= 3 else calls(call("step", {"n": done}, id=f"s{done}"))
+        if done >= 3:
+            return text(f"done after {done}")
+        return calls(call("step", {"n": done}, id=f"s{done}"))
 
     agent = rg.Agent("outliving", tools=[step], model=FunctionModel(reply))
     rg.init(address, namespace=namespace, store=store, detached=(mode == "detached"))
