@@ -1,0 +1,61 @@
+"""The examples run (offline) as a user would run them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_ADDRESS"))}
+    clean["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=200
+    )
+
+
+@pytest.mark.timeout(420)
+def test_suspend_in_one_process_and_resume_in_another(tmp_path: Path) -> None:
+    started = run(["examples/suspend_resume.py", "start"], tmp_path)
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert "suspended after" in started.stdout
+    run_id = started.stdout.split("resume ")[-1].strip()
+    resumed = run(["examples/suspend_resume.py", "resume", run_id], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.strip() == (
+        "summary: page 1: 7 new customers; page 2: 14 new customers; "
+        "page 3: 21 new customers; page 4: 28 new customers"
+    )
+
+
+def test_the_openai_example_explains_itself_without_an_endpoint(tmp_path: Path) -> None:
+    done = run(["examples/openai_compatible.py"], tmp_path)
+    assert done.returncode == 0 and "set OPENAI_API_KEY" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_the_openai_example_against_a_local_compatible_server(tmp_path: Path) -> None:
+    from openai_server import FakeOpenAIServer
+
+    replies = [
+        [
+            {"name": "count_primes", "arguments": '{"limit": 2000000}', "id": "c1"},
+            {"name": "count_primes", "arguments": '{"limit": 3000000}', "id": "c2"},
+        ],
+        "There are 148933 primes below 2,000,000 and 216816 below 3,000,000.",
+    ]
+    with FakeOpenAIServer(replies) as server:
+        done = run(["examples/openai_compatible.py"], tmp_path, OPENAI_BASE_URL=server.url)
+        bodies = server.requests
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[count_primes -> 148933]" in done.stdout and "[count_primes -> 216816]" in done.stdout
+    assert "There are 148933 primes" in done.stdout
+    assert bodies[0]["stream"] is True and bodies[0]["tools"][0]["function"]["strict"] is True
+    assert [m["role"] for m in bodies[1]["messages"]][-2:] == ["tool", "tool"]
