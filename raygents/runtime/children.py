@@ -28,7 +28,7 @@ def child_run_id(parent_run_id: str, call_id: str) -> str:
 
 async def load_state(directory: Directory, run_id: str) -> tuple[RunState, dict[str, Any]] | None:
     """The newest checkpointed state of a run and its last record, or None without one."""
-    blobs = await directory.coordinator().load.remote(run_id)
+    blobs = await directory.call("load", run_id)
     if not blobs:
         return None
     key = (await directory.settings())["key"]
@@ -69,9 +69,7 @@ async def run_child(
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
         )
-    _, epoch = await directory.coordinator().claim.remote(
-        child_id, directory.owner, child.agent_name, True
-    )
+    _, epoch = await directory.call("claim", child_id, directory.owner, child.agent_name, True)
     child = child.evolve(epoch=epoch)
     token = SuspendToken(child_id)
     if tokens is not None:

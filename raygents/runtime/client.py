@@ -14,6 +14,7 @@ from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
 from raygents.runtime.coordinator import Coordinator
@@ -55,6 +56,10 @@ class Runtime:
         }
         if detached:
             options["lifetime"] = "detached"
+        # On the driver's node when it can be: a file:// store path is the driver's.
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=True
+        )
         self.coordinator: Any = (
             ray.remote(Coordinator)
             .options(**options)

@@ -44,6 +44,19 @@ class Directory:
         assert self._settings is not None, "settings() must be awaited first"
         return self._settings
 
+    async def call(self, method: str, *args: Any, patience_s: float = 120.0) -> Any:
+        """Call a coordinator method, waiting while the coordinator restarts."""
+        deadline = asyncio.get_running_loop().time() + patience_s
+        delay = 0.1
+        while True:
+            try:
+                return await getattr(self.coordinator(), method).remote(*args)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     def coordinator(self) -> Any:
         """The namespace's coordinator actor."""
         if self._coordinator is None:
@@ -56,13 +69,13 @@ class Directory:
         handles = self._actors.get(key)
         if not handles:
             try:
-                handles = await self.coordinator().agent_actors.remote(graph_fp, name)
+                handles = await self.call("agent_actors", graph_fp, name)
             except ray.exceptions.RayTaskError as exc:
                 known = self.graphs.get(graph_fp)
                 if known is None or "unknown agent graph" not in str(exc):
                     raise
-                await self.coordinator().register_graph.remote(graph_fp, *known)
-                handles = await self.coordinator().agent_actors.remote(graph_fp, name)
+                await self.call("register_graph", graph_fp, *known)
+                handles = await self.call("agent_actors", graph_fp, name)
             self._actors[key] = handles
         return handles[next(self._turn) % len(handles)]
 

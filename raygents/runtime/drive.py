@@ -137,9 +137,7 @@ async def _recover(
     base = float(settings.get("backoff_s", 0.5))
     await asyncio.sleep(min(base * 2 ** (attempt - 1), 30.0) * (0.5 + random.random() / 2))
     if isinstance(exc, StaleActor):
-        await directory.coordinator().replace_actor.remote(
-            current.graph_fp, state.agent_name, exc.actor
-        )
+        await directory.call("replace_actor", current.graph_fp, state.agent_name, exc.actor)
     directory.forget(current.graph_fp, state.agent_name)
     found = await load_state(directory, state.run_id)
     if found is None:  # nothing durable yet: start over from the input
@@ -148,8 +146,8 @@ async def _recover(
     else:
         envelope = dataclasses.replace(current, state=found[0], activate=False, resumed=True)
         from_seq = found[0].seq
-    _, epoch = await directory.coordinator().claim.remote(
-        state.run_id, directory.owner, envelope.state.agent_name, True
+    _, epoch = await directory.call(
+        "claim", state.run_id, directory.owner, envelope.state.agent_name, True
     )
     envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
     log.warning(
