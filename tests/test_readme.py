@@ -21,7 +21,7 @@ def test_readme_has_snippets() -> None:
     assert len(snippets()) >= 6
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_readme_snippets_run(tmp_path: Path) -> None:
     script = "\n\n".join(snippets()) + "\n\nrg.shutdown()\nprint('README OK')\n"
     path = tmp_path / "readme_snippets.py"
@@ -34,7 +34,7 @@ def test_readme_snippets_run(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=880,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "README OK" in done.stdout
