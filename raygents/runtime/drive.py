@@ -80,10 +80,11 @@ async def drive(
         name = envelope.state.agent_name
         if token.cause is not None:
             envelope = dataclasses.replace(envelope, suspend_cause=token.cause)
+        progress: list[bool] = []
         try:
             actor = await directory.actor(envelope.graph_fp, name)
             token.actor = actor
-            outcome = await _call(actor, envelope, emit, directory)
+            outcome = await _call(actor, envelope, emit, directory, progress)
         except (*_LOST, StaleActor) as exc:
             if "creation task" in str(exc):  # the agent cannot even be built: not transient
                 error = RaygentsError(
@@ -91,8 +92,8 @@ async def drive(
                     run_id=envelope.state.run_id,
                 )
                 return Outcome("failed", envelope.state, error=error)
-            if isinstance(exc, ray.exceptions.ActorUnavailableError) and waits < _MAX_WAITS:
-                waits += 1  # restarting, or briefly unreachable: wait, it is not a new loss
+            if not progress and not isinstance(exc, StaleActor) and waits < _MAX_WAITS:
+                waits += 1  # restarting or unreachable before the run got there: wait
                 await asyncio.sleep(min(0.2 * waits, 2.0))
             else:
                 attempt += 1
@@ -171,9 +172,13 @@ async def _recover(
 
 
 async def _call(
-    actor: Any, envelope: Envelope, emit: Callable[[RunEvent], None], directory: Directory
+    actor: Any,
+    envelope: Envelope,
+    emit: Callable[[RunEvent], None],
+    directory: Directory,
+    progress: list[bool],
 ) -> Outcome:
-    consume = asyncio.ensure_future(_consume(actor, envelope, emit))
+    consume = asyncio.ensure_future(_consume(actor, envelope, emit, progress))
     stale = directory.watch(actor)
     try:
         waiting: set[asyncio.Future[Any]] = {consume, stale}
@@ -191,10 +196,14 @@ async def _call(
         directory.unwatch(actor)
 
 
-async def _consume(actor: Any, envelope: Envelope, emit: Callable[[RunEvent], None]) -> Outcome:
+async def _consume(
+    actor: Any, envelope: Envelope, emit: Callable[[RunEvent], None], progress: list[bool]
+) -> Outcome:
     outcome: Outcome | None = None
     async for ref in actor.run.remote(envelope):
         item = await ref
+        if not progress:
+            progress.append(True)  # the actor had the run: losing it now counts as a loss
         if isinstance(item, Outcome):
             outcome = item
         else:

@@ -134,6 +134,7 @@ def test_a_stopped_actor_is_replaced_and_fenced(ledger: Ledger, faulty: str) -> 
     wait_for(lambda: not root.exists() or not any(root.iterdir()), 20)
 
 
+@pytest.mark.timeout(900)
 def test_a_hundred_runs_survive_the_death_of_their_actor(ledger: Ledger) -> None:
     agent = rg.Agent("crowd", tools=[pay_tool(0.3)], model=two_payments(latency_s=0.5))
     handles = [
@@ -150,6 +151,7 @@ def test_a_hundred_runs_survive_the_death_of_their_actor(ledger: Ledger) -> None
     )
 
 
+@pytest.mark.timeout(600)
 def test_recovery_gives_up_after_max_attempts(ledger: Ledger) -> None:
     def reply(req: rg.ModelRequest) -> rg.ModelResponse:
         os._exit(1)  # the actor dies on every model call
