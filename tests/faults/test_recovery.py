@@ -66,7 +66,7 @@ def test_kill_the_agent_actor_during_a_model_call(ledger: Ledger) -> None:
     check(result, ledger)
     assert ledger.starts() == {key: 1 for key in ledger.effects()}, "no finished call ran again"
     recovered = [e for e in handle.events() if e.type == "recovered"]
-    assert len(recovered) == 1 and recovered[0].data["from_seq"] >= 1
+    assert recovered and recovered[0].data["from_seq"] >= 1  # more while the actor restarts
 
 
 def test_kill_the_agent_actor_while_its_tool_runs(ledger: Ledger) -> None:
