@@ -1,0 +1,153 @@
+"""Profile raygents under one benchmark scenario with py-spy (``pip install py-spy``).
+
+    python benchmarks/profile.py single --seconds 15   # sequential 2-turn runs, K=4 task tools
+    python benchmarks/profile.py single-local          # the same with remote=False tools
+    python benchmarks/profile.py concurrent --n 300    # N concurrent runs, 100 ms model
+    python benchmarks/profile.py resume --n 200        # suspend N runs, profile resuming them
+
+py-spy records the driver, the coordinator and the agent actor(s) (found by their ``ray::``
+process titles) at 100 Hz, on-CPU samples only, into ``benchmarks/results/profiles/<scenario>-
+<process>.txt`` (collapsed stacks); a summary of each (top inclusive / self functions) is printed
+and written next to them (``.summary.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+import common as C  # noqa: E402
+
+
+def _targets() -> dict[str, int]:
+    import psutil
+
+    me = psutil.Process()
+    found = {"driver": me.pid}
+    for p in me.children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        for key, name in (("ray::Coordinator", "coordinator"), ("ray::AgentActor", "agent_actor")):
+            if key in cmd:
+                n = sum(1 for k in found if k.startswith(name))
+                found[f"{name}{n or ''}"] = p.pid
+    return found
+
+
+def _record(scenario: str, seconds: float, out_dir: str) -> list[tuple[str, str, Any]]:
+    procs = []
+    for name, pid in _targets().items():
+        path = os.path.join(out_dir, f"{scenario}-{name}.txt")
+        proc = subprocess.Popen(
+            [
+                "py-spy",
+                "record",
+                "-p",
+                str(pid),
+                "-d",
+                str(int(seconds)),
+                "-r",
+                "100",
+                "-f",
+                "raw",
+                "-o",
+                path,
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        procs.append((name, path, proc))
+    time.sleep(0.5)
+    return procs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario", choices=("single", "single-local", "concurrent", "resume"))
+    ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", "profiles"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    import tempfile
+
+    from workloads import harness as H
+
+    import raygents as rg
+
+    tmp = tempfile.mkdtemp(prefix="rgprof-")
+    C.init_raygents(store=f"file://{tmp}/store")
+    kind = "local" if args.scenario in ("single-local", "concurrent") else "task"
+    latency = 0.0 if args.scenario.startswith("single") else 0.1
+    if args.scenario == "resume":
+        from workloads.suspend import phase
+
+        agent = rg.Agent(
+            "prof_storm",
+            instructions=phase,
+            tools=C.rg_tools("local"),
+            model=C.rg_model(C.UntilFinish(), latency),
+            max_turns=100_000,
+        )
+        handles = [rg.start(agent, f"go {i}", context="loop") for i in range(args.n)]
+        time.sleep(2.0)
+        for h in handles:
+            h.suspend()
+        for h in handles:
+            with contextlib.suppress(rg.SuspendedError):
+                h.result(300)
+    else:
+        agent = rg.Agent(
+            f"prof_{kind}", tools=C.rg_tools(kind), model=C.rg_model(C.ToolTurns(k=4), latency)
+        )
+        for _ in range(5):
+            rg.run(agent, "k=4")
+    procs = _record(args.scenario, args.seconds, args.out)
+    t0 = time.perf_counter()
+    count = 0
+    if args.scenario.startswith("single"):
+        while time.perf_counter() - t0 < args.seconds:
+            rg.run(agent, "k=4")
+            count += 1
+        print(f"{count} runs in {args.seconds} s: {1000 * args.seconds / count:.1f} ms per run")
+    elif args.scenario == "concurrent":
+        out = H.rg_batch(agent, [f"k=4 run {i}" for i in range(args.n)])
+        print(f"{args.n} runs: {args.n / out['wall_s']:.1f} runs/s, start {out['start_s']:.2f} s")
+    else:
+        t = time.perf_counter()
+        resumed = [rg.resume(h.run_id, agent=agent, context="finish") for h in handles]
+        calls = time.perf_counter() - t
+        for h in resumed:
+            h.result(300)
+        done = time.perf_counter() - t
+        print(
+            f"{args.n} resumes: calls {calls:.2f} s ({args.n / calls:.1f}/s), all done {done:.2f} s"
+        )
+    print(f"load {os.getloadavg()}")
+    for name, path, proc in procs:
+        proc.wait()
+        res = subprocess.run(
+            [sys.executable, os.path.join(BENCH_DIR, "profile_summary.py"), path, "--top", "30"],
+            capture_output=True,
+            text=True,
+        )
+        with open(path.replace(".txt", ".summary.txt"), "w") as f:
+            f.write(res.stdout)
+        print(f"===== {name}: {path}\n{res.stdout}")
+    rg.shutdown()
+
+
+if __name__ == "__main__":
+    main()

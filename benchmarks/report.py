@@ -1,0 +1,306 @@
+"""Markdown tables of a results file; ``python benchmarks/report.py results.json`` prints them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+START = "<!-- results:start -->"
+END = "<!-- results:end -->"
+
+
+def _f(x: Any, nd: int = 1) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _rng(s: dict[str, Any], nd: int = 1) -> str:
+    if not s or not s.get("n"):
+        return "-"
+    return f"{s['p50']:.{nd}f} [{s['min']:.{nd}f}-{s['max']:.{nd}f}]"
+
+
+def _load(w: dict[str, Any]) -> str:
+    a = w.get("load_before", {}).get("loadavg", ["?"])[0]
+    b = w.get("load_after", {}).get("loadavg", ["?"])[0]
+    return f"load average (1 min) {_f(a, 2)} before, {_f(b, 2)} after"
+
+
+def checks(results: dict[str, Any]) -> list[str]:
+    out = ["| workload | target | measured | pass |", "|---|---|---|---|"]
+    for name, w in results["workloads"].items():
+        for title, c in (w.get("checks") or {}).items():
+            value = next(
+                (c[k] for k in ("value", "value_ms", "value_mb", "value_s") if k in c), None
+            )
+            unit = {"value_ms": " ms", "value_mb": " MB", "value_s": " s"}.get(
+                next((k for k in ("value", "value_ms", "value_mb", "value_s") if k in c), ""), ""
+            )
+            out.append(
+                f"| {name} | {title} ({c['target']}) | {_f(value, 2)}{unit} | "
+                f"{'PASS' if c['pass'] else '**FAIL**'} |"
+            )
+    return out
+
+
+def overhead(w: dict[str, Any]) -> list[str]:
+    fm = w.get("floor_micro_ms", {})
+    out = [
+        f"Ray floor building blocks (driver → ray.get): bare async actor call p50 "
+        f"{_f(fm.get('actor_call', {}).get('p50'), 2)} ms, bare task p50 "
+        f"{_f(fm.get('task', {}).get('p50'), 2)} ms, 4 tasks p50 "
+        f"{_f(fm.get('k4_tasks_from_driver', {}).get('p50'), 2)} ms.",
+        "",
+        "| model latency | K | side | p50 ms | p99 ms | min-max ms | overhead/turn p50 ms | vs SDK (p50) |",  # noqa: E501
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    ph = w.get("phases_ms")
+    if ph:
+        names = list(next(iter(ph.values())))
+        tail = [
+            "",
+            "Where the time goes (K=4, model latency 0, p50 ms; stamps taken by the model and "
+            "the tools inside the run):",
+            "",
+            "| side | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for side, v in ph.items():
+            tail.append(f"| {side} | " + " | ".join(_f(v[n], 2) for n in names) + " |")
+    else:
+        tail = []
+    for r in w["rows"]:
+        for side, s in r["sides"].items():
+            out.append(
+                f"| {r['latency_ms']} ms | {r['k']} | {side} | {_f(s['p50_ms'])} | {_f(s['p99_ms'])} | "  # noqa: E501
+                f"{_f(s['min_ms'])}-{_f(s['max_ms'])} | {_f(s['overhead_per_turn_p50_ms'])} | "
+                f"{_f(s.get('ratio_vs_sdk_p50'), 2) if 'ratio_vs_sdk_p50' in s else ''} |"
+            )
+    return out + tail
+
+
+def throughput(w: dict[str, Any]) -> list[str]:
+    cold = w.get("idle_after_init", {})
+    warm = w.get("idle_after_warmup", {})
+    out = [
+        f"Idle footprint (driver + every Ray process, PSS): {_f(cold.get('total_pss_mb'), 0)} MB "
+        f"after init ({cold.get('processes')} processes), {_f(warm.get('total_pss_mb'), 0)} MB "
+        f"after warm-up ({warm.get('processes')} processes).",
+        "",
+        "| N | side | runs/s p50 [min-max] | vs SDK | latency p50 / p99 ms | time to start all, s | "  # noqa: E501
+        "CPU s (all processes) | peak PSS MB (all) | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in w["rows"]:
+        for side, s in r["sides"].items():
+            if not s.get("runs_per_s", {}).get("n"):
+                out.append(f"| {r['n']} | {side} | {s.get('skipped', 'skipped')} | | | | | | |")
+                continue
+            out.append(
+                f"| {r['n']} | {side} | {_rng(s['runs_per_s'])} | "
+                f"{_f(s.get('ratio_vs_sdk_runs_per_s'), 2) if side != 'sdk' else ''} | "
+                f"{_f(s['latency_p50_ms'], 0)} / {_f(s['latency_p99_ms'], 0)} | "
+                f"{_f(s['start_all_s']['p50'], 2)} | {_f(s['cpu_s_total']['p50'], 1)} | "
+                f"{_f(s['peak_total_pss_mb'], 0)} | {s['errors']} |"
+            )
+    big = next((r for r in w["rows"] if r["n"] == max(x["n"] for x in w["rows"])), None)
+    if big:
+        for side in ("raygents_task", "raygents_local", "sdk"):
+            s = big["sides"].get(side, {})
+            roles = s.get("processes_by_role")
+            if not roles:
+                continue
+            out += [
+                "",
+                f"N={big['n']}, {side}: CPU seconds and peak PSS by process role (best repetition)",
+                "",
+                "| role | processes | CPU s | peak PSS MB |",
+                "|---|---|---|---|",
+            ]
+            for role, v in roles.items():
+                out.append(
+                    f"| {role} | {v['count']} | {_f(v['cpu_s'], 2)} | {_f(v['peak_pss_mb'], 0)} |"
+                )
+    return out
+
+
+def fanout(w: dict[str, Any]) -> list[str]:
+    out = [
+        "| tool | M | side | wall p50 s [min-max] | ideal 2-core s | vs ideal | speedup vs SDK |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in w["rows"]:
+        for side in r.get("skipped", []):
+            out.append(
+                f"| {r['tool']} | {r['m']} | {side} | skipped in quick mode (one Ray worker "
+                "per num_cpus=0 task) | | | |"
+            )
+        for side, s in r["sides"].items():
+            out.append(
+                f"| {r['tool']} | {r['m']} | {side} | {s['wall_p50_s']:.3f} [{s['min_s']:.3f}-"
+                f"{s['max_s']:.3f}] | {r['ideal_2core_s']:.2f} | {s['vs_ideal_2core']:.2f} | "
+                f"{_f(s.get('speedup_vs_sdk'), 2) if side != 'sdk' else ''} |"
+            )
+    return out
+
+
+def checkpoints(w: dict[str, Any]) -> list[str]:
+    cfg = w.get("config", {})
+    out = [
+        f"{cfg.get('turns')} tool turns per run (one remote=False call returning "
+        f"{cfg.get('tool_result_bytes')} B each), model latency 0, {cfg.get('reps')} runs per "
+        "pair, alternating. Cost = (p50 - p50 of `exit` on the same store) / turns.",
+        "",
+        "| store/mode | run p50 ms [min-max] | per turn ms | checkpoint cost per turn ms |",
+        "|---|---|---|---|",
+    ]
+    for key, v in w["per_turn"].items():
+        out.append(
+            f"| {key} | {v['run_p50_ms']:.1f} [{v['run_min_ms']:.1f}-{v['run_max_ms']:.1f}] | "
+            f"{v['per_turn_ms']:.2f} | {v['checkpoint_cost_per_turn_ms']:.2f} |"
+        )
+    micro = w.get("store_put_micro_1KiB", {})
+    if micro:
+        out += [
+            "",
+            "Store.put of 1 KiB from the driver: "
+            + ", ".join(
+                f"{k} p50 {v['p50_ms']:.2f} ms (p99 {v['p99_ms']:.2f})" for k, v in micro.items()
+            ),
+        ]
+    out += [
+        "",
+        "| 50-turn run | records | bytes written | final history (msgpack / JSON) | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for key, v in w["bytes"].items():
+        out.append(
+            f"| {key} | {v['checkpoint_records']} | {v['bytes_written']} | "
+            f"{v['final_history_msgpack_bytes']} / {v['final_history_json_bytes']} | "
+            f"{v['ratio_vs_msgpack_history']:.2f}x / {v['ratio_vs_json_history']:.2f}x |"
+        )
+    for key, v in w["bytes"].items():
+        p = v.get("record_parts")
+        if p:
+            out.append(
+                f"\n{key}: {p['full_records']} full + {p['delta_records']} delta records; "
+                f"msgpack of their parts: new/replayed messages {p['append_bytes']} B, run "
+                f"state {p['state_bytes']} B (of which tool journal {p['journal_bytes']} B), "
+                "the rest is per-record header and integrity check."
+            )
+    return out
+
+
+def suspend(w: dict[str, Any]) -> list[str]:
+    s, r = w["suspend"], w["resume"]
+    n = w["config"]["n"]
+    procs = w.get("processes") or {}
+    return [
+        f"N = {n} runs; started in {w['start_all_s']} s; {w['running_before_suspend']} had finished "  # noqa: E501
+        f"a tool call when all were suspended (load {w.get('load_at_suspend', {}).get('loadavg', ['?'])[0]}).",  # noqa: E501
+        "",
+        "| phase | outcome | p50 s | p99 s | max / all done s | rate |",
+        "|---|---|---|---|---|---|",
+        f"| suspend (all `suspend()` calls took {w['suspend_calls_s']} s) | {s['outcomes']} | "
+        f"{s['latency_p50_s']} | {s['latency_p99_s']} | {s['latency_max_s']} | - |",
+        f"| resume (all `resume()` calls took {w['resume_calls_s']} s) | {r['outcomes']} | "
+        f"{r['latency_p50_s']} | {r['latency_p99_s']} | {r['all_done_s']} | "
+        f"{r['resume_calls_per_s']} resume()/s, {r['completed_per_s']} completed/s |",
+        "",
+        f"Whole storm: CPU {_f(procs.get('cpu_s_total'))} s over {_f(procs.get('wall_s'))} s, "
+        f"peak PSS {_f(procs.get('peak_total_pss_mb'), 0)} MB.",
+    ]
+
+
+def coldstart(w: dict[str, Any]) -> list[str]:
+    out = [
+        "| side | import s | init s | first run s | second run s | whole process s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for side, v in w["sides"].items():
+        out.append(
+            f"| {side} | {_f(v['import']['p50'], 2)} | {_f(v['init']['p50'] - v['import']['p50'], 2)} | "  # noqa: E501
+            f"{_f(v['first_run_only']['p50'], 2)} [{_f(v['first_run_only']['min'], 2)}-"
+            f"{_f(v['first_run_only']['max'], 2)}] | {_f(v['second_run_only']['p50'], 3)} | "
+            f"{_f(v['process_total']['p50'], 2)} |"
+        )
+    return out
+
+
+SECTIONS = (
+    ("overhead", "1. Single-run overhead (2-turn run, K tool calls)", overhead),
+    (
+        "throughput",
+        "2. Throughput under concurrency (100 ms model, 4 trivial tools, sync file store)",
+        throughput,
+    ),
+    ("fanout", "3. Fan-out through agent-as-tool (100 ms model)", fanout),
+    ("checkpoints", "4. Checkpoints", checkpoints),
+    ("suspend", "5. Suspend and resume storm", suspend),
+    ("coldstart", "6. Cold start (fresh process, p50)", coldstart),
+)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        f"Mode **{results['mode']}**, started {results['started']}, `{results['command']}`, "
+        f"total {results.get('total_wall_s', '?')} s.",
+        f"Machine: {m['cpus']} CPUs, {m['memory_gb']} GB, Python {m['python']}, "
+        + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+        + f", raygents git {m['git']}. "
+        f"Load average at start {m['loadavg']}, at end {m.get('loadavg_end', '?')}.",
+        *[
+            f"Kept from an earlier run ({m['started']}, `{m['command']}`): "
+            f"{', '.join(m['workloads'])}."
+            for m in results.get("merged_from", [])
+        ],
+        "",
+        "### Targets",
+        "",
+        *checks(results),
+    ]
+    plots = results.get("plots") or []
+    for name, title, fn in SECTIONS:
+        w = results["workloads"].get(name)
+        if not w:
+            continue
+        lines += ["", f"### {title}", ""]
+        if not w.get("ok"):
+            lines.append(f"FAILED: ```{(w.get('error') or '')[-800:]}```")
+            continue
+        lines.append(f"_{_load(w)}; took {w.get('wall_s')} s._")
+        lines.append("")
+        try:
+            lines += fn(w)
+        except Exception as exc:  # keep the rest of the report
+            lines.append(f"(cannot render: {type(exc).__name__}: {exc})")
+        for p in plots:
+            if p.endswith(f"-{name}.png"):
+                lines += ["", f"![{name}](results/{os.path.basename(p)})"]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(path: str, table: str) -> None:
+    with open(path) as f:
+        text = f.read()
+    if START not in text or END not in text:
+        text += f"\n{START}\n{END}\n"
+    head, _, rest = text.partition(START)
+    _, _, tail = rest.partition(END)
+    with open(path, "w") as f:
+        f.write(f"{head}{START}\n{table}{END}{tail}")
+
+
+if __name__ == "__main__":
+    # python benchmarks/report.py results.json [--update-readme]
+    with open(sys.argv[1]) as f:
+        text = markdown(json.load(f))
+    if "--update-readme" in sys.argv:
+        update_readme(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md"), text)
+    print(text)

@@ -1,0 +1,178 @@
+"""Run the raygents benchmarks side by side with the OpenAI Agents SDK and the raw Ray floor.
+
+    python benchmarks/run.py --quick                      # a few minutes
+    python benchmarks/run.py --full                       # the full suite
+    python benchmarks/run.py --quick --only fanout,overhead --out benchmarks/results/x.json
+
+Each workload runs in a fresh Python process with a private local Ray instance (2 CPUs, no
+dashboard). The results go to one JSON file; the plots (PNG) and a Markdown table go next to
+it. ``--update-readme`` copies the table into benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+if BENCH_DIR not in sys.path:
+    sys.path.insert(0, BENCH_DIR)
+
+from workloads import NAMES  # noqa: E402
+
+TIMEOUT_S = {"smoke": 600, "quick": 900, "full": 3600}
+
+
+def _worker(name: str, mode: str, out: str) -> int:
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS", "RAYGENTS_STORE"):
+        os.environ.pop(var, None)
+    import importlib
+
+    import common as C
+
+    module = importlib.import_module(f"workloads.{name}")
+    tmp = tempfile.mkdtemp(prefix=f"rgbench-{name}-")
+    started = time.time()
+    load_before = C.load()
+    try:
+        result = module.run(mode, tmp)
+        result["ok"] = True
+    except Exception:
+        traceback.print_exc()
+        result = {"ok": False, "error": traceback.format_exc()[-4000:]}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result["wall_s"] = round(time.time() - started, 1)
+    result["load_before"] = load_before
+    result["load_after"] = C.load()
+    C.dump(result, out)
+    return 0 if result["ok"] else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="a few minutes (default)")
+    group.add_argument("--full", action="store_true", help="every repetition")
+    group.add_argument("--smoke", action="store_true", help="tiny sizes, to check the harness")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {','.join(NAMES)}")
+    parser.add_argument(
+        "--out", default="", help="the results JSON (default benchmarks/results/<mode>.json)"
+    )
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other workloads already in --out (re-run some of them)",
+    )
+    parser.add_argument(
+        "--update-readme",
+        action="store_true",
+        help="copy the results table into benchmarks/README.md",
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        return _worker(args.worker, args.mode, args.worker_out)
+
+    import common as C
+    import report
+
+    mode = "full" if args.full else "smoke" if args.smoke else "quick"
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(NAMES)
+    unknown = sorted(set(names) - set(NAMES))
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; choose from {NAMES}")
+    out = args.out or os.path.join(BENCH_DIR, "results", f"{mode}.json")
+    command = "python benchmarks/run.py " + " ".join(sys.argv[1:])
+    results = {
+        "mode": mode,
+        "command": command,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": C.machine_info(),
+        "workloads": {},
+    }
+    if args.merge and os.path.exists(out):
+        with open(out) as f:
+            previous = json.load(f)
+        results["workloads"] = {
+            k: v for k, v in previous.get("workloads", {}).items() if k not in names
+        }
+        results["merged_from"] = [
+            *previous.get("merged_from", []),
+            {
+                "started": previous.get("started"),
+                "command": previous.get("command"),
+                "workloads": sorted(results["workloads"]),
+            },
+        ]
+    total0 = time.time()
+    for name in names:
+        C.log(f"=== {name} ({mode}) ===")
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            part = f.name
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+        try:
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--worker",
+                    name,
+                    "--mode",
+                    mode,
+                    "--worker-out",
+                    part,
+                ],
+                env=env,
+                timeout=TIMEOUT_S[mode],
+                cwd=os.path.dirname(BENCH_DIR),
+            )
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        try:
+            with open(part) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            data = {"ok": False, "error": f"the worker exited with {rc} and wrote no results"}
+        os.unlink(part)
+        data["exit"] = rc
+        results["workloads"][name] = data
+        C.log(f"=== {name}: {'ok' if data.get('ok') else 'FAILED'} in {data.get('wall_s')} s ===")
+        C.dump(results, out)  # keep what we have
+    results["total_wall_s"] = round(time.time() - total0, 1)
+    results["machine"]["loadavg_end"] = list(os.getloadavg())
+    C.dump(results, out)
+    base = os.path.splitext(out)[0]
+    if not args.no_plots:
+        import plots
+
+        results["plots"] = plots.render(
+            results, os.path.dirname(os.path.abspath(out)), prefix=os.path.basename(base)
+        )
+        C.dump(results, out)
+    table = report.markdown(results)
+    with open(base + ".md", "w") as f:
+        f.write(table)
+    if args.update_readme:
+        report.update_readme(os.path.join(BENCH_DIR, "README.md"), table)
+    print(table)
+    C.log(f"results: {out} (+ {base}.md)")
+    return 0 if all(w.get("ok") for w in results["workloads"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+"""The six workloads of the benchmark suite; each runs in a fresh process (see ``run.py``)."""
+
+NAMES = ("overhead", "throughput", "fanout", "checkpoints", "suspend", "coldstart")

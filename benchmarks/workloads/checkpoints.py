@@ -1,0 +1,255 @@
+"""Workload 4: checkpoints.
+
+Per-turn cost in each durability mode (sync, async, exit) and store (memory, file, S3 on a local
+moto server in its own process): a run of T tool turns (one call of a ``remote=False`` tool
+returning 512 bytes per turn, model latency 0) then the answer. Each (store, mode) pair has its
+own raygents namespace (its own coordinator) on one Ray instance; runs alternate between the
+pairs. Per-turn cost = (p50 run time - p50 run time in ``exit`` mode on the same store) / T;
+``exit`` writes nothing while a run goes well.
+
+Bytes: a 50-turn run (49 tool turns, then the answer) on the file store in ``sync`` mode. Just
+before its last answer, the fake model (inside the agent actor) adds up the sizes of every file
+in the store, i.e. every checkpoint record the run wrote (a completed run's records are deleted
+afterwards). That is compared with the size of the run's final history (msgpack and JSON of its
+messages), for tool results of 64 B and 1 KiB.
+
+Also: ``Store.put`` of a 1 KiB record straight from the driver, per store, for reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import common as C
+
+STORES = ("memory", "file", "s3")
+MODES = ("sync", "async", "exit")
+PAYLOAD = 512
+
+
+class MeasureStore:
+    """Wraps a logic: when it answers, answer with the bytes and files under ``root`` instead."""
+
+    def __init__(self, inner: Any, root: str) -> None:
+        self.inner, self.root = inner, root
+
+    def __call__(self, conv: Any) -> Any:
+        decision = self.inner(conv)
+        if not isinstance(decision, str):
+            return decision
+        total = files = 0
+        parts = {
+            "full_records": 0,
+            "delta_records": 0,
+            "append_bytes": 0,
+            "state_bytes": 0,
+            "journal_bytes": 0,
+        }
+        for directory, _, names in os.walk(self.root):
+            for name in names:
+                if name.endswith(".ckpt"):
+                    path = os.path.join(directory, name)
+                    total += os.path.getsize(path)
+                    files += 1
+                    try:
+                        _breakdown(path, parts)
+                    except Exception:
+                        parts["undecodable"] = parts.get("undecodable", 0) + 1
+        return json.dumps({"bytes": total, "files": files, "parts": parts})
+
+
+def _breakdown(path: str, parts: dict[str, int]) -> None:
+    """Where a record's bytes go: new messages, run state, the tool journal inside it."""
+    import msgpack
+
+    from raygents import checkpoint
+
+    with open(path, "rb") as f:
+        record = checkpoint.decode(f.read())
+    parts["full_records" if record.get("kind") == "full" else "delta_records"] += 1
+    parts["append_bytes"] += len(msgpack.packb(record.get("append") or []))
+    state = record.get("state") or {}
+    parts["state_bytes"] += len(msgpack.packb(state))
+    parts["journal_bytes"] += len(msgpack.packb(state.get("journal") or {}))
+
+
+def _store_url(store: str, mode: str, tmp: str, moto: C.Moto) -> str:
+    if store == "memory":
+        return f"memory://ck-{mode}"
+    if store == "file":
+        return f"file://{os.path.join(tmp, 'ck-' + mode)}"
+    return f"s3://{moto.bucket('ck-' + mode)}/runs-{mode}"
+
+
+def _put_micro(tmp: str, moto: C.Moto, n: int) -> dict[str, Any]:
+    from raygents.store import open_store
+
+    urls = {
+        "memory": "memory://micro",
+        "file": f"file://{os.path.join(tmp, 'micro')}",
+        "s3": f"s3://{moto.bucket('ck-micro')}/micro",
+    }
+    out = {}
+    for store, url in urls.items():
+        s = open_store(url)
+        ts = []
+        for i in range(n):
+            t = time.perf_counter()
+            s.put(f"runs/r{i % 7}/{i:010d}.ckpt", os.urandom(1024))
+            ts.append(time.perf_counter() - t)
+        sm = C.summary(ts)
+        out[store] = {"p50_ms": C.ms(sm["p50"]), "p99_ms": C.ms(sm["p99"])}
+    return out
+
+
+def run(mode: str, tmp: str) -> dict[str, Any]:
+    import msgpack
+    import ray
+
+    import raygents as rg
+
+    quick = mode == "quick"
+    turns = 10 if quick else 20
+    reps = 5 if quick else 20
+    if mode == "smoke":
+        turns, reps = 3, 1
+    moto = C.Moto()
+    moto.start()  # sets the AWS environment before Ray starts, so the coordinators inherit it
+    try:
+        C.register_by_value()
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        urls = {(s, m): _store_url(s, m, tmp, moto) for s in STORES for m in MODES}
+        micro = _put_micro(tmp, moto, 50 if quick else 200)
+        agent = rg.Agent(
+            "ck",
+            tools=C.rg_tools("payload_local"),
+            model=C.rg_model(C.ToolTurns(k=1, tool="payload", n=PAYLOAD), 0.0),
+            max_turns=turns + 5,
+        )
+
+        from raygents.runtime import client
+
+        alive: list[Any] = []
+
+        def use(store: str, dur: str) -> None:
+            # Keep every runtime object referenced: it holds the handle that created its
+            # namespace's coordinator, and a non-detached actor dies with its last reference
+            # (then the next run there would pay for a new coordinator and agent actor).
+            alive.append(client._runtime)
+            rg.shutdown()
+            rg.init(
+                namespace=f"ck-{store}-{dur}",
+                store=urls[(store, dur)],
+                durability=dur,
+                handle_sigterm=False,
+            )
+
+        for key in urls:  # warm up every pair: coordinator, actor
+            use(*key)
+            for _ in range(2):
+                rg.run(agent, f"k=1 turns={turns}")
+        times: dict[tuple[str, str], list[float]] = {k: [] for k in urls}
+        keys = list(urls)
+        load0 = C.load()
+        C.log(f"checkpoints: {len(keys)} pairs x {reps} reps x {turns} turns")
+        for rep in range(reps):
+            order = keys[rep % len(keys) :] + keys[: rep % len(keys)]
+            for key in order:
+                use(*key)
+                t = time.perf_counter()
+                rg.run(agent, f"k=1 turns={turns}")
+                times[key].append(time.perf_counter() - t)
+        load1 = C.load()
+        table: dict[str, dict[str, Any]] = {}
+        for store in STORES:
+            base = C.summary(times[(store, "exit")])["p50"]
+            for dur in MODES:
+                s = C.summary(times[(store, dur)])
+                table[f"{store}/{dur}"] = {
+                    "run_p50_ms": C.ms(s["p50"]),
+                    "run_min_ms": C.ms(s["min"]),
+                    "run_max_ms": C.ms(s["max"]),
+                    "per_turn_ms": C.ms(s["p50"] / turns),
+                    "checkpoint_cost_per_turn_ms": C.ms((s["p50"] - base) / turns),
+                }
+            C.log(
+                "  "
+                + ", ".join(
+                    f"{store}/{d}={table[f'{store}/{d}']['checkpoint_cost_per_turn_ms']:.2f}ms"
+                    for d in MODES
+                )
+            )
+
+        # bytes written by a 50-turn run
+        sizes = {}
+        for size in (64, 1024):
+            root = os.path.join(tmp, f"bytes-{size}")
+            rg.shutdown()
+            rg.init(
+                namespace=f"ck-bytes-{size}",
+                store=f"file://{root}",
+                durability="sync",
+                handle_sigterm=False,
+            )
+            a = rg.Agent(
+                f"ck_bytes_{size}",
+                tools=C.rg_tools("payload_local"),
+                model=C.rg_model(
+                    MeasureStore(C.ToolTurns(k=1, turns=49, tool="payload", n=size), root), 0.0
+                ),
+                max_turns=60,
+            )
+            result = rg.run(a, "write a long history")
+            written = json.loads(result.final_output)
+            history = [m.model_dump(mode="json") for m in result.messages]
+            hist_msgpack = len(msgpack.packb(history))
+            hist_json = len(json.dumps(history).encode())
+            sizes[f"tool_result_{size}B"] = {
+                "turns": result.turns,
+                "messages": len(result.messages),
+                "checkpoint_records": written["files"],
+                "bytes_written": written["bytes"],
+                "record_parts": written.get("parts"),
+                "final_history_msgpack_bytes": hist_msgpack,
+                "final_history_json_bytes": hist_json,
+                "ratio_vs_msgpack_history": round(written["bytes"] / hist_msgpack, 2),
+                "ratio_vs_json_history": round(written["bytes"] / hist_json, 2),
+            }
+            C.log(f"  bytes ({size} B results): {sizes[f'tool_result_{size}B']}")
+        rg.shutdown()
+        ray.shutdown()
+    finally:
+        moto.stop()
+
+    sync_file = table["file/sync"]["checkpoint_cost_per_turn_ms"]
+    worst = max(v["ratio_vs_msgpack_history"] for v in sizes.values())
+    checks = {
+        "a sync checkpoint on the file store adds <= 3 ms per turn (median)": {
+            "value_ms": sync_file,
+            "target": "<= 3 ms",
+            "pass": sync_file <= 3.0,
+        },
+        "a 50-turn run writes <= 3x its final history size (worst of 64 B / 1 KiB results)": {
+            "value": worst,
+            "target": "<= 3",
+            "pass": worst <= 3.0,
+        },
+    }
+    return {
+        "config": {"turns": turns, "reps": reps, "tool_result_bytes": PAYLOAD, "latency_ms": 0},
+        "load_before": load0,
+        "load_after": load1,
+        "per_turn": table,
+        "store_put_micro_1KiB": micro,
+        "bytes": sizes,
+        "checks": checks,
+    }

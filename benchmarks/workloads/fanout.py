@@ -1,0 +1,174 @@
+"""Workload 3: fan-out through agent-as-tool.
+
+An orchestrator asks for M = 1, 8, 64 calls of a sub-agent tool in one turn; each sub-agent run
+makes one tool call and answers; then the orchestrator answers. Four model calls lie on the
+critical path (model latency 100 ms). The sub-agent's tool is either trivial or burns 200 ms of
+pure-Python CPU.
+
+Sides: ``raygents_task`` (trivial tool as a num_cpus=0 task, or the CPU tool as a task with the
+default num_cpus=1), ``raygents_local`` (trivial tool with remote=False; not for CPU tools), the
+SDK (``Agent.as_tool``; sync tools run in its thread pool, under the GIL), and the Ray floor
+(an orchestrator actor calling a sub actor M times, each doing sleep, one task, sleep).
+
+Ideal lines: the 2-core floor is 4 x latency + ceil(M / 2) x 200 ms (CPU tools) or 4 x latency
+(trivial); the 1-core floor (what a single Python process can do) is 4 x latency + M x 200 ms.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import common as C
+
+MS = (1, 8, 64)
+LATENCY_S = 0.1
+
+
+def ideal(m: int, tool: str, cores: int) -> float:
+    cpu = math.ceil(m / cores) * C.CPU_BURN_S if tool == "cpu" else 0.0
+    return 4 * LATENCY_S + cpu
+
+
+def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
+    import ray
+    from agents import Agent as SdkAgent
+    from agents import Runner
+
+    import raygents as rg
+
+    quick = mode == "quick"
+    reps = (
+        (lambda m, tool: 1 if (m == 64 and tool == "cpu") else 3)
+        if quick
+        else (lambda m, tool: 5 if (m == 64 and tool == "cpu") else 10)
+    )
+    C.sdk_setup()
+    C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
+    sdk_loop = C.SdkLoop()
+    fl = C.floor()
+    floor_orch = fl["FloorAgent"].remote()
+    floor_sub = fl["FloorAgent"].remote()
+
+    def rg_graph(kind: str) -> Any:
+        worker = rg.Agent(
+            f"fo_worker_{kind}",
+            tools=C.rg_tools(kind),
+            model=C.rg_model(C.ToolTurns(k=1, tool="burn" if kind == "cpu" else "noop"), LATENCY_S),
+        )
+        return rg.Agent(
+            f"fo_orch_{kind}",
+            tools=[worker.as_tool("worker", "a worker")],
+            model=C.rg_model(C.FanOut(), LATENCY_S),
+        )
+
+    def sdk_graph(kind: str) -> Any:
+        worker = SdkAgent(
+            name=f"fo_worker_{kind}",
+            instructions="",
+            tools=C.sdk_tools(kind),
+            model=C.sdk_model(
+                C.ToolTurns(k=1, tool="burn" if kind == "cpu" else "noop"), LATENCY_S
+            ),
+        )
+        return SdkAgent(
+            name=f"fo_orch_{kind}",
+            instructions="",
+            tools=[worker.as_tool("worker", "a worker")],
+            model=C.sdk_model(C.FanOut(), LATENCY_S),
+        )
+
+    rows: list[dict[str, Any]] = []
+    ms = (1, 8) if mode == "smoke" else MS
+    for tool in ("trivial", "cpu"):
+        kinds = {"raygents_task": "task" if tool == "trivial" else "cpu"}
+        if tool == "trivial":
+            kinds["raygents_local"] = "local"
+        rg_agents = {side: rg_graph(kind) for side, kind in kinds.items()}
+        sdk_agent = sdk_graph("task" if tool == "trivial" else "cpu")
+        cpu = tool == "cpu"
+        sides: dict[str, Any] = {
+            side: (lambda m, a=a: rg.run(a, f"m={m}")) for side, a in rg_agents.items()
+        }
+        sides["sdk"] = lambda m, a=sdk_agent: sdk_loop.run(Runner.run(a, f"m={m}"))
+        sides["ray_floor"] = lambda m, cpu=cpu: ray.get(
+            floor_orch.fan_out.remote(floor_sub, LATENCY_S, m, cpu)
+        )
+        for fn in sides.values():  # warm up: actors, workers
+            fn(2)
+        for m in ms:
+            C.log(f"fanout: tool={tool} M={m}")
+            times: dict[str, list[float]] = {s: [] for s in sides}
+            names = [
+                s
+                for s in sides
+                if not (mode == "quick" and m >= 64 and tool == "trivial" and s == "raygents_task")
+            ]
+            n = reps(m, tool)
+            load0 = C.load()
+            for rep in range(n):
+                order = names[rep % len(names) :] + names[: rep % len(names)]
+                for side in order:
+                    t = time.perf_counter()
+                    out = sides[side](m)
+                    times[side].append(time.perf_counter() - t)
+                    if side.startswith("raygents") and out.final_output != "merged":
+                        raise RuntimeError(f"unexpected output {out.final_output!r}")
+            row: dict[str, Any] = {
+                "tool": tool,
+                "m": m,
+                "reps": n,
+                "load_before": load0,
+                "load_after": C.load(),
+                "ideal_2core_s": ideal(m, tool, 2),
+                "ideal_1core_s": ideal(m, tool, 1),
+                "sides": {},
+            }
+            for side, vals in times.items():
+                if not vals:
+                    row.setdefault("skipped", []).append(side)
+                    continue
+                s = C.summary(vals)
+                row["sides"][side] = {
+                    "wall_p50_s": round(s["p50"], 4),
+                    "min_s": round(s["min"], 4),
+                    "max_s": round(s["max"], 4),
+                    "vs_ideal_2core": round(s["p50"] / row["ideal_2core_s"], 3),
+                }
+            sdk50 = row["sides"]["sdk"]["wall_p50_s"]
+            for side in row["sides"]:
+                if side != "sdk":
+                    row["sides"][side]["speedup_vs_sdk"] = C.ratio(
+                        sdk50, row["sides"][side]["wall_p50_s"]
+                    )
+            rows.append(row)
+            C.log(
+                "  "
+                + ", ".join(f"{s}={v['wall_p50_s']:.3f}s" for s, v in row["sides"].items())
+                + f" (ideal 2-core {row['ideal_2core_s']:.2f}s)"
+            )
+
+    sdk_loop.close()
+    rg.shutdown()
+    ray.shutdown()
+    big = next(r for r in rows if r["tool"] == "cpu" and r["m"] == max(ms))
+    rgs = big["sides"]["raygents_task"]
+    checks = {
+        "fan-out M=64 CPU tools within 1.15x of the 2-core floor": {
+            "value": rgs["vs_ideal_2core"],
+            "target": "<= 1.15",
+            "pass": rgs["vs_ideal_2core"] <= 1.15,
+        },
+        "fan-out M=64 CPU tools >= 1.8x faster than the SDK": {
+            "value": rgs["speedup_vs_sdk"],
+            "target": ">= 1.8",
+            "pass": (rgs["speedup_vs_sdk"] or 0) >= 1.8,
+        },
+    }
+    return {
+        "config": {"latency_ms": LATENCY_S * 1000, "cpu_burn_ms": C.CPU_BURN_S * 1000},
+        "rows": rows,
+        "checks": checks,
+    }

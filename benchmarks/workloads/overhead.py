@@ -1,0 +1,230 @@
+"""Workload 1: single-run overhead.
+
+A 2-turn run: the model asks for K trivial tool calls (in parallel), then answers. K = 1, 4, 16;
+model latency 0 and 100 ms. Sides, alternating run by run (the order rotates every repetition):
+
+- ``raygents_task``: the tool is ``@tool(num_cpus=0)``, each call a Ray task;
+- ``raygents_local``: ``@tool(remote=False)``, calls run inside the agent actor;
+- ``sdk``: the OpenAI Agents SDK, in-process asyncio (sync tools run in its thread pool);
+- ``ray_floor``: one bare async actor call doing the same (sleep, K bare tasks, sleep);
+- ``ray_floor_local``: the same with the tool called inside the actor.
+
+raygents runs with its defaults: durability ``sync`` on a ``file://`` store.
+Overhead per turn = (latency - 2 x model latency) / 2.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import common as C
+
+KS = (1, 4, 16)
+LATENCIES = (0.0, 0.1)
+
+
+def _time(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def run(mode: str, tmp: str) -> dict[str, Any]:
+    import ray
+    from agents import Agent as SdkAgent
+    from agents import Runner
+
+    import raygents as rg
+
+    quick = mode == "quick"
+    reps = {0.0: 20 if quick else 200, 0.1: 8 if quick else 60}
+    ks = KS
+    if mode == "smoke":
+        reps, ks = {0.0: 2, 0.1: 2}, (1, 4)
+    C.sdk_setup()
+    C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
+    fl = C.floor()
+    floor_actor = fl["FloorAgent"].remote()
+    sdk_loop = C.SdkLoop()
+
+    # the raw Ray floor's building blocks
+    ray.get(floor_actor.ping.remote())
+    ray.get(fl["bare_task"].remote(0))
+    n_micro = 100 if quick else 500
+    micro = {"actor_call": [], "task": [], "k4_tasks_from_driver": []}
+    for _ in range(n_micro):
+        micro["actor_call"].append(_time(lambda: ray.get(floor_actor.ping.remote())))
+        micro["task"].append(_time(lambda: ray.get(fl["bare_task"].remote(0))))
+        micro["k4_tasks_from_driver"].append(
+            _time(lambda: ray.get([fl["bare_task"].remote(i) for i in range(4)]))
+        )
+    floor_micro = {
+        k: {q: C.ms(v) for q, v in C.summary(vals).items() if q != "n"} for k, vals in micro.items()
+    }
+
+    results: list[dict[str, Any]] = []
+    for latency in LATENCIES:
+        tag = int(latency * 1000)
+        logic = C.ToolTurns()
+        rg_agents = {
+            kind: rg.Agent(
+                f"ov_{kind}_{tag}", tools=C.rg_tools(kind), model=C.rg_model(logic, latency)
+            )
+            for kind in ("task", "local")
+        }
+        sdk_agent = SdkAgent(
+            name=f"ov_sdk_{tag}",
+            instructions="",
+            tools=C.sdk_tools("task"),
+            model=C.sdk_model(logic, latency),
+        )
+        sides = {
+            "raygents_task": lambda k, a=rg_agents["task"]: rg.run(a, f"k={k}"),
+            "raygents_local": lambda k, a=rg_agents["local"]: rg.run(a, f"k={k}"),
+            "sdk": lambda k, a=sdk_agent: sdk_loop.run(Runner.run(a, f"k={k}")),
+            "ray_floor": lambda k, lat=latency: ray.get(
+                floor_actor.tools_turns.remote(lat, k, 1, False)
+            ),
+            "ray_floor_local": lambda k, lat=latency: ray.get(
+                floor_actor.tools_turns.remote(lat, k, 1, True)
+            ),
+        }
+        for k in ks:
+            C.log(f"overhead: latency={tag}ms K={k}")
+            for fn in sides.values():  # warm up (actors, workers, imports)
+                for _ in range(3):
+                    fn(k)
+            times: dict[str, list[float]] = {s: [] for s in sides}
+            names = list(sides)
+            load0 = C.load()
+            for rep in range(reps[latency]):
+                order = names[rep % len(names) :] + names[: rep % len(names)]
+                for side in order:
+                    times[side].append(_time(lambda fn=sides[side], k=k: fn(k)))
+            row: dict[str, Any] = {
+                "latency_ms": tag,
+                "k": k,
+                "reps": reps[latency],
+                "load_before": load0,
+                "load_after": C.load(),
+                "sides": {},
+            }
+            for side, vals in times.items():
+                s = C.summary(vals)
+                row["sides"][side] = {
+                    "p50_ms": C.ms(s["p50"]),
+                    "p99_ms": C.ms(s["p99"]),
+                    "min_ms": C.ms(s["min"]),
+                    "max_ms": C.ms(s["max"]),
+                    "overhead_per_turn_p50_ms": C.ms((s["p50"] - 2 * latency) / 2),
+                }
+            sdk50 = row["sides"]["sdk"]["p50_ms"]
+            fl50 = row["sides"]["ray_floor"]["p50_ms"]
+            for side in ("raygents_task", "raygents_local"):
+                row["sides"][side]["ratio_vs_sdk_p50"] = C.ratio(
+                    row["sides"][side]["p50_ms"], sdk50
+                )
+                row["sides"][side]["ratio_vs_floor_p50"] = C.ratio(
+                    row["sides"][side]["p50_ms"], fl50
+                )
+            results.append(row)
+            C.log("  " + ", ".join(f"{s}={v['p50_ms']:.1f}ms" for s, v in row["sides"].items()))
+
+    phases = _phases(rg, sdk_loop, 10 if mode == "smoke" else 30 if quick else 100)
+    sdk_loop.close()
+    rg.shutdown()
+    ray.shutdown()
+
+    k4 = next(r for r in results if r["k"] == 4 and r["latency_ms"] == 100)
+    checks = {
+        "2-turn run at 100 ms <= 1.05x SDK latency (K=4, tool tasks, p50)": {
+            "value": k4["sides"]["raygents_task"]["ratio_vs_sdk_p50"],
+            "target": "<= 1.05",
+            "pass": (k4["sides"]["raygents_task"]["ratio_vs_sdk_p50"] or 99) <= 1.05,
+        },
+        "2-turn run at 100 ms <= 1.05x SDK latency (K=4, remote=False, p50)": {
+            "value": k4["sides"]["raygents_local"]["ratio_vs_sdk_p50"],
+            "target": "<= 1.05",
+            "pass": (k4["sides"]["raygents_local"]["ratio_vs_sdk_p50"] or 99) <= 1.05,
+        },
+        "overhead per turn <= 5 ms p50 with 4 tool tasks (latency 100 ms)": {
+            "value_ms": k4["sides"]["raygents_task"]["overhead_per_turn_p50_ms"],
+            "target": "<= 5 ms",
+            "pass": k4["sides"]["raygents_task"]["overhead_per_turn_p50_ms"] <= 5.0,
+        },
+    }
+    return {
+        "floor_micro_ms": floor_micro,
+        "rows": results,
+        "checks": checks,
+        "phases_ms": phases,
+        "config": {"durability": "sync", "store": "file", "reps": reps},
+    }
+
+
+PHASES = (
+    "start_to_model1",
+    "model1_to_first_tool",
+    "tool_spread",
+    "last_tool_to_model2",
+    "model2_to_result",
+)
+
+
+def _phases(rg: Any, sdk_loop: Any, reps: int) -> dict[str, Any]:
+    """Where the time of a 2-turn run with K=4 calls goes (model latency 0): the model stamps
+    its calls and the tools stamp their execution, all with the machine's wall clock."""
+    from agents import Agent as SdkAgent
+    from agents import Runner
+
+    logic = C.Stamped(k=4)
+    rg_task = rg.Agent("ph_task", tools=C.rg_tools("stamp"), model=C.rg_model(logic, 0.0))
+    rg_local = rg.Agent("ph_local", tools=C.rg_tools("stamp_local"), model=C.rg_model(logic, 0.0))
+    sdk_agent = SdkAgent(
+        name="ph_sdk", instructions="", tools=C.sdk_tools("stamp"), model=C.sdk_model(logic, 0.0)
+    )
+
+    def rg_side(agent: Any) -> Any:
+        def go() -> tuple[list[str], str]:
+            r = rg.run(agent, "stamp")
+            return [m.text for m in r.messages if m.role == "tool"], r.final_output
+
+        return go
+
+    def sdk_side() -> tuple[list[str], str]:
+        r = sdk_loop.run(Runner.run(sdk_agent, "stamp"))
+        outs = [
+            i["output"]
+            for i in r.to_input_list()
+            if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        return [str(o) for o in outs], str(r.final_output)
+
+    sides = {
+        "raygents_task": rg_side(rg_task),
+        "raygents_local": rg_side(rg_local),
+        "sdk": sdk_side,
+    }
+    for fn in sides.values():
+        for _ in range(3):
+            fn()
+    got: dict[str, dict[str, list[float]]] = {s: {p: [] for p in PHASES} for s in sides}
+    names = list(sides)
+    for rep in range(reps):
+        for side in names[rep % 3 :] + names[: rep % 3]:
+            t0 = time.time()
+            tools, final = sides[side]()
+            t3 = time.time()
+            pairs = [tuple(float(x) for x in t.split(",")) for t in tools]
+            t1 = pairs[0][0]
+            runs = [p[1] for p in pairs]
+            t2 = float(final)
+            for name, value in zip(
+                PHASES,
+                (t1 - t0, min(runs) - t1, max(runs) - min(runs), t2 - max(runs), t3 - t2),
+                strict=False,
+            ):
+                got[side][name].append(value)
+    return {side: {p: C.ms(C.summary(v)["p50"]) for p, v in d.items()} for side, d in got.items()}

@@ -1,0 +1,184 @@
+"""Workload 2: throughput under concurrency.
+
+N = 10, 100, 1000 concurrent runs; model latency 100 ms; each run is 2 turns with 4 trivial tool
+calls in the first. raygents uses durability ``sync`` on the ``file://`` store, and starts the
+runs one after the other with ``raygents.start`` (as a driver script would), then waits for them
+all. The SDK runs them with ``asyncio.gather(Runner.run(...))`` in-process (no durability). The
+Ray floor is N concurrent calls of one bare async actor doing the same (sleep, 4 bare tasks,
+sleep).
+
+Reported per side and N: runs/s (N / wall time of the batch), per-run latency p50/p99, and CPU
+seconds and peak memory (RSS and PSS) of every process involved: the driver and everything below
+it (Ray's GCS, raylet, workers, the coordinator and agent actors), sampled from a separate
+process every 0.5 s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import common as C
+
+from workloads import harness as H
+
+NS = (10, 100, 1000)
+LATENCY_S = 0.1
+K = 4
+
+
+def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
+    import ray
+    from agents import Agent as SdkAgent
+
+    import raygents as rg
+
+    quick = mode == "quick"
+    reps = {10: 3, 100: 2, 1000: 1} if quick else {10: 10, 100: 5, 1000: 3}
+    ns = NS
+    if mode == "smoke":
+        reps, ns = {10: 1, 100: 1}, (10, 100)
+    C.sdk_setup()
+    C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}", durability="sync")
+    time.sleep(2.0)
+    idle_cold = C.idle_footprint()
+    logic = C.ToolTurns(k=K)
+    rg_agents = {
+        kind: rg.Agent(f"tp_{kind}", tools=C.rg_tools(kind), model=C.rg_model(logic, LATENCY_S))
+        for kind in ("task", "local")
+    }
+    sdk_agent = SdkAgent(
+        name="tp_sdk",
+        instructions="",
+        tools=C.sdk_tools("task"),
+        model=C.sdk_model(logic, LATENCY_S),
+    )
+    fl = C.floor()
+    floor_actor = fl["FloorAgent"].remote()
+
+    def inputs(n: int) -> list[str]:
+        return [f"k={K} run {i}" for i in range(n)]
+
+    sides = {
+        "raygents_task": lambda n: H.rg_batch(rg_agents["task"], inputs(n)),
+        "raygents_local": lambda n: H.rg_batch(rg_agents["local"], inputs(n)),
+        "sdk": lambda n: H.run_async(H.sdk_batch_async(sdk_agent, inputs(n))),
+        "ray_floor": lambda n: H.run_async(
+            H.floor_batch_async(
+                [lambda: floor_actor.tools_turns.remote(LATENCY_S, K, 1, False)] * n
+            )
+        ),
+    }
+    for fn in sides.values():  # warm up: actors, imports, a few workers
+        fn(10)
+    time.sleep(2.0)
+    idle_warm = C.idle_footprint()
+
+    def skip(side: str, n: int) -> str | None:
+        if mode != "quick":
+            return None
+        if (side == "raygents_task" and n >= 100) or (side == "ray_floor" and n >= 1000):
+            return (
+                "skipped in quick mode: num_cpus=0 tool tasks make Ray start about one worker "
+                "process per pending task, each importing raygents (minutes on 2 cores, and "
+                "agent actors then miss heartbeats); see --full"
+            )
+        return None
+
+    rows: list[dict[str, Any]] = []
+    for n in ns:
+        C.log(f"throughput: N={n}")
+        per_side: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+        names = [s for s in sides if not skip(s, n)]
+        for rep in range(reps[n]):
+            order = names[rep % len(names) :] + names[: rep % len(names)]
+            for side in order:
+                with C.Sampler(interval_s=0.5) as sampler:
+                    out = sides[side](n)
+                out["sampler"] = sampler.report
+                out["load"] = C.load()
+                per_side[side].append(out)
+                C.log(
+                    f"  {side}: {n / out['wall_s']:.1f} runs/s, wall {out['wall_s']:.2f} s, "
+                    f"start {out['start_s']:.2f} s, errors {len(out['errors'])}, "
+                    f"peak PSS {sampler.report.get('peak_total_pss_mb')} MB, "
+                    f"load {out['load']['loadavg'][0]:.1f}"
+                )
+                time.sleep(1.0)
+        row: dict[str, Any] = {"n": n, "reps": reps[n], "sides": {}}
+        for side, outs in per_side.items():
+            if not outs:
+                row["sides"][side] = {"skipped": skip(side, n)}
+                continue
+            rates = [n / o["wall_s"] for o in outs]
+            lat = [x for o in outs for x in o["latencies"]]
+            s_lat = C.summary(lat)
+            best = max(outs, key=lambda o: n / o["wall_s"])
+            row["sides"][side] = {
+                "runs_per_s": C.summary(rates),
+                "latency_p50_ms": C.ms(s_lat["p50"]),
+                "latency_p99_ms": C.ms(s_lat["p99"]),
+                "start_all_s": C.summary([o["start_s"] for o in outs]),
+                "errors": sum(len(o["errors"]) for o in outs),
+                "error_sample": next((o["errors"][0] for o in outs if o["errors"]), None),
+                "cpu_s_total": C.summary([o["sampler"].get("cpu_s_total", 0) for o in outs]),
+                "peak_total_pss_mb": max(o["sampler"].get("peak_total_pss_mb", 0) for o in outs),
+                "peak_total_rss_mb": max(o["sampler"].get("peak_total_rss_mb", 0) for o in outs),
+                "processes_by_role": best["sampler"].get("by_role"),
+                "processes": best["sampler"].get("processes"),
+                "load": [o["load"] for o in outs],
+            }
+        for side in ("raygents_task", "raygents_local", "ray_floor"):
+            if "runs_per_s" in row["sides"][side]:
+                row["sides"][side]["ratio_vs_sdk_runs_per_s"] = C.ratio(
+                    row["sides"][side]["runs_per_s"]["p50"],
+                    row["sides"]["sdk"]["runs_per_s"]["p50"],
+                )
+        rows.append(row)
+
+    rg.shutdown()
+    ray.shutdown()
+
+    def rate(side: str, n: int) -> float | None:
+        got = next(r for r in rows if r["n"] == n)["sides"][side]
+        return got["runs_per_s"]["p50"] if "runs_per_s" in got else None
+
+    top = max(ns)
+    checks: dict[str, Any] = {}
+    big = next(r for r in rows if r["n"] == top)["sides"]
+    for side in ("raygents_task", "raygents_local"):
+        if rate(side, top) is None:
+            continue
+        best = max(x for x in (rate(side, n) for n in ns) if x is not None)
+        vs_sdk = C.ratio(rate(side, top), rate("sdk", top))
+        vs_best = C.ratio(rate(side, top), best)
+        checks[f"N={top} runs/s >= 2x SDK ({side})"] = {
+            "value": vs_sdk,
+            "target": ">= 2",
+            "pass": (vs_sdk or 0) >= 2,
+        }
+        checks[f"N={top} runs/s >= 90% of raygents' best N ({side})"] = {
+            "value": vs_best,
+            "target": ">= 0.9",
+            "pass": (vs_best or 0) >= 0.9,
+        }
+        extra = big[side]["peak_total_pss_mb"] - idle_cold["total_pss_mb"]
+        checks[f"{top} concurrent runs use <= 1.5 GB beyond an idle Ray instance ({side}, PSS)"] = {
+            "value_mb": round(extra, 1),
+            "target": "<= 1536 MB",
+            "pass": extra <= 1536,
+        }
+    return {
+        "config": {
+            "latency_ms": LATENCY_S * 1000,
+            "k": K,
+            "durability": "sync",
+            "store": "file",
+            "reps": reps,
+        },
+        "idle_after_init": idle_cold,
+        "idle_after_warmup": idle_warm,
+        "rows": rows,
+        "checks": checks,
+    }
