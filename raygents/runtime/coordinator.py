@@ -331,6 +331,8 @@ class Coordinator:
             return
         stale_id = stale._actor_id.hex()
         fresh = [h for h in handles if h._actor_id.hex() != stale_id]
+        if len(fresh) == len(handles):
+            return  # already replaced by an earlier report of the same actor
         graph = self.graphs.get(graph_fp)
         if graph is not None:
             self.generation += 1
