@@ -18,8 +18,8 @@ from raygents.testing import FunctionModel, call, calls, text
 pytestmark = pytest.mark.usefixtures("faulty")
 
 
-def pay_tool(seconds: float) -> rg.Tool:
-    @rg.tool(num_cpus=0)
+def pay_tool(seconds: float, num_cpus: float = 0) -> rg.Tool:
+    @rg.tool(num_cpus=num_cpus)
     def pay(ctx: rg.ToolContext, amount: int) -> str:
         """Pay an amount (idempotent by key)."""
         path = ctx.context["ledger"]
@@ -136,7 +136,8 @@ def test_a_stopped_actor_is_replaced_and_fenced(ledger: Ledger, faulty: str) -> 
 
 @pytest.mark.timeout(900)
 def test_a_hundred_runs_survive_the_death_of_their_actor(ledger: Ledger) -> None:
-    agent = rg.Agent("crowd", tools=[pay_tool(0.3)], model=two_payments(latency_s=0.5))
+    # num_cpus=0.5 bounds the tool tasks (and Ray's worker processes) to 4 at a time on 2 CPUs
+    agent = rg.Agent("crowd", tools=[pay_tool(0.3, 0.5)], model=two_payments(latency_s=0.5))
     handles = [
         rg.start(agent, f"pay {i}", context={"ledger": str(ledger.path)}) for i in range(100)
     ]
