@@ -76,7 +76,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     idle_warm = C.idle_footprint()
 
     def skip(side: str, n: int) -> str | None:
-        if mode != "quick":
+        if mode not in ("quick", "smoke"):
             return None
         if (side == "raygents_task" and n >= 100) or (side == "ray_floor" and n >= 1000):
             return (
