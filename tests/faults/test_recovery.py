@@ -17,6 +17,12 @@ from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("faulty")
 
+# Heavy on a 2-core machine and not yet shown to pass repeatedly there (issue 5): run them with
+# RAYGENTS_FAULT_SOAK=1 python -m pytest tests/faults
+soak = pytest.mark.skipif(
+    not os.environ.get("RAYGENTS_FAULT_SOAK"), reason="soak test; set RAYGENTS_FAULT_SOAK=1"
+)
+
 
 def pay_tool(seconds: float, num_cpus: float = 0) -> rg.Tool:
     @rg.tool(num_cpus=num_cpus)
@@ -134,6 +140,7 @@ def test_a_stopped_actor_is_replaced_and_fenced(ledger: Ledger, faulty: str) -> 
     wait_for(lambda: not root.exists() or not any(root.iterdir()), 20)
 
 
+@soak
 @pytest.mark.timeout(900)
 def test_a_hundred_runs_survive_the_death_of_their_actor(ledger: Ledger) -> None:
     # num_cpus=0.5 bounds the tool tasks (and Ray's worker processes) to 4 at a time on 2 CPUs
@@ -152,6 +159,7 @@ def test_a_hundred_runs_survive_the_death_of_their_actor(ledger: Ledger) -> None
     )
 
 
+@soak
 @pytest.mark.timeout(600)
 def test_recovery_gives_up_after_max_attempts(ledger: Ledger) -> None:
     def reply(req: rg.ModelRequest) -> rg.ModelResponse:
