@@ -3,7 +3,10 @@
 A run's checkpoints are a sequence of records under ``runs/<run_id>/``. A *full* record holds
 the whole history; a *delta* keeps the first ``keep`` messages of the history so far and
 appends new ones, so bytes written per turn grow with the new messages, not with the history.
-Every ``FULL_EVERY`` deltas (or when the history was rewritten) a full record is written.
+A full record is written when the history was rewritten, and when the deltas since the last
+full record add up to ``FULL_RATIO`` times its size: the full records of a growing history
+then sum to at most ``1 + 1/FULL_RATIO`` times the final history, and a replay reads at most
+``FULL_RATIO + 1`` full-record sizes. Record bodies leave out fields at their defaults.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from raygents.messages import Message
 
 __all__ = [
     "FORMAT",
-    "FULL_EVERY",
+    "FULL_RATIO",
     "Record",
     "Status",
     "key_for",
@@ -29,7 +32,8 @@ __all__ = [
 ]
 
 FORMAT = 1
-FULL_EVERY = 32
+FULL_RATIO = 4
+_MIN_FULL = 4096  # bytes: short histories are not worth a full record per delta
 Status = Literal["running", "suspended", "awaiting_approval", "failed", "completed"]
 Record = dict[str, Any]
 
@@ -47,15 +51,29 @@ def key_for(run_id: str, seq: int) -> str:
 def make_record(
     state: RunState, status: Status, *, cause: str | None = None, error: str | None = None
 ) -> tuple[RunState, Record]:
-    """The next record for ``state``, and the state updated to remember it was written."""
+    """The next record for ``state``, and the state updated to remember it was written.
+
+    ``state.since_full`` counts the bytes of messages in deltas since the last full record
+    and ``state.full_size`` the bytes of that record's messages.
+    """
     seq = state.seq + 1
     rewritten = state.recorded > len(state.messages) or state.recorded == 0
-    full = rewritten or state.since_full + 1 >= FULL_EVERY
-    keep = 0 if full else state.recorded
+    keep = state.recorded
+    append = [_message(m) for m in state.messages[keep:]]
+    size = codec.packed_size(append)
+    full = rewritten or state.since_full + size > FULL_RATIO * max(state.full_size, _MIN_FULL)
+    if full:
+        keep = 0
+        append = [_message(m) for m in state.messages]
+        size = codec.packed_size(append)
     new = state.evolve(
-        seq=seq, recorded=len(state.messages), since_full=0 if full else state.since_full + 1
+        seq=seq,
+        recorded=len(state.messages),
+        since_full=0 if full else state.since_full + size,
+        full_size=size if full else state.full_size,
     )
-    body = new.model_dump(mode="json", exclude={"messages"})
+    body = new.model_dump(mode="json", exclude={"messages", "run_id"}, exclude_defaults=True)
+    body["agent_name"] = new.agent_name
     record: Record = {
         "format": FORMAT,
         "run_id": state.run_id,
@@ -63,17 +81,19 @@ def make_record(
         "kind": "full" if full else "delta",
         "status": status,
         "keep": keep,
-        "append": [_message(m) for m in state.messages[keep:]],
+        "append": append,
         "state": body,
-        "cause": cause,
-        "error": error,
         "at": time.time(),
     }
+    if cause is not None:
+        record["cause"] = cause
+    if error is not None:
+        record["error"] = error
     return new, record
 
 
 def _message(m: Message) -> dict[str, Any]:
-    return m.model_dump(mode="json")
+    return m.model_dump(mode="json", exclude_defaults=True)
 
 
 def encode(record: Record, *, key: bytes | None = None) -> bytes:
@@ -123,7 +143,8 @@ def replay(records: Sequence[Record]) -> tuple[RunState, Record]:
                 Message.model_validate(m) for m in record["append"]
             ]
         last = ordered[-1]
-        state = RunState.model_validate({**last["state"], "messages": messages})
+        body = {"run_id": last["run_id"], **last["state"], "messages": messages}
+        state = RunState.model_validate(body)
     except CheckpointError:
         raise
     except Exception as exc:

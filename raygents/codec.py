@@ -36,6 +36,7 @@ __all__ = [
     "OVERHEAD",
     "decode",
     "encode",
+    "packed_size",
 ]
 
 MAGIC = b"RGCK"
@@ -59,6 +60,11 @@ _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
 _Path: TypeAlias = "tuple[_Path, str | int] | None"
 """Where a value sits, as a linked list of keys and indexes from the leaf up."""
 _PLAIN = "None, bool, int, float, str, bytes, list, tuple and dict with str keys"
+
+
+def packed_size(obj: Any) -> int:
+    """The size of plain data's msgpack payload (without a frame or checks)."""
+    return len(msgpack.packb(obj, use_bin_type=True, datetime=False))
 
 
 def encode(

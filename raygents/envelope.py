@@ -64,7 +64,9 @@ class RunState(BaseModel):
     recorded: int = 0
     """How many leading messages are already in checkpoint records (for deltas)."""
     since_full: int = 0
-    """Delta records written since the last full record."""
+    """Bytes of messages in delta records since the last full record."""
+    full_size: int = 0
+    """Bytes of messages in the last full record."""
     journal: dict[str, ToolResult] = Field(default_factory=dict)
     """Finished calls of the pending batch, by call id: never run again after a resume."""
     approvals: dict[str, ApprovalDecision] = Field(default_factory=dict)

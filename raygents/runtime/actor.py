@@ -38,6 +38,7 @@ _exit_actor: Any = ray.actor.exit_actor
 
 Emit = Callable[[RunEvent], None]
 _DONE = object()
+_WRITE_BEHIND = 32  # write-behind records of one run in flight before the run waits for them
 _HANDOFF_PARAMS = {
     "type": "object",
     "properties": {},
@@ -90,12 +91,15 @@ class AgentActor:
         self._active: dict[str, _Active] = {}
         self._early: dict[str, tuple[str, float]] = {}
         self._retired = False
+        self._unsettled: dict[str, list[Any]] = {}
+        """Write-behind (``async`` mode) checkpoint writes not yet acknowledged, by run."""
 
     # --- public actor methods -----------------------------------------------------------
     async def run(self, envelope: Envelope) -> AsyncIterator[list[RunEvent] | Outcome]:
         """Drive the run until it completes, fails, suspends or hands off.
 
-        Yields batches of events as they happen, then the :class:`Outcome`.
+        Yields an empty batch once the run is here, batches of events as they happen, then
+        the :class:`Outcome`.
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()
         run_id = envelope.state.run_id
@@ -105,6 +109,7 @@ class AgentActor:
         if cause:
             token.request(cause)
         self._active[run_id] = _Active(token)  # before any await: suspend() may come next
+        yield []  # the run has arrived: losing the actor from here on counts as an attempt
         task = asyncio.ensure_future(self._run(envelope, token, queue.put_nowait))
         task.add_done_callback(lambda t: queue.put_nowait(_DONE))
         while True:
@@ -151,6 +156,7 @@ class AgentActor:
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         outcome = await self._outcome(envelope, token, emit)
+        await self._settle_writes(envelope.state.run_id, keep=0)
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(
@@ -262,7 +268,7 @@ class AgentActor:
             return await self._halt(state, "awaiting_approval", emit), state, batch
         if not state.journal:
             state = await self._save(state, "running", emit)  # the intent: never ask again
-        results, state, halts = await self._run_batch(state, envelope, gated, emit)
+        results, state, halts, journaled = await self._run_batch(state, envelope, gated, emit)
         if halts:
             pending = tuple(p for h in halts if h.kind == "interrupted" for p in h.state.pending)
             if pending:
@@ -271,8 +277,8 @@ class AgentActor:
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self._halt(state, "suspended", emit, cause=cause), state, batch
         state, action = loop.on_results(state, view, gated, [r.result for r in results])
-        if isinstance(action, loop.CallModel):  # a handoff writes its own checkpoint
-            state = await self._save(state, "running", emit)
+        if isinstance(action, loop.CallModel) and not journaled:
+            state = await self._save(state, "running", emit)  # (a handoff writes its own)
         return None, state, action
 
     # --- checkpoints --------------------------------------------------------------------
@@ -311,15 +317,44 @@ class AgentActor:
         error: str | None = None,
         durable: bool = False,
     ) -> RunState:
-        """Write a checkpoint record and wait until the coordinator has it."""
+        """Write a checkpoint record and wait until the coordinator has it.
+
+        In ``async`` mode a record that need not be durable is not waited for: its write is
+        acknowledged before the run's outcome goes out.
+        """
         new, write = self._write(state, status, cause=cause, error=error, durable=durable)
-        if write is not None:
+        if write is None:
+            return new
+        if durable or self.directory.cached_settings()["durability"] != "async":
             await write
-            if emit is not None:
-                self._emit(emit, new, "checkpoint", data={"seq": new.seq, "status": status})
-            ctx = RunContext(new.run_id, self.agent.name, None, new.turns, new.usage)
-            await fire(self.agent.hooks, "on_checkpoint", ctx, self.agent, new.seq, status)
+        else:
+            self._unsettled.setdefault(state.run_id, []).append(write)
+            await self._settle_writes(state.run_id, keep=_WRITE_BEHIND)
+        await self._checkpointed(new, status, emit)
         return new
+
+    async def _checkpointed(
+        self, state: RunState, status: checkpoint.Status, emit: Emit | None
+    ) -> None:
+        """Report a written record: the ``checkpoint`` event and the ``on_checkpoint`` hook."""
+        if emit is not None:
+            self._emit(emit, state, "checkpoint", data={"seq": state.seq, "status": status})
+        ctx = RunContext(state.run_id, self.agent.name, None, state.turns, state.usage)
+        await fire(self.agent.hooks, "on_checkpoint", ctx, self.agent, state.seq, status)
+
+    async def _settle_writes(self, run_id: str, keep: int) -> None:
+        """Wait for a run's write-behind records until at most ``keep`` are in flight."""
+        writes = self._unsettled.get(run_id)
+        if not writes or len(writes) <= keep:
+            return
+        head, rest = writes[: len(writes) - keep], writes[len(writes) - keep :]
+        if rest:
+            self._unsettled[run_id] = rest
+        else:
+            del self._unsettled[run_id]
+        for result in await asyncio.gather(*head, return_exceptions=True):
+            if isinstance(result, BaseException):
+                log.warning("run %s: a write-behind checkpoint failed: %s", run_id, result)
 
     async def _halt(
         self, state: RunState, status: checkpoint.Status, emit: Emit, *, cause: str | None = None
@@ -513,31 +548,30 @@ class AgentActor:
 
     async def _run_batch(
         self, state: RunState, envelope: Envelope, batch: loop.RunTools, emit: Emit
-    ) -> tuple[list[StepResult], RunState, list[Outcome]]:
-        """Run a batch; finished calls go to the journal. Returns halted children too."""
-        journal = dict(state.journal)
-        saves: list[Any] = []
+    ) -> tuple[list[StepResult], RunState, list[Outcome], bool]:
+        """Run a batch; finished calls go to the journal. Returns halted children too, and
+        whether the journal records hold every result (then the batch needs no other record:
+        a resume replays the results from the journal)."""
+        journal = _Journal(self, state, emit)
 
         async def one(step: loop.ToolStep) -> StepResult:
-            nonlocal state
-            out = await self._run_step(state, envelope, step, emit)
-            if isinstance(step, loop.Execute) and out.halt is None and step.call.id not in journal:
-                journal[step.call.id] = out.result
-                state, write = self._write(state.evolve(journal=dict(journal)), "running")
-                if write is not None:
-                    saves.append(write)
+            out = await self._run_step(journal.state, envelope, step, emit)
+            if isinstance(step, loop.Execute) and out.halt is None:
+                journal.add(step.call.id, out.result)
             return out
 
         if batch.sequential:
             results = [await one(step) for step in batch.steps]
         else:
             results = list(await asyncio.gather(*(one(s) for s in batch.steps)))
-        await _settle(saves, state.run_id)
+        complete = await journal.settle()
+        state = journal.state
         for r in results:
             if r.usage is not None:
                 state = state.evolve(usage=state.usage + r.usage)
+                complete = False  # children's usage is not in the journal
         halts = [r.halt for r in results if r.halt is not None]
-        return results, state, halts
+        return results, state, halts, complete
 
     async def _run_step(
         self, state: RunState, envelope: Envelope, step: loop.ToolStep, emit: Emit
@@ -642,8 +676,52 @@ def _info(state: RunState, status: str, error: str | None) -> Any:
     )
 
 
-async def _settle(saves: list[Any], run_id: str) -> None:
-    """Wait for journal writes; a failed one is logged (the batch checkpoint covers it)."""
-    for result in await asyncio.gather(*saves, return_exceptions=True):
-        if isinstance(result, BaseException):
-            log.warning("run %s: a journal checkpoint failed: %s", run_id, result)
+class _Journal:
+    """The journal records of one batch, group-committed.
+
+    A finished call's result is written at once, unless a journal record of the run is in
+    flight; then it goes in the next record, with every call that finished meanwhile.
+    """
+
+    def __init__(self, actor: AgentActor, state: RunState, emit: Emit) -> None:
+        self.actor = actor
+        self.state = state
+        self.emit = emit
+        self.entries = dict(state.journal)
+        self.written = set(state.journal)
+        self.failed = False
+        self._flight: asyncio.Future[None] | None = None
+
+    def add(self, call_id: str, result: Any) -> None:
+        if call_id in self.entries:
+            return
+        self.entries[call_id] = result
+        if self._flight is None:
+            self._flight = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while not self.failed and self.written != self.entries.keys():
+                ids = set(self.entries)
+                state = self.state.evolve(journal=dict(self.entries))
+                self.state, write = self.actor._write(state, "running")
+                if write is not None:
+                    try:
+                        await write
+                    except Exception as exc:  # the batch's own record covers it
+                        log.warning(
+                            "run %s: a journal checkpoint failed: %s", self.state.run_id, exc
+                        )
+                        self.failed = True
+                        self.state = self.state.evolve(recorded=0)  # next record: a full one
+                        return
+                    await self.actor._checkpointed(self.state, "running", self.emit)
+                self.written = ids
+        finally:
+            self._flight = None
+
+    async def settle(self) -> bool:
+        """Wait for the records in flight; True if every result is in a written record."""
+        while self._flight is not None:
+            await self._flight
+        return not self.failed and self.written == self.entries.keys()

@@ -403,7 +403,7 @@ class Coordinator:
                 run_id,
                 status,
                 state["agent_name"],
-                state["turns"],
+                int(state.get("turns", 0)),
                 updated_at=float(record.get("at") or time.time()),
                 last_error=error,
                 seq=int(record["seq"]),

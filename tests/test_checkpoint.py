@@ -1,0 +1,96 @@
+"""Checkpoint records: deltas, full records by bytes, replay, and what a long run writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from raygents import checkpoint, codec
+from raygents.envelope import RunState
+from raygents.errors import CheckpointError
+from raygents.messages import Message, Usage
+from raygents.tools import ToolResult
+
+
+def _write_all(states: list[RunState]) -> tuple[RunState, list[checkpoint.Record], int]:
+    """Write a record for each successive state; the last state, the records, bytes written."""
+    records: list[checkpoint.Record] = []
+    written = 0
+    current = states[0]
+    for state in states:
+        state = state.evolve(
+            seq=current.seq,
+            recorded=current.recorded,
+            since_full=current.since_full,
+            full_size=current.full_size,
+        )
+        current, record = checkpoint.make_record(state, "running")
+        records.append(record)
+        written += len(checkpoint.encode(record))
+    return current, records, written
+
+
+def _growing_run(turns: int, payload: int) -> list[RunState]:
+    """A run whose history grows by an assistant message and a tool result per turn."""
+    state = RunState(run_id="r1", agent_name="a", messages=(Message("user", "go"),), input_len=1)
+    states = [state]
+    for turn in range(turns):
+        reply = Message("assistant", f"turn {turn}")
+        result = Message("tool", "x" * payload, tool_call_id=f"c{turn}")
+        state = state.evolve(messages=(*state.messages, reply, result), turns=turn + 1)
+        states.append(state)
+    return states
+
+
+def test_the_first_record_is_full_and_later_ones_are_deltas() -> None:
+    last, records, _ = _write_all(_growing_run(5, 64))
+    assert [r["kind"] for r in records] == ["full"] + ["delta"] * 5
+    assert records[3]["keep"] == 5 and len(records[3]["append"]) == 2
+    assert last.seq == 6 and last.recorded == len(last.messages)
+
+
+def test_replay_rebuilds_the_newest_state() -> None:
+    states = _growing_run(40, 900)
+    last, records, _ = _write_all(states)
+    assert any(r["kind"] == "full" for r in records[1:]), "a long history gets new full records"
+    state, record = checkpoint.replay([checkpoint.decode(checkpoint.encode(r)) for r in records])
+    assert state.messages == states[-1].messages
+    assert state.turns == 40 and state.seq == last.seq and record["seq"] == last.seq
+
+
+def test_a_long_run_writes_at_most_three_times_its_history() -> None:
+    for payload in (64, 1024):
+        states = _growing_run(50, payload)
+        _, records, written = _write_all(states)
+        history = codec.packed_size([m.model_dump(mode="json") for m in states[-1].messages])
+        assert written <= 3 * history, (payload, written, history)
+
+
+def test_a_rewritten_history_gets_a_full_record() -> None:
+    states = _growing_run(3, 64)
+    last, _, _ = _write_all(states)
+    shorter = last.evolve(messages=last.messages[:2])
+    _, record = checkpoint.make_record(shorter, "running")
+    assert record["kind"] == "full" and record["keep"] == 0 and len(record["append"]) == 2
+
+
+def test_bodies_leave_out_defaults_and_replay_fills_them_in() -> None:
+    state = RunState(
+        run_id="r2",
+        agent_name="a",
+        messages=(Message("user", "hi"),),
+        usage=Usage(3, 4),
+        journal={"c1": ToolResult("ok")},
+    )
+    _, record = checkpoint.make_record(state, "suspended", cause="stop")
+    body = record["state"]
+    assert "depth" not in body and "pending" not in body and "max_turns" not in body
+    assert record["run_id"] == "r2" and body["agent_name"] == "a" and "run_id" not in body
+    replayed, _ = checkpoint.replay([record])
+    assert replayed.usage == Usage(3, 4) and replayed.journal == state.journal
+    assert replayed.depth == 0 and replayed.pending == ()
+
+
+def test_a_missing_delta_breaks_the_chain() -> None:
+    _, records, _ = _write_all(_growing_run(4, 64))
+    with pytest.raises(CheckpointError, match="record 3 .* is missing"):
+        checkpoint.replay([r for r in records if r["seq"] != 3])
