@@ -7,6 +7,8 @@ starts nothing and reads no environment; ``run`` / ``start`` connect to Ray on f
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools, handoff
 from raygents.approvals import Approval, ApprovalDecision, PendingApproval
 from raygents.errors import (
@@ -39,7 +41,6 @@ from raygents.hooks import RunHooks
 from raygents.mcp import MCPServerStdio, MCPServerStreamableHTTP
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from raygents.models.base import Model, ModelSettings
-from raygents.models.openai import OpenAIChatModel
 from raygents.result import RunResult, TypedResult
 from raygents.runtime.client import init, shutdown
 from raygents.runtime.coordinator import RunInfo
@@ -47,6 +48,18 @@ from raygents.runtime.handle import RunHandle, RunStatus
 from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
 from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
 from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
+
+if TYPE_CHECKING:
+    from raygents.models.openai import OpenAIChatModel
+
+
+def __getattr__(name: str) -> Any:
+    # The OpenAI client is imported on first use: Ray workers that only run tools skip it.
+    if name == "OpenAIChatModel":
+        from raygents.models.openai import OpenAIChatModel
+
+        return OpenAIChatModel
+    raise AttributeError(f"module 'raygents' has no attribute {name!r}")
 
 __all__ = [
     "SUSPEND_FOR_CHECKPOINT",

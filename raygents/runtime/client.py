@@ -94,7 +94,11 @@ class Runtime:
 
     def close(self) -> None:
         """Stop the background loop."""
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        def stop() -> None:
+            self.directory.stop_watches()
+            self.loop.call_soon(self.loop.stop)  # after the cancelled heartbeats wound down
+
+        self.loop.call_soon_threadsafe(stop)
         self._thread.join(timeout=5)
 
     async def ensure_graph(self, fp: str, blob: bytes, replicas: dict[str, int]) -> None:

@@ -86,50 +86,58 @@ class Directory:
     def watch(self, actor: Any) -> asyncio.Future[None]:
         """A future that completes when ``actor`` stops answering heartbeats.
 
-        One heartbeat loop per actor and process, however many runs use the actor.
+        One heartbeat loop per actor and process, however many runs use the actor; it ends a
+        beat after the last run stopped using the actor (runs one after another share it).
         """
         key = actor._actor_id.hex()
         watch = self._watches.get(key)
         if watch is None:
             stale: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            task = asyncio.ensure_future(self._heartbeat(actor, stale))
-            watch = self._watches[key] = _Watch(stale, task)
+            watch = self._watches[key] = _Watch(stale)
+            watch.task = asyncio.ensure_future(self._heartbeat(key, actor, watch))
         watch.users += 1
         return watch.stale
 
     def unwatch(self, actor: Any) -> None:
-        """One run stopped using ``actor``; the last one stops its heartbeat."""
-        key = actor._actor_id.hex()
-        watch = self._watches.get(key)
-        if watch is None:
-            return
-        watch.users -= 1
-        if watch.users <= 0:
-            watch.task.cancel()
-            del self._watches[key]
+        """One run stopped using ``actor``."""
+        watch = self._watches.get(actor._actor_id.hex())
+        if watch is not None:
+            watch.users -= 1
 
-    async def _heartbeat(self, actor: Any, stale: asyncio.Future[None]) -> None:
-        recovery = (await self.settings())["recovery"]
-        every = float(recovery.get("heartbeat_s", 2.0))
-        limit = float(recovery.get("stale_after_s", 30.0))
-        with contextlib.suppress(ray.exceptions.RayError):
-            await _ping(actor)  # an actor that is still starting is not stale
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await asyncio.wait_for(_ping(actor), limit)
-            except asyncio.TimeoutError:
-                if not stale.done():
-                    stale.set_result(None)
-                return
-            except ray.exceptions.RayError:
-                continue  # dead or restarting: the run's own call reports that
+    def stop_watches(self) -> None:
+        """Cancel every heartbeat loop (the process stops using raygents)."""
+        for watch in list(self._watches.values()):
+            if watch.task is not None:
+                watch.task.cancel()
+
+    async def _heartbeat(self, key: str, actor: Any, watch: _Watch) -> None:
+        try:
+            recovery = (await self.settings())["recovery"]
+            every = float(recovery.get("heartbeat_s", 2.0))
+            limit = float(recovery.get("stale_after_s", 30.0))
+            with contextlib.suppress(ray.exceptions.RayError):
+                await _ping(actor)  # an actor that is still starting is not stale
+            while True:
+                await asyncio.sleep(every)
+                if watch.users <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(_ping(actor), limit)
+                except asyncio.TimeoutError:
+                    if not watch.stale.done():
+                        watch.stale.set_result(None)
+                    return
+                except ray.exceptions.RayError:
+                    continue  # dead or restarting: the run's own call reports that
+        finally:
+            if self._watches.get(key) is watch:
+                del self._watches[key]
 
 
 @dataclass
 class _Watch:
     stale: asyncio.Future[None]
-    task: asyncio.Future[None]
+    task: asyncio.Future[None] | None = None
     users: int = 0
 
 
