@@ -17,13 +17,6 @@ from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("faulty")
 
-# Heavy on a 2-core machine and not yet shown to pass repeatedly there (issue 5): run them with
-# RAYGENTS_FAULT_SOAK=1 python -m pytest tests/faults
-soak = pytest.mark.skipif(
-    not os.environ.get("RAYGENTS_FAULT_SOAK"), reason="soak test; set RAYGENTS_FAULT_SOAK=1"
-)
-
-
 def pay_tool(seconds: float, num_cpus: float = 0) -> rg.Tool:
     @rg.tool(num_cpus=num_cpus)
     def pay(ctx: rg.ToolContext, amount: int) -> str:
@@ -140,8 +133,7 @@ def test_a_stopped_actor_is_replaced_and_fenced(ledger: Ledger, faulty: str) -> 
     wait_for(lambda: not root.exists() or not any(root.iterdir()), 20)
 
 
-@soak
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(600)
 def test_a_hundred_runs_survive_the_death_of_their_actor(ledger: Ledger) -> None:
     # num_cpus=0.5 bounds the tool tasks (and Ray's worker processes) to 4 at a time on 2 CPUs
     agent = rg.Agent("crowd", tools=[pay_tool(0.3, 0.5)], model=two_payments(latency_s=0.5))
@@ -159,8 +151,7 @@ def test_a_hundred_runs_survive_the_death_of_their_actor(ledger: Ledger) -> None
     )
 
 
-@soak
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300)
 def test_recovery_gives_up_after_max_attempts(ledger: Ledger) -> None:
     def reply(req: rg.ModelRequest) -> rg.ModelResponse:
         os._exit(1)  # the actor dies on every model call
