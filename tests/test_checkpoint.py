@@ -60,7 +60,7 @@ def test_replay_rebuilds_the_newest_state() -> None:
 def test_a_long_run_writes_at_most_three_times_its_history() -> None:
     for payload in (64, 1024):
         states = _growing_run(50, payload)
-        _, records, written = _write_all(states)
+        _, _, written = _write_all(states)
         history = codec.packed_size([m.model_dump(mode="json") for m in states[-1].messages])
         assert written <= 3 * history, (payload, written, history)
 
@@ -92,5 +92,5 @@ def test_bodies_leave_out_defaults_and_replay_fills_them_in() -> None:
 
 def test_a_missing_delta_breaks_the_chain() -> None:
     _, records, _ = _write_all(_growing_run(4, 64))
-    with pytest.raises(CheckpointError, match="record 3 .* is missing"):
+    with pytest.raises(CheckpointError, match=r"record 3 .* is missing"):
         checkpoint.replay([r for r in records if r["seq"] != 3])

@@ -1,5 +1,6 @@
 """The coordinator actor: one per namespace. It owns agent actors, the run table and the
-checkpoints (hot copies in the object store, durable copies in the store)."""
+checkpoints: hot copies in its memory (large ones in the object store), durable copies in the
+store."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ log = logging.getLogger("raygents")
 _MAX_CONCURRENCY = 10_000
 _ASYNC_BACKLOG = 1_000
 _RESULTS_KEPT = 10_000
+_INLINE = 100 * 1024  # Ray's own limit for objects kept in their owner's memory
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,8 @@ class Coordinator:
                 run_id=run_id,
                 key=key,
             )
-        self.hot.setdefault(run_id, []).append(ray.put(data))
+        # hot copy: small records stay in this process (where Ray would keep them too)
+        self.hot.setdefault(run_id, []).append(data if len(data) < _INLINE else ray.put(data))
         self._update(info)
         if self.durability == "async" and not durable:
             await self._enqueue(key, data)
@@ -255,7 +258,7 @@ class Coordinator:
             if data is not None:
                 blobs.append(data)
         if not blobs and self.hot.get(run_id):
-            blobs = list(await asyncio.gather(*self.hot[run_id]))
+            blobs = [b if isinstance(b, bytes) else await b for b in self.hot[run_id]]
         return blobs
 
     def lock_session(self, session_id: str, run_id: str) -> str | None:
