@@ -114,7 +114,7 @@ def start(
         start_agent=agent.name,
     )
     envelope = Envelope(state, fp, context, stream=_stream)
-    return _launch(rt, envelope, graph, blob, timeout_s)
+    return _launch(rt, envelope, graph, blob, timeout_s, fresh_id=run_id is None)
 
 
 def _launch(
@@ -123,23 +123,33 @@ def _launch(
     graph: dict[str, Agent],
     blob: bytes,
     timeout_s: float | None,
+    *,
+    fresh_id: bool = False,
 ) -> RunHandle:
+    """Claim the run and drive it in the background.
+
+    A run id raygents just generated cannot be taken, so its claim goes with the run (``start``
+    returns without a round trip to the coordinator); a given or resumed id is claimed here,
+    so a clash raises at once.
+    """
     run_id = envelope.state.run_id
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
-    taken, epoch = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, envelope.state.agent_name))
-    if taken is not None:
-        if envelope.resumed:
-            raise UserError(
-                f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id
-            )
-        raise UserError(f"run id {run_id!r} is already in use ({taken.status}); pick another")
-    envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
+    if not fresh_id:
+        agent_name = envelope.state.agent_name
+        taken, epoch = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, agent_name))
+        if taken is not None:
+            if envelope.resumed:
+                raise UserError(
+                    f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id
+                )
+            raise UserError(f"run id {run_id!r} is already in use ({taken.status}); pick another")
+        envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
     rt.handles[run_id] = handle
     replicas = {name: a.replicas for name, a in graph.items()}
-    rt.submit(_drive_root(rt, handle, envelope, blob, replicas, graph, timeout_s))
+    rt.submit(_drive_root(rt, handle, envelope, blob, replicas, graph, timeout_s, fresh_id))
     return handle
 
 
@@ -151,10 +161,14 @@ async def _drive_root(
     replicas: dict[str, int],
     graph: dict[str, Agent],
     timeout_s: float | None,
+    claim: bool = False,
 ) -> None:
     state = envelope.state
     timer = None
     try:
+        if claim:
+            _, epoch = await rt.directory.call("claim", state.run_id, rt.owner, state.agent_name)
+            envelope = dataclasses.replace(envelope, state=state.evolve(epoch=epoch))
         await rt.ensure_graph(envelope.graph_fp, blob, replicas)
         if timeout_s is not None:
             timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)

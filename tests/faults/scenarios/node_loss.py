@@ -2,6 +2,11 @@
 
 Run as a script (it builds its own ``ray.cluster_utils.Cluster``); prints one JSON line with
 what happened. ``tests/faults/test_node_loss.py`` runs it and checks the invariants.
+
+    python tests/faults/scenarios/node_loss.py WORK_DIR [RUNS]
+
+With 10 runs (the default) each tool call holds a whole CPU for 1.5 s; with more, calls are
+shorter and take a quarter CPU each, so a 2-CPU node runs eight at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from raygents.testing import FunctionModel, call, calls, text
 
 WORK = Path(sys.argv[1])
 LEDGER = WORK / "ledger.jsonl"
-RUNS = 10
+RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+SMALL = RUNS > 10
 
 
 def note(event: str, key: str) -> None:
@@ -28,11 +34,11 @@ def note(event: str, key: str) -> None:
         f.write(json.dumps({"event": event, "key": key}) + "\n")
 
 
-@rg.tool(num_cpus=1, max_retries=3)
+@rg.tool(num_cpus=0.25 if SMALL else 1, max_retries=3)
 def crunch(ctx: rg.ToolContext, n: int) -> str:
-    """Burn CPU for a while, then record the effect once per idempotency key."""
+    """Work for a while, then record the effect once per idempotency key."""
     note("start", ctx.idempotency_key)
-    time.sleep(1.5)
+    time.sleep(0.5 if SMALL else 1.5)
     marker = WORK / f"effect-{ctx.idempotency_key.replace(':', '_')}"
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -72,7 +78,7 @@ def main() -> None:
     agent = rg.Agent("node_worker", tools=[crunch], model=FunctionModel(reply, latency_s=0.3))
     handles = [rg.start(agent, f"job {i}") for i in range(RUNS)]
     deadline = time.time() + 120
-    while time.time() < deadline and _lines() < 2:  # tool tasks are running on the node
+    while time.time() < deadline and _lines() < 2 * (RUNS // 10):  # tools run on the node
         time.sleep(0.1)
     started = time.time()
     cluster.remove_node(worker, allow_graceful=False)
