@@ -120,8 +120,23 @@ class Runtime:
 
 
 _runtime: Runtime | None = None
+_IDLE_WORKERS_PER_CPU = 4
 _lock = threading.Lock()
 _previous_sigterm: Any = None
+
+
+def _local_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Ray settings for a local instance raygents starts itself.
+
+    Ray keeps only as many idle worker processes as there are free CPUs and kills the rest
+    after a second; tool tasks with fractional or zero CPUs then start (and import) a new
+    worker for most calls. A local instance keeps up to four idle workers per CPU instead
+    (``_system_config["num_workers_soft_limit"]`` wins if given).
+    """
+    cpus = kwargs.get("num_cpus") or os.cpu_count() or 1
+    system = dict(kwargs.get("_system_config") or {})
+    system.setdefault("num_workers_soft_limit", max(8, _IDLE_WORKERS_PER_CPU * int(cpus)))
+    return {**kwargs, "_system_config": system}
 
 
 def init(
@@ -159,7 +174,8 @@ def init(
         stale_after_s: an actor that does not answer a ping for this long is replaced.
         actor_options: Ray actor options for every agent actor, e.g.
             ``{"resources": {"cpu_nodes": 0.01}}`` to keep agents on some nodes.
-        **ray_init_kwargs: passed to ``ray.init``.
+        **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
+            four idle worker processes per CPU warm for tool tasks (Ray's default is one).
     """
     global _runtime
     if durability not in ("sync", "async", "exit"):
@@ -182,6 +198,8 @@ def init(
         started = False
         if not ray.is_initialized():
             target = address or os.environ.get("RAY_ADDRESS") or "local"
+            if target == "local":
+                ray_init_kwargs = _local_defaults(ray_init_kwargs)
             ray.init(address=target, **ray_init_kwargs)
             started = True
         recovery = {
