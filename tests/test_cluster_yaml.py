@@ -48,9 +48,12 @@ def _worker_types(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _ray_start_args(command: str) -> list[str]:
-    """Tokens of the ``ray start ...`` part of a (possibly ``;``-chained) command."""
+    """Tokens of the ``ray start ...`` part of a (possibly ``;``-chained) command, after any
+    ``NAME=value`` environment assignments."""
     for part in command.split(";"):
         tokens = shlex.split(part)
+        while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
+            tokens = tokens[1:]
         if tokens[:2] == ["ray", "start"]:
             return tokens[2:]
     return []
@@ -130,6 +133,11 @@ def test_dashboard_binds_to_localhost(config: dict[str, Any]) -> None:
         a.startswith("--dashboard-host=") and a != "--dashboard-host=127.0.0.1" for a in args
     )
     assert "--autoscaling-config=~/ray_bootstrap_config.yaml" in args
+
+
+def test_nodes_keep_idle_workers_for_tool_tasks(config: dict[str, Any]) -> None:
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        assert any("RAY_num_workers_soft_limit=" in c for c in config[key]), key
 
 
 def test_workers_join_the_head(config: dict[str, Any]) -> None:
