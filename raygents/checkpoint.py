@@ -34,8 +34,14 @@ __all__ = [
 FORMAT = 1
 FULL_RATIO = 4
 _MIN_FULL = 4096  # bytes: short histories are not worth a full record per delta
+# Run state fields a replay derives from the records themselves, so bodies leave them out.
+_DERIVED = {"messages", "run_id", "seq", "recorded", "since_full", "full_size"}
 Status = Literal["running", "suspended", "awaiting_approval", "failed", "completed"]
 Record = dict[str, Any]
+Body = dict[str, Any]
+_NONE = object()
+_ALWAYS = ("agent_name", "turns", "epoch")
+"""Body fields every record carries (the run table is rebuilt from each run's newest record)."""
 
 
 def run_prefix(run_id: str) -> str:
@@ -51,10 +57,27 @@ def key_for(run_id: str, seq: int) -> str:
 def make_record(
     state: RunState, status: Status, *, cause: str | None = None, error: str | None = None
 ) -> tuple[RunState, Record]:
-    """The next record for ``state``, and the state updated to remember it was written.
+    """The next record for ``state``, and the state updated to remember it was written."""
+    new, record, _ = next_record(state, status, None, cause=cause, error=error)
+    return new, record
 
-    ``state.since_full`` counts the bytes of messages in deltas since the last full record
-    and ``state.full_size`` the bytes of that record's messages.
+
+def next_record(
+    state: RunState,
+    status: Status,
+    previous: Body | None,
+    *,
+    cause: str | None = None,
+    error: str | None = None,
+) -> tuple[RunState, Record, Body]:
+    """The next record for ``state``, the state updated to remember it was written, and the
+    record's run-state body.
+
+    ``previous`` is the body of the run's previous record, if the caller kept it: a delta
+    record then holds only the fields that changed (``changes``, and ``unset`` for fields back
+    at their defaults; always the agent, turns and epoch) instead of the whole body
+    (``state``). ``state.since_full`` counts the bytes of messages in deltas since the last
+    full record and ``state.full_size`` the bytes of that record's messages.
     """
     seq = state.seq + 1
     rewritten = state.recorded > len(state.messages) or state.recorded == 0
@@ -72,24 +95,33 @@ def make_record(
         since_full=0 if full else state.since_full + size,
         full_size=size if full else state.full_size,
     )
-    body = new.model_dump(mode="json", exclude={"messages", "run_id"}, exclude_defaults=True)
+    body: Body = new.model_dump(mode="json", exclude=_DERIVED, exclude_defaults=True)
     body["agent_name"] = new.agent_name
     record: Record = {
         "format": FORMAT,
-        "run_id": state.run_id,
         "seq": seq,
         "kind": "full" if full else "delta",
         "status": status,
         "keep": keep,
         "append": append,
-        "state": body,
         "at": time.time(),
     }
+    if full or previous is None:
+        record["state"] = body
+    else:
+        record["changes"] = {
+            k: v for k, v in body.items() if k in _ALWAYS or previous.get(k, _NONE) != v
+        }
+        unset = [k for k in previous if k not in body]
+        if unset:
+            record["unset"] = unset
+    if full:
+        record["run_id"] = state.run_id
     if cause is not None:
         record["cause"] = cause
     if error is not None:
         record["error"] = error
-    return new, record
+    return new, record, body
 
 
 def _message(m: Message) -> dict[str, Any]:
@@ -129,28 +161,43 @@ def replay(records: Sequence[Record]) -> tuple[RunState, Record]:
     if not records:
         raise CheckpointError("no checkpoint records to replay")
     ordered = sorted(records, key=lambda r: int(r["seq"]))
+    run_id = next((r["run_id"] for r in ordered if r.get("run_id")), "?")
     start = max((i for i, r in enumerate(ordered) if r["kind"] == "full"), default=None)
     if start is None:
-        raise CheckpointError(f"run {ordered[0]['run_id']!r} has no full checkpoint record")
+        raise CheckpointError(f"run {run_id!r} has no full checkpoint record")
+    run_id = ordered[start].get("run_id", run_id)
     messages: list[Message] = []
+    sizes: list[int] = []
+    body: Body = {}
     try:
         for expected, record in enumerate(ordered[start:], start=int(ordered[start]["seq"])):
             if int(record["seq"]) != expected:
-                raise CheckpointError(
-                    f"checkpoint record {expected} of run {record['run_id']!r} is missing"
-                )
+                raise CheckpointError(f"checkpoint record {expected} of run {run_id!r} is missing")
             messages = messages[: int(record["keep"])] + [
                 Message.model_validate(m) for m in record["append"]
             ]
+            sizes.append(codec.packed_size(record["append"]))
+            if "state" in record:
+                body = dict(record["state"])
+            else:
+                body.update(record["changes"])
+                for name in record.get("unset", ()):
+                    body.pop(name, None)
         last = ordered[-1]
-        body = {"run_id": last["run_id"], **last["state"], "messages": messages}
-        state = RunState.model_validate(body)
+        derived = {
+            "run_id": run_id,
+            "seq": int(last["seq"]),
+            "recorded": len(messages),
+            "full_size": sizes[0],
+            "since_full": sum(sizes[1:]),
+            "messages": messages,
+        }
+        state = RunState.model_validate({**body, **derived})
     except CheckpointError:
         raise
     except Exception as exc:
         raise CheckpointCorrupt(
-            f"checkpoint records of run {ordered[-1].get('run_id')!r} "
-            f"do not form a valid state: {exc}",
+            f"checkpoint records of run {run_id!r} do not form a valid state: {exc}",
             reason="invalid state",
         ) from None
     return state, last

@@ -94,3 +94,51 @@ def test_a_missing_delta_breaks_the_chain() -> None:
     _, records, _ = _write_all(_growing_run(4, 64))
     with pytest.raises(CheckpointError, match=r"record 3 .* is missing"):
         checkpoint.replay([r for r in records if r["seq"] != 3])
+
+
+def test_replay_derives_the_bookkeeping_the_bodies_leave_out() -> None:
+    last, records, _ = _write_all(_growing_run(30, 700))
+    assert "run_id" not in records[-1] and "seq" not in records[-1]["state"]
+    state, _ = checkpoint.replay([checkpoint.decode(checkpoint.encode(r)) for r in records])
+    derived = ("run_id", "seq", "recorded", "since_full", "full_size")
+    assert {f: getattr(state, f) for f in derived} == {f: getattr(last, f) for f in derived}
+    # so a resumed run's next record is the one the original run would have written
+    extra = Message("user", "more")
+    _, after_resume = checkpoint.make_record(
+        state.evolve(messages=(*state.messages, extra)), "running"
+    )
+    _, original = checkpoint.make_record(last.evolve(messages=(*last.messages, extra)), "running")
+    assert {k: v for k, v in after_resume.items() if k != "at"} == {
+        k: v for k, v in original.items() if k != "at"
+    }
+
+
+def test_deltas_carry_only_changed_fields_and_replay_merges_them() -> None:
+    base = RunState(run_id="r3", agent_name="a", messages=(Message("user", "hi"),))
+    journal = {"c1": ToolResult("ok")}
+    steps = [
+        base.evolve(turns=1, usage=Usage(1, 1)),
+        base.evolve(turns=1, usage=Usage(1, 1), journal=journal),  # a journal entry
+        base.evolve(turns=2, usage=Usage(2, 2)),  # journal cleared: back at its default
+    ]
+    records: list[checkpoint.Record] = []
+    state, previous = base, None
+    for step in steps:
+        step = step.evolve(seq=state.seq, recorded=state.recorded, full_size=state.full_size)
+        state, record, previous = checkpoint.next_record(step, "running", previous)
+        records.append(record)
+    assert "state" in records[0] and "changes" not in records[0]
+    assert records[1]["changes"] == {
+        "agent_name": "a",
+        "turns": 1,
+        "journal": {"c1": {"content": "ok"}},
+    }
+    assert records[2]["unset"] == ["journal"] and records[2]["changes"]["usage"] == {
+        "input_tokens": 2,
+        "output_tokens": 2,
+    }
+    for upto in (2, 3):
+        replayed, _ = checkpoint.replay(records[:upto])
+        assert replayed.journal == (journal if upto == 2 else {})
+        assert replayed.turns == steps[upto - 1].turns
+        assert replayed.usage == steps[upto - 1].usage

@@ -71,8 +71,8 @@ def _breakdown(path: str, parts: dict[str, int]) -> None:
         record = checkpoint.decode(f.read())
     parts["full_records" if record.get("kind") == "full" else "delta_records"] += 1
     parts["append_bytes"] += len(msgpack.packb(record.get("append") or []))
-    state = record.get("state") or {}
-    parts["state_bytes"] += len(msgpack.packb(state))
+    state = record.get("state") or record.get("changes") or {}  # whole body, or what changed
+    parts["state_bytes"] += len(msgpack.packb(state)) + len(msgpack.packb(record.get("unset", [])))
     parts["journal_bytes"] += len(msgpack.packb(state.get("journal") or {}))
 
 

@@ -91,6 +91,8 @@ class AgentActor:
         self._active: dict[str, _Active] = {}
         self._early: dict[str, tuple[str, float]] = {}
         self._retired = False
+        self._bodies: dict[str, tuple[int, checkpoint.Body]] = {}
+        """The run-state body of each active run's newest record, by run (for deltas)."""
         self._unsettled: dict[str, list[Any]] = {}
         """Write-behind (``async`` mode) checkpoint writes not yet acknowledged, by run."""
 
@@ -180,6 +182,7 @@ class AgentActor:
             return await self._fail(state, error)
         finally:
             self._active.pop(state.run_id, None)
+            self._bodies.pop(state.run_id, None)
 
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         state, view, action = await self._begin(envelope, emit)
@@ -299,7 +302,12 @@ class AgentActor:
         settings = self.directory.cached_settings()
         if settings["durability"] == "exit" and status == "running":
             return state, None
-        new, record = checkpoint.make_record(state, status, cause=cause, error=error)
+        last = self._bodies.get(state.run_id)
+        previous = last[1] if last is not None and last[0] == state.seq else None
+        new, record, body = checkpoint.next_record(
+            state, status, previous, cause=cause, error=error
+        )
+        self._bodies[state.run_id] = (new.seq, body)
         data = checkpoint.encode(record, key=settings["key"])
         info = _info(new, status, error)
         write = self.directory.coordinator().save.remote(

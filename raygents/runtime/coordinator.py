@@ -400,12 +400,12 @@ class Coordinator:
             if status == "running":  # whoever drove it is gone: leave it resumable
                 status = "suspended"
                 error = "its driver or the coordinator stopped while it ran; resume it"
-            state = record["state"]
+            state = record.get("state") or record.get("changes") or {}
             self.epochs[run_id] = int(state.get("epoch", 0))
             self.runs[run_id] = RunInfo(
                 run_id,
                 status,
-                state["agent_name"],
+                str(state.get("agent_name", "?")),
                 int(state.get("turns", 0)),
                 updated_at=float(record.get("at") or time.time()),
                 last_error=error,
