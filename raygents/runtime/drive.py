@@ -76,6 +76,7 @@ async def drive(
     """
     first = envelope
     attempt = waits = 0
+    announced = -1  # the attempt the last ``recovered`` event reported
     while True:
         name = envelope.state.agent_name
         if token.cause is not None:
@@ -97,7 +98,8 @@ async def drive(
                 await asyncio.sleep(min(0.2 * waits, 2.0))
             else:
                 attempt += 1
-            retry = await _recover(first, envelope, directory, emit, exc, attempt)
+            retry = await _recover(first, envelope, directory, emit, exc, attempt, announced)
+            announced = attempt
             if isinstance(retry, Outcome):
                 return retry
             envelope = retry
@@ -120,12 +122,18 @@ async def _recover(
     emit: Callable[[RunEvent], None],
     exc: BaseException,
     attempt: int,
+    announced: int,
 ) -> Envelope | Outcome:
-    """The envelope to dispatch again after ``exc``, or the failed outcome past the limit."""
+    """The envelope to dispatch again after ``exc``, or the failed outcome past the limit.
+
+    The ``recovered`` event (and the log line) comes once per attempt, not once per wait for
+    an actor that is restarting.
+    """
     from raygents.runtime.children import load_state
 
     settings = (await directory.settings())["recovery"]
     state = current.state
+    announce = attempt != announced
     attempt = max(attempt, 1)
     reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     if attempt > int(settings.get("attempts", 5)):
@@ -151,6 +159,8 @@ async def _recover(
         "claim", state.run_id, directory.owner, envelope.state.agent_name, True
     )
     envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
+    if not announce:
+        return envelope
     log.warning(
         "run %s recovered (attempt %d) from checkpoint %d after %s",
         state.run_id,
