@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -421,7 +422,7 @@ def test_durability_modes_write_what_they_promise(durability: str, tmp_path: Pat
         if durability == "exit":
             assert len(keys) == 1, "exit mode writes only the suspend checkpoint"
         else:
-            assert len(keys) >= 5, "intent, journal and results of two batches, then the suspend"
+            assert len(keys) >= 5, "intents and journal records of two batches, then the suspend"
         result = rg.resume(handle.run_id, agent=agent).result(timeout_s=60)
         assert result.final_output == "finished after 2"
         deadline = time.time() + 20  # deleted in the background once the run completed
@@ -431,3 +432,28 @@ def test_durability_modes_write_what_they_promise(durability: str, tmp_path: Pat
     finally:
         rg.shutdown()
         rg.init(store="memory://")
+
+
+@rg.tool(remote=False)
+async def together(n: int) -> str:
+    """Finish at about the same time as the other calls of the batch."""
+    await asyncio.sleep(0.2)
+    return f"t{n}"
+
+
+def test_calls_that_finish_together_share_journal_records() -> None:
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        results = [m.text for m in req.messages if m.role == "tool"]
+        if results:
+            return text(" ".join(results))
+        return calls(*(call("together", {"n": i}, id=f"t{i}") for i in range(6)))
+
+    handle = rg.start(
+        rg.Agent("together_agent", tools=[together], model=FunctionModel(reply)), "go"
+    )
+    assert handle.result(timeout_s=60).final_output == "t0 t1 t2 t3 t4 t5"
+    checkpoints = [e for e in handle.events() if e.type == "checkpoint"]
+    # the intent, then one or two journal records for six calls (not six), and no record after
+    # the batch: the journal already holds every result
+    assert 2 <= len(checkpoints) <= 3, [e.data for e in checkpoints]
+    assert [e.data["seq"] for e in checkpoints] == list(range(1, len(checkpoints) + 1))
