@@ -251,15 +251,15 @@ class Coordinator:
 
     async def load(self, run_id: str) -> list[bytes]:
         """The run's checkpoint records from the newest full one on (empty if none)."""
-        keys = await asyncio.to_thread(self.store.list, checkpoint.run_prefix(run_id))
-        blobs = []
-        for key in keys:
-            data = await asyncio.to_thread(self.store.get, key)
-            if data is not None:
-                blobs.append(data)
+        blobs = await asyncio.to_thread(self._read_run, run_id)
         if not blobs and self.hot.get(run_id):
             blobs = [b if isinstance(b, bytes) else await b for b in self.hot[run_id]]
         return blobs
+
+    def _read_run(self, run_id: str) -> list[bytes]:
+        """Every stored record of a run, oldest first (one thread hop for all of them)."""
+        found = (self.store.get(key) for key in self.store.list(checkpoint.run_prefix(run_id)))
+        return [data for data in found if data is not None]
 
     def lock_session(self, session_id: str, run_id: str) -> str | None:
         """Take a session for a run; returns the run holding it if another one does."""
