@@ -29,7 +29,7 @@ from raygents.runtime.drive import SuspendToken
 from raygents.runtime.tasks import StepResult, run_tool
 from raygents.schema import type_name, type_schema
 from raygents.sessions import load_session, save_session
-from raygents.tools import AgentTool, RunContext, Tool, ToolContext, ToolResult
+from raygents.tools import AgentTool, RunContext, Tool, ToolContext
 
 __all__ = ["AgentActor"]
 
@@ -700,7 +700,7 @@ class _Journal:
         self.failed = False
         self._flight: asyncio.Future[None] | None = None
 
-    def add(self, call_id: str, result: ToolResult) -> None:
+    def add(self, call_id: str, result: Any) -> None:
         if call_id in self.entries:
             return
         self.entries[call_id] = result

@@ -9,13 +9,11 @@ import os
 import signal
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 
 import ray
-import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
@@ -62,25 +60,17 @@ class Runtime:
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=True
         )
-        args = (namespace, store_url, durability, key, detached, recovery, actor_options)
-        self.coordinator: Any = ray.remote(Coordinator).options(**options).remote(*args)
+        self.coordinator: Any = (
+            ray.remote(Coordinator)
+            .options(**options)
+            .remote(namespace, store_url, durability, key, detached, recovery, actor_options)
+        )
         self.directory = Directory(namespace, self.coordinator, self.owner)
         self.handles: dict[str, RunHandle] = {}
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygents", daemon=True)
         self._thread.start()
-        for attempt in range(5):
-            try:
-                settings = self.wait(self.directory.settings())
-                break
-            except ray.exceptions.ActorDiedError:
-                # The namespace's coordinator was on its way out (its owner, an earlier
-                # runtime of this process, just dropped it): make a new one.
-                if attempt == 4:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
-                self.coordinator = ray.remote(Coordinator).options(**options).remote(*args)
-                self.directory = Directory(namespace, self.coordinator, self.owner)
+        settings = self.wait(self.directory.settings())
         if settings["store"] != store_url or settings["durability"] != durability:
             raise UserError(
                 f"the raygents coordinator of namespace {namespace!r} already runs with store "

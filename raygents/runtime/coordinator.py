@@ -250,8 +250,7 @@ class Coordinator:
         return list(self.write_errors)
 
     async def load(self, run_id: str) -> list[bytes]:
-        """Every stored record of the run (its hot copies if the store has none; empty if
-        neither has any)."""
+        """The run's checkpoint records from the newest full one on (empty if none)."""
         blobs = await asyncio.to_thread(self._read_run, run_id)
         if not blobs and self.hot.get(run_id):
             blobs = [b if isinstance(b, bytes) else await b for b in self.hot[run_id]]
