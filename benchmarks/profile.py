@@ -4,6 +4,8 @@
     python benchmarks/profile.py single-local          # the same with remote=False tools
     python benchmarks/profile.py concurrent --n 300    # N concurrent runs, 100 ms model
     python benchmarks/profile.py resume --n 200        # suspend N runs, profile resuming them
+    python benchmarks/profile.py checkpoint            # 10 local tool turns, model latency 0,
+                                                       # sync on the file store (workload 4)
 
 py-spy records the driver, the coordinator and the agent actor(s) (found by their ``ray::``
 process titles) at 100 Hz, on-CPU samples only, into ``benchmarks/results/profiles/<scenario>-
@@ -74,9 +76,10 @@ def _record(scenario: str, seconds: float, out_dir: str) -> list[tuple[str, str,
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=("single", "single-local", "concurrent", "resume"))
+    ap.add_argument("scenario", choices=("single", "single-local", "concurrent", "resume", "checkpoint"))
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", "profiles"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -88,10 +91,19 @@ def main() -> None:
     import raygents as rg
 
     tmp = tempfile.mkdtemp(prefix="rgprof-")
-    C.init_raygents(store=f"file://{tmp}/store")
+    C.init_raygents(store=f"file://{tmp}/store", durability=args.durability)
     kind = "local" if args.scenario in ("single-local", "concurrent") else "task"
     latency = 0.0 if args.scenario.startswith("single") else 0.1
-    if args.scenario == "resume":
+    if args.scenario == "checkpoint":
+        agent = rg.Agent(
+            "prof_ck",
+            tools=C.rg_tools("payload_local"),
+            model=C.rg_model(C.ToolTurns(k=1, tool="payload", n=512), 0.0),
+            max_turns=20,
+        )
+        for _ in range(3):
+            rg.run(agent, "k=1 turns=10")
+    elif args.scenario == "resume":
         from workloads.suspend import phase
 
         agent = rg.Agent(
@@ -117,9 +129,10 @@ def main() -> None:
     procs = _record(args.scenario, args.seconds, args.out)
     t0 = time.perf_counter()
     count = 0
-    if args.scenario.startswith("single"):
+    if args.scenario.startswith("single") or args.scenario == "checkpoint":
+        prompt = "k=1 turns=10" if args.scenario == "checkpoint" else "k=4"
         while time.perf_counter() - t0 < args.seconds:
-            rg.run(agent, "k=4")
+            rg.run(agent, prompt)
             count += 1
         print(f"{count} runs in {args.seconds} s: {1000 * args.seconds / count:.1f} ms per run")
     elif args.scenario == "concurrent":

@@ -61,6 +61,7 @@ def __getattr__(name: str) -> Any:
         return OpenAIChatModel
     raise AttributeError(f"module 'raygents' has no attribute {name!r}")
 
+
 __all__ = [
     "SUSPEND_FOR_CHECKPOINT",
     "Agent",

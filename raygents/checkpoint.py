@@ -6,13 +6,14 @@ appends new ones, so bytes written per turn grow with the new messages, not with
 A full record is written when the history was rewritten, and when the deltas since the last
 full record add up to ``FULL_RATIO`` times its size: the full records of a growing history
 then sum to at most ``1 + 1/FULL_RATIO`` times the final history, and a replay reads at most
-``FULL_RATIO + 1`` full-record sizes. Record bodies leave out fields at their defaults.
+``FULL_RATIO + 1`` full-record sizes. A record's run-state body leaves out fields at their
+defaults and what a replay derives; a delta's holds only the fields that changed.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from raygents import codec
@@ -23,10 +24,12 @@ from raygents.messages import Message
 __all__ = [
     "FORMAT",
     "FULL_RATIO",
+    "Body",
     "Record",
     "Status",
     "key_for",
     "make_record",
+    "next_record",
     "replay",
     "run_prefix",
 ]
@@ -201,12 +204,3 @@ def replay(records: Sequence[Record]) -> tuple[RunState, Record]:
             reason="invalid state",
         ) from None
     return state, last
-
-
-def obsolete(keys: Iterable[str], records: Sequence[Record]) -> list[str]:
-    """Keys of records older than the newest full record (safe to delete)."""
-    fulls = [int(r["seq"]) for r in records if r["kind"] == "full"]
-    if not fulls:
-        return []
-    newest = max(fulls)
-    return [k for k in keys if int(k.rsplit("/", 1)[-1].split(".")[0]) < newest]

@@ -138,20 +138,21 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
 
         from raygents.runtime import client
 
-        alive: list[Any] = []
+        runtimes: dict[tuple[str, str], Any] = {}
 
         def use(store: str, dur: str) -> None:
-            # Keep every runtime object referenced: it holds the handle that created its
-            # namespace's coordinator, and a non-detached actor dies with its last reference
-            # (then the next run there would pay for a new coordinator and agent actor).
-            alive.append(client._runtime)
-            rg.shutdown()
-            rg.init(
-                namespace=f"ck-{store}-{dur}",
-                store=urls[(store, dur)],
-                durability=dur,
-                handle_sigterm=False,
-            )
+            # One runtime per pair, kept for the whole workload and switched between (never
+            # shut down: that would remove its namespace's coordinator and agent actor, and the
+            # next run there would pay for new ones).
+            client._runtime = runtimes.get((store, dur))
+            if client._runtime is None:
+                rg.init(
+                    namespace=f"ck-{store}-{dur}",
+                    store=urls[(store, dur)],
+                    durability=dur,
+                    handle_sigterm=False,
+                )
+                runtimes[(store, dur)] = client._runtime
 
         for key in urls:  # warm up every pair: coordinator, actor
             use(*key)
@@ -191,6 +192,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
 
         # bytes written by a 50-turn run
         sizes = {}
+        client._runtime = None
         for size in (64, 1024):
             root = os.path.join(tmp, f"bytes-{size}")
             rg.shutdown()

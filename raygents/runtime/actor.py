@@ -29,7 +29,7 @@ from raygents.runtime.drive import SuspendToken
 from raygents.runtime.tasks import StepResult, run_tool
 from raygents.schema import type_name, type_schema
 from raygents.sessions import load_session, save_session
-from raygents.tools import AgentTool, RunContext, Tool, ToolContext
+from raygents.tools import AgentTool, RunContext, Tool, ToolContext, ToolResult
 
 __all__ = ["AgentActor"]
 
@@ -66,12 +66,17 @@ class AgentActor:
     """
 
     def __init__(
-        self, graph: dict[str, Agent] | bytes, agent_name: str, graph_fp: str, namespace: str
+        self,
+        graph: dict[str, Agent] | bytes,
+        agent_name: str,
+        graph_fp: str,
+        namespace: str,
+        coordinator: Any = None,
     ) -> None:
         import os
 
         self.directory = Directory(
-            namespace, owner=f"agent:{agent_name}@{graph_fp[:8]}:{os.getpid()}"
+            namespace, coordinator, owner=f"agent:{agent_name}@{graph_fp[:8]}:{os.getpid()}"
         )
         if isinstance(graph, bytes):
             from ray import cloudpickle
@@ -700,7 +705,7 @@ class _Journal:
         self.failed = False
         self._flight: asyncio.Future[None] | None = None
 
-    def add(self, call_id: str, result: Any) -> None:
+    def add(self, call_id: str, result: ToolResult) -> None:
         if call_id in self.entries:
             return
         self.entries[call_id] = result

@@ -4,11 +4,13 @@ and graceful suspend of this driver's runs on SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
@@ -46,32 +48,29 @@ class Runtime:
         self.started_ray = started_ray
         self.detached = detached
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        options: dict[str, Any] = {
-            "name": COORDINATOR_NAME,
-            "namespace": namespace,
-            "get_if_exists": True,
-            "num_cpus": 0,
-            "max_restarts": -1,
-            "max_concurrency": 10_000,
-        }
-        if detached:
-            options["lifetime"] = "detached"
-        # On the driver's node when it can be: a file:// store path is the driver's.
-        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=True
-        )
-        self.coordinator: Any = (
-            ray.remote(Coordinator)
-            .options(**options)
-            .remote(namespace, store_url, durability, key, detached, recovery, actor_options)
-        )
-        self.directory = Directory(namespace, self.coordinator, self.owner)
-        self.handles: dict[str, RunHandle] = {}
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygents", daemon=True)
         self._thread.start()
-        settings = self.wait(self.directory.settings())
+        args = (namespace, store_url, durability, key, detached, recovery, actor_options)
+        for attempt in itertools.count(1):
+            self.coordinator: Any = _coordinator_class(namespace, detached).remote(
+                *args, creator=self.owner
+            )
+            self.directory = Directory(namespace, self.coordinator, self.owner)
+            try:
+                settings = self.wait(self.directory.settings())
+                break
+            except ray.exceptions.ActorDiedError:
+                # Found by name just as its last handle went away (an earlier runtime of some
+                # process shut down): Ray is removing it; a moment later the name is free.
+                if attempt == 5:
+                    raise
+                time.sleep(0.2 * attempt)
+        self.created = settings["creator"] == self.owner
+        """Whether this runtime created the coordinator (it then removes it in close)."""
+        self.handles: dict[str, RunHandle] = {}
         if settings["store"] != store_url or settings["durability"] != durability:
+            self.close()
             raise UserError(
                 f"the raygents coordinator of namespace {namespace!r} already runs with store "
                 f"{settings['store']!r} and durability {settings['durability']!r}; use those, "
@@ -92,14 +91,19 @@ class Runtime:
         result: T = future.result(timeout_s)
         return result
 
-    def close(self) -> None:
-        """Stop the background loop."""
+    def close(self, release: bool = True) -> None:
+        """Stop the background loop; with ``release``, remove the coordinator this runtime
+        created (unless it is detached) and wait until its name is free for the next one."""
+
         def stop() -> None:
             self.directory.stop_watches()
             self.loop.call_soon(self.loop.stop)  # after the cancelled heartbeats wound down
 
         self.loop.call_soon_threadsafe(stop)
         self._thread.join(timeout=5)
+        if release and self.created and not self.detached:
+            ray.kill(self.coordinator, no_restart=True)  # its agent actors go with it
+            _wait_until_free(self.namespace, self.coordinator, timeout_s=10.0)
 
     async def ensure_graph(self, fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         """Tell the coordinator about a graph snapshot once per process."""
@@ -117,6 +121,40 @@ class Runtime:
         futures = [h._future for h in running]
         concurrent.futures.wait(futures, timeout=grace_s)
         return sum(1 for h in running if h.done())
+
+
+def _coordinator_class(namespace: str, detached: bool) -> Any:
+    options: dict[str, Any] = {
+        "name": COORDINATOR_NAME,
+        "namespace": namespace,
+        "get_if_exists": True,
+        "num_cpus": 0,
+        "max_restarts": -1,
+        "max_concurrency": 10_000,
+        # On the driver's node when it can be: a file:// store path is the driver's.
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=True
+        ),
+    }
+    if detached:
+        options["lifetime"] = "detached"
+    return ray.remote(Coordinator).options(**options)
+
+
+def _wait_until_free(namespace: str, coordinator: Any, timeout_s: float) -> None:
+    """Wait until the name of a killed coordinator no longer finds it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            found = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
+        except ValueError:
+            return
+        if found._actor_id != coordinator._actor_id:
+            return
+        time.sleep(0.05)
+    log.warning(
+        "the coordinator of namespace %r still has its name after %.0f s", namespace, timeout_s
+    )
 
 
 _runtime: Runtime | None = None
@@ -250,7 +288,7 @@ def shutdown() -> None:
         _previous_sigterm = None
     if rt is None:
         return
-    rt.close()
+    rt.close(release=not rt.started_ray)  # ray.shutdown() removes everything at once
     if rt.started_ray:
         ray.shutdown()
 

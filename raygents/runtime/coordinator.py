@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -67,8 +68,12 @@ class Coordinator:
         detached: bool = False,
         recovery: dict[str, float] | None = None,
         actor_options: dict[str, Any] | None = None,
+        creator: str = "",
     ) -> None:
         self.namespace = namespace
+        self.creator = creator
+        self.incarnation = os.urandom(3).hex()
+        """Tells this coordinator's (non-detached) agent actors from a predecessor's."""
         self.store: Store = open_store(store_url)
         self.durability = durability
         self.key = hmac_key
@@ -118,18 +123,22 @@ class Coordinator:
     def _create(self, graph: _Graph, graph_fp: str, name: str, index: int) -> Any:
         label = f"agent:{name}@{graph_fp[:8]}" + (f"#{index}" if index else "")
         options: dict[str, Any] = {
-            "name": label,
             "namespace": self.namespace,
             "num_cpus": 0,
             "max_concurrency": _MAX_CONCURRENCY,
-            "get_if_exists": True,
             "max_restarts": -1,
         }
         if self.detached:
-            options["lifetime"] = "detached"
+            # A restarted coordinator finds the detached actors of its predecessor by name.
+            options.update(name=label, get_if_exists=True, lifetime="detached")
+        else:
+            # Owned actors die with their coordinator, but their names are released a moment
+            # later: a unique name never meets a dying actor of an earlier coordinator.
+            options["name"] = f"{label}~{self.incarnation}"
         options.update(self.actor_options)
         remote_cls = ray.remote(AgentActor).options(**options)
-        return remote_cls.remote(graph.blob, name, graph_fp, self.namespace)
+        me = ray.get_runtime_context().current_actor
+        return remote_cls.remote(graph.blob, name, graph_fp, self.namespace, me)
 
     # --- runs driven here (detached mode) -----------------------------------------------
     async def drive_root(self, envelope: Any) -> AsyncIterator[Any]:
@@ -143,7 +152,11 @@ class Coordinator:
 
         run_id = envelope.state.run_id
         if self.directory is None:
-            self.directory = Directory(self.namespace, owner=f"coordinator:{self.namespace}")
+            self.directory = Directory(
+                self.namespace,
+                ray.get_runtime_context().current_actor,
+                owner=f"coordinator:{self.namespace}",
+            )
         token = self.tokens[run_id] = SuspendToken(run_id)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         task = asyncio.ensure_future(drive(envelope, self.directory, token, queue.put_nowait))
@@ -250,7 +263,8 @@ class Coordinator:
         return list(self.write_errors)
 
     async def load(self, run_id: str) -> list[bytes]:
-        """The run's checkpoint records from the newest full one on (empty if none)."""
+        """Every stored record of the run (its hot copies if the store has none; empty if
+        neither has any)."""
         blobs = await asyncio.to_thread(self._read_run, run_id)
         if not blobs and self.hot.get(run_id):
             blobs = [b if isinstance(b, bytes) else await b for b in self.hot[run_id]]
@@ -375,6 +389,7 @@ class Coordinator:
             "key": self.key,
             "store": self.store.url,
             "recovery": self.recovery,
+            "creator": self.creator,
         }
 
     def _rebuild(self) -> None:

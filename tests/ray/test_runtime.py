@@ -368,3 +368,33 @@ def test_suspend_stops_at_the_next_turn() -> None:
     assert handle.status() == "suspended"
     assert len(model.calls) == 1
     assert [e.type for e in handle.events()][-1] == "suspended"
+
+
+def test_shutdown_then_init_in_the_same_namespace_gets_a_working_coordinator() -> None:
+    """``shutdown()`` removes the coordinator it created and waits until its name is free, so
+    the next ``init()`` never finds the dying one (nor do the new agent actors)."""
+    try:
+        for i in range(4):
+            rg.shutdown()
+            rg.init(store="memory://")
+            answer = rg.run(rg.Agent(f"again{i}", model=ScriptedModel([text(f"hi {i}")])), "go")
+            assert answer.final_output == f"hi {i}"
+            assert rg.run(rg.Agent(f"again{i}", model=ScriptedModel([text("x")])), "go").turns
+    finally:
+        rg.shutdown()
+        rg.init(store="memory://")
+
+
+def test_a_runtime_that_found_the_coordinator_leaves_it_running() -> None:
+    """Only the runtime that created a (non-detached) coordinator removes it."""
+    from raygents.runtime import client
+
+    rt = client.current()
+    assert rt.created
+    borrowed = client.Runtime(
+        rt.namespace, False, "memory://", "sync", None, False, {"attempts": 5}, {}
+    )
+    assert not borrowed.created
+    borrowed.close()
+    assert ray.get(rt.coordinator.settings.remote())["creator"] == rt.owner
+    assert rg.run(rg.Agent("still_here", model=ScriptedModel([text("yes")])), "go").turns == 1
