@@ -76,7 +76,9 @@ def _record(scenario: str, seconds: float, out_dir: str) -> list[tuple[str, str,
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=("single", "single-local", "concurrent", "resume", "checkpoint"))
+    ap.add_argument(
+        "scenario", choices=("single", "single-local", "concurrent", "resume", "checkpoint")
+    )
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))

@@ -17,6 +17,7 @@ from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("faulty")
 
+
 def pay_tool(seconds: float, num_cpus: float = 0) -> rg.Tool:
     @rg.tool(num_cpus=num_cpus)
     def pay(ctx: rg.ToolContext, amount: int) -> str:
