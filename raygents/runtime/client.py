@@ -276,7 +276,11 @@ def _install_sigterm(grace_s: float) -> None:
 
 
 def shutdown() -> None:
-    """Stop raygents in this process, and Ray too if raygents started it."""
+    """Stop raygents in this process, and Ray too if raygents started it.
+
+    A (non-detached) coordinator this process created goes too, with its agent actors; the
+    call returns once its name is free, so a following ``init()`` creates a new one.
+    """
     global _runtime, _previous_sigterm
     from raygents import testing
 
