@@ -316,7 +316,7 @@ class AgentActor:
         data = checkpoint.encode(record, key=settings["key"])
         info = _info(new, status, error)
         write = self.directory.coordinator().save.remote(
-            state.run_id, new.seq, data, info, durable, new.epoch
+            state.run_id, new.seq, data, info, durable, new.epoch, record["kind"] == "full"
         )
         return new, write
 

@@ -17,7 +17,7 @@ from raygents.tools import AgentTool, ToolResult
 if TYPE_CHECKING:
     from raygents.runtime.directory import Directory
 
-__all__ = ["child_run_id", "load_state", "run_child"]
+__all__ = ["child_run_id", "load_state", "replay_blobs", "run_child"]
 
 
 def child_run_id(parent_run_id: str, call_id: str) -> str:
@@ -31,9 +31,14 @@ async def load_state(directory: Directory, run_id: str) -> tuple[RunState, dict[
     blobs = await directory.call("load", run_id)
     if not blobs:
         return None
-    key = (await directory.settings())["key"]
-    records = [checkpoint.decode(b, key=key, source=run_id) for b in blobs]
-    return checkpoint.replay(records)
+    return replay_blobs(blobs, (await directory.settings())["key"], run_id)
+
+
+def replay_blobs(
+    blobs: list[bytes], key: bytes | None, run_id: str
+) -> tuple[RunState, dict[str, Any]]:
+    """A run's newest state and last record, from its stored records."""
+    return checkpoint.replay([checkpoint.decode(b, key=key, source=run_id) for b in blobs])
 
 
 async def run_child(

@@ -4,6 +4,7 @@ and graceful suspend of this driver's runs on SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -95,11 +96,14 @@ class Runtime:
         """Stop the background loop; with ``release``, remove the coordinator this runtime
         created (unless it is detached) and wait until its name is free for the next one."""
 
-        def stop() -> None:
-            self.directory.stop_watches()
-            self.loop.call_soon(self.loop.stop)  # after the cancelled heartbeats wound down
+        async def wind_down() -> None:
+            tasks = self.directory.stop_watches()
+            if tasks:
+                await asyncio.wait(tasks, timeout=1.0)
 
-        self.loop.call_soon_threadsafe(stop)
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(wind_down(), self.loop).result(timeout=3)
+        self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         if release and self.created and not self.detached:
             ray.kill(self.coordinator, no_restart=True)  # its agent actors go with it

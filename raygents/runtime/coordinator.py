@@ -10,6 +10,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +28,8 @@ log = logging.getLogger("raygents")
 _MAX_CONCURRENCY = 10_000
 _ASYNC_BACKLOG = 1_000
 _RESULTS_KEPT = 10_000
+_PARKED = 10_000  # stopped runs whose records stay in memory for a quick resume, at most
+_PARKED_BYTES = 64 * 1024 * 1024  # and their bytes
 _INLINE = 100 * 1024  # Ray's own limit for objects kept in their owner's memory
 
 
@@ -43,6 +46,28 @@ class RunInfo:
     last_error: str | None = None
     seq: int = 0
     owner: str | None = None
+
+
+@dataclass
+class _Hot:
+    """A run's records from its newest full one (``base``) on: seq -> (bytes or ref, size)."""
+
+    base: int
+    records: dict[int, tuple[Any, int]] = field(default_factory=dict)
+
+    def add(self, seq: int, blob: Any, size: int, full: bool) -> None:
+        if full and seq > self.base:
+            self.records = {k: v for k, v in self.records.items() if k > seq}
+            self.base = seq
+        if seq >= self.base:
+            self.records[seq] = (blob, size)
+
+    @property
+    def size(self) -> int:
+        return sum(size for _, size in self.records.values())
+
+    def blobs(self) -> list[Any]:
+        return [self.records[k][0] for k in sorted(self.records)]
 
 
 @dataclass
@@ -81,7 +106,11 @@ class Coordinator:
         self.graphs: dict[str, _Graph] = {}
         self.actors: dict[tuple[str, str], list[Any]] = {}
         self.runs: dict[str, RunInfo] = {}
-        self.hot: dict[str, list[Any]] = {}
+        self.hot: dict[str, _Hot] = {}
+        """Records of runs from their newest full one on (bytes, or object refs if large)."""
+        self.parked: OrderedDict[str, int] = OrderedDict()
+        """Stopped (resumable) runs whose hot records are kept (their bytes), oldest first."""
+        self.parked_size = 0
         self.results: OrderedDict[str, Any] = OrderedDict()
         self.done: dict[str, asyncio.Event] = {}
         self.backlog: asyncio.Queue[tuple[str, bytes]] | None = None
@@ -93,6 +122,10 @@ class Coordinator:
         self.generation = 0
         self.recovery = dict(recovery or {})
         self.actor_options = dict(actor_options or {})
+        self._reads = ThreadPoolExecutor(4, thread_name_prefix="raygents-read")
+        """Store reads (loads) get their own threads: they never queue behind writes."""
+        self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="raygents-clean")
+        self.cleanup: asyncio.Queue[str] | None = None
         self._rebuild()
 
     # --- agent actors -------------------------------------------------------------------
@@ -212,8 +245,9 @@ class Coordinator:
         info: RunInfo,
         durable: bool = True,
         epoch: int = 0,
+        full: bool = False,
     ) -> None:
-        """Store one checkpoint record.
+        """Store one checkpoint record (``full``: a full record, not a delta).
 
         In ``sync`` mode (or when ``durable``) it returns once the store has the record; in
         ``async`` mode it returns at once and the write happens behind, with a bounded backlog.
@@ -230,13 +264,37 @@ class Coordinator:
                 run_id=run_id,
                 key=key,
             )
-        # hot copy: small records stay in this process (where Ray would keep them too)
-        self.hot.setdefault(run_id, []).append(data if len(data) < _INLINE else ray.put(data))
         self._update(info)
         if self.durability == "async" and not durable:
+            self._keep_hot(run_id, seq, data, full)
             await self._enqueue(key, data)
             return
-        await asyncio.to_thread(self.store.put, key, data)
+        try:
+            await asyncio.to_thread(self.store.put, key, data)
+        except BaseException:
+            self._drop_hot(run_id)  # no longer the same chain as the store's
+            raise
+        self._keep_hot(run_id, seq, data, full)
+
+    def _keep_hot(self, run_id: str, seq: int, data: bytes, full: bool) -> None:
+        """Keep a run's records from its newest full one on, in this process (small ones, as
+        Ray keeps small objects with their owner anyway) or the object store: a resume or a
+        recovery then reads no store."""
+        self._unpark(run_id)
+        hot = self.hot.get(run_id)
+        if hot is None and not full:
+            return  # its chain starts in the store
+        blob = data if len(data) < _INLINE else ray.put(data)
+        if hot is None:
+            hot = self.hot[run_id] = _Hot(seq, {})
+        hot.add(seq, blob, len(data), full)
+
+    def _unpark(self, run_id: str) -> None:
+        self.parked_size -= self.parked.pop(run_id, 0)
+
+    def _drop_hot(self, run_id: str) -> None:
+        self._unpark(run_id)
+        self.hot.pop(run_id, None)
 
     async def _enqueue(self, key: str, data: bytes) -> None:
         if self.backlog is None:
@@ -253,6 +311,7 @@ class Coordinator:
             except CheckpointError as exc:
                 log.error("write-behind checkpoint %s failed: %s", key, exc)
                 self.write_errors.append(f"{key}: {exc}")
+                self._drop_hot(key.split("/")[1])  # the store's chain has a gap now
             finally:
                 self.backlog.task_done()
 
@@ -263,12 +322,40 @@ class Coordinator:
         return list(self.write_errors)
 
     async def load(self, run_id: str) -> list[bytes]:
-        """Every stored record of the run (its hot copies if the store has none; empty if
-        neither has any)."""
-        blobs = await asyncio.to_thread(self._read_run, run_id)
-        if not blobs and self.hot.get(run_id):
-            blobs = [b if isinstance(b, bytes) else await b for b in self.hot[run_id]]
-        return blobs
+        """The run's records: its hot copies (from its newest full record on) if this
+        coordinator has them, else every record in the store (empty if none)."""
+        hot = self.hot.get(run_id)
+        if hot is not None:
+            return [b if isinstance(b, bytes) else await b for b in hot.blobs()]
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reads, self._read_run, run_id)
+
+    async def claim_and_load(
+        self, run_id: str, owner: str
+    ) -> tuple[RunInfo | None, int, list[bytes], RunInfo | None]:
+        """Dispatch a stopped run for ``owner`` and return its records, in one call.
+
+        Returns ``(taken, epoch, records, before)``: ``taken`` is the entry of another owner
+        running it (nothing was claimed, no records); without records nothing stays claimed.
+        ``before`` is the entry as it was, for :meth:`unclaim`.
+        """
+        before = self.runs.get(run_id)
+        name = before.agent_name if before is not None else "?"
+        taken, epoch = self.claim(run_id, owner, name)
+        if taken is not None:
+            return taken, 0, [], before
+        blobs = await self.load(run_id)
+        if not blobs:
+            self.unclaim(run_id, before)
+            return None, 0, [], before
+        return None, epoch, blobs, before
+
+    def unclaim(self, run_id: str, before: RunInfo | None) -> None:
+        """Put back a run's entry as it was before a claim its driver did not go on with."""
+        if before is None:
+            self.runs.pop(run_id, None)
+        else:
+            self.runs[run_id] = before
 
     def _read_run(self, run_id: str) -> list[bytes]:
         """Every stored record of a run, oldest first (one thread hop for all of them)."""
@@ -298,11 +385,38 @@ class Coordinator:
         event = self.done.pop(info.run_id, None)
         if event is not None:
             event.set()
-        self.hot.pop(info.run_id, None)
         if info.status == "completed":
-            keys = await asyncio.to_thread(self.store.list, checkpoint.run_prefix(info.run_id))
-            if keys:
-                await asyncio.to_thread(self.store.delete, keys)
+            self._drop_hot(info.run_id)
+        elif info.run_id in self.hot:  # resumable: keep its records at hand, within bounds
+            self._unpark(info.run_id)
+            size = self.parked[info.run_id] = self.hot[info.run_id].size
+            self.parked_size += size
+            while len(self.parked) > _PARKED or self.parked_size > _PARKED_BYTES:
+                self._drop_hot(next(iter(self.parked)))
+        if info.status == "completed":
+            if self.cleanup is None:
+                self.cleanup = asyncio.Queue()
+                asyncio.get_running_loop().create_task(self._clean())
+            self.cleanup.put_nowait(info.run_id)
+
+    async def _clean(self) -> None:
+        """Delete the records of completed runs, one run at a time, behind everything else."""
+        assert self.cleanup is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            run_id = await self.cleanup.get()
+            info = self.runs.get(run_id)
+            if info is not None and info.status != "completed":
+                continue  # its id was taken again meanwhile
+            try:
+                await loop.run_in_executor(self._cleaner, self._delete_run, run_id)
+            except CheckpointError as exc:
+                log.warning("cannot delete the checkpoints of completed run %s: %s", run_id, exc)
+
+    def _delete_run(self, run_id: str) -> None:
+        keys = self.store.list(checkpoint.run_prefix(run_id))
+        if keys:
+            self.store.delete(keys)
 
     async def wait(self, run_id: str) -> tuple[RunInfo | None, Any]:
         """Wait until a running run ends; its final info and result (if this coordinator has it)."""

@@ -104,11 +104,12 @@ class Directory:
         if watch is not None:
             watch.users -= 1
 
-    def stop_watches(self) -> None:
-        """Cancel every heartbeat loop (the process stops using raygents)."""
-        for watch in list(self._watches.values()):
-            if watch.task is not None:
-                watch.task.cancel()
+    def stop_watches(self) -> list[asyncio.Future[None]]:
+        """Cancel every heartbeat loop (the process stops using raygents); returns them."""
+        tasks = [w.task for w in self._watches.values() if w.task is not None]
+        for task in tasks:
+            task.cancel()
+        return tasks
 
     async def _heartbeat(self, key: str, actor: Any, watch: _Watch) -> None:
         try:

@@ -27,7 +27,7 @@ from raygents.errors import (
 from raygents.events import RunEvent
 from raygents.messages import Message, to_messages
 from raygents.result import RunResult, TypedResult
-from raygents.runtime.children import load_state
+from raygents.runtime.children import replay_blobs
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.drive import SuspendToken, drive
@@ -125,18 +125,19 @@ def _launch(
     timeout_s: float | None,
     *,
     fresh_id: bool = False,
+    claimed: bool = False,
 ) -> RunHandle:
     """Claim the run and drive it in the background.
 
     A run id raygents just generated cannot be taken, so its claim goes with the run (``start``
     returns without a round trip to the coordinator); a given or resumed id is claimed here,
-    so a clash raises at once.
+    so a clash raises at once (``claimed``: the caller did, and set the epoch).
     """
     run_id = envelope.state.run_id
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
-    if not fresh_id:
+    if not fresh_id and not claimed:
         agent_name = envelope.state.agent_name
         taken, epoch = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, agent_name))
         if taken is not None:
@@ -362,25 +363,33 @@ def resume(
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         return known
-    found = rt.wait(load_state(rt.directory, run_id))
-    if found is None:
+    # straight from this thread (not through the runtime's loop, busy with running runs)
+    taken, epoch, blobs, before = ray.get(rt.coordinator.claim_and_load.remote(run_id, rt.owner))
+    if taken is not None:
+        raise UserError(f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id)
+    if not blobs:
         raise RunNotFound(f"no checkpoint for run {run_id!r}", run_id=run_id)
-    state, _ = found
-    graph, blob, fp = _snapshot(agent)
-    if state.agent_name not in graph:
-        raise UserError(
-            f"run {run_id!r} was at agent {state.agent_name!r}, which is not in the graph of "
-            f"{agent.name!r} (it has {sorted(graph)!r})",
-            run_id=run_id,
-        )
-    decisions = _check_decisions(state, normalise(dict(approvals or {})))
+    try:  # claimed: from here on, a failure puts the run's entry back
+        state, _ = replay_blobs(blobs, rt.directory.cached_settings()["key"], run_id)
+        graph, blob, fp = _snapshot(agent)
+        if state.agent_name not in graph:
+            raise UserError(
+                f"run {run_id!r} was at agent {state.agent_name!r}, which is not in the graph "
+                f"of {agent.name!r} (it has {sorted(graph)!r})",
+                run_id=run_id,
+            )
+        decisions = _check_decisions(state, normalise(dict(approvals or {})))
+    except BaseException:
+        ray.get(rt.coordinator.unclaim.remote(run_id, before))
+        raise
     mine = {p.call_id for p in state.pending if p.run_id == run_id}
     state = state.evolve(
+        epoch=epoch,
         approvals={**state.approvals, **{k: v for k, v in decisions.items() if k in mine}},
         pending=(),
     )
     envelope = Envelope(state, fp, context, activate=False, resumed=True, approvals=decisions)
-    return _launch(rt, envelope, graph, blob, timeout_s)
+    return _launch(rt, envelope, graph, blob, timeout_s, claimed=True)
 
 
 def _check_decisions(

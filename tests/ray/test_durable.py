@@ -311,6 +311,8 @@ def test_the_checkpointed_turn_limit_wins_over_the_live_agent(store: str) -> Non
 
 
 def test_corrupt_and_truncated_checkpoints_are_refused(store: str) -> None:
+    from raygents.runtime import client
+
     agent = rg.Agent("fragile_ckpt", model=ScriptedModel([text("never")]))
     handle = rg.start(agent, "x")
     handle.suspend()
@@ -319,6 +321,10 @@ def test_corrupt_and_truncated_checkpoints_are_refused(store: str) -> None:
     root = Path(store[len("file://") :]) / "runs" / handle.run_id
     (path,) = sorted(root.iterdir())
     data = path.read_bytes()
+    # a new coordinator (this one keeps the run's records in memory) reads the store
+    namespace = client.current().namespace
+    rg.shutdown()
+    rg.init(namespace=namespace, store=store)
     for damaged in (data[: len(data) // 2], data[:-1] + bytes([data[-1] ^ 1])):
         path.unlink()
         path.write_bytes(damaged)
