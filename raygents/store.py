@@ -101,6 +101,10 @@ def _short(text: str) -> str:
 class Store(abc.ABC):
     """A create-only map from keys to bytes; every method is thread-safe and blocking."""
 
+    quick = False
+    """Whether a small put takes well under a millisecond or so (memory, a local disk):
+    a caller may then skip handing it to another thread."""
+
     @property
     @abc.abstractmethod
     def url(self) -> str:
@@ -163,6 +167,8 @@ _MEMORY_LOCK = threading.Lock()
 class MemoryStore(Store):
     """A dict in this process, shared by every store opened with the same name."""
 
+    quick = True
+
     def __init__(self, name: str = "") -> None:
         if name:
             validate_key(name)
@@ -205,6 +211,8 @@ class FileStore(Store):
     filesystems without hard links it claims the name with ``O_EXCL`` and then renames the
     temporary file over it, so a reader may briefly see an empty file there.
     """
+
+    quick = True
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))

@@ -25,7 +25,7 @@ def _info(run_id: str, status: str = "running", seq: int = 0) -> RunInfo:
 
 async def _save(coord: Coordinator, run_id: str, seq: int, full: bool = False) -> bytes:
     data = f"{run_id}:{seq}".encode()
-    await coord.save(run_id, seq, data, _info(run_id, seq=seq), True, 0, full)
+    await coord.save(run_id, seq, data, ("running", "agent", 0, None), True, 0, full)
     return data
 
 

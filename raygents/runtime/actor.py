@@ -38,6 +38,7 @@ _exit_actor: Any = ray.actor.exit_actor
 
 Emit = Callable[[RunEvent], None]
 _DONE = object()
+_BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out together
 _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run waits for them
 _HANDOFF_PARAMS = {
     "type": "object",
@@ -105,8 +106,8 @@ class AgentActor:
     async def run(self, envelope: Envelope) -> AsyncIterator[list[RunEvent] | Outcome]:
         """Drive the run until it completes, fails, suspends or hands off.
 
-        Yields an empty batch once the run is here, batches of events as they happen, then
-        the :class:`Outcome`.
+        Yields an empty batch once the run is here, batches of events (those of up to
+        ``_BATCH_WINDOW_S`` each), then the :class:`Outcome` as soon as there is one.
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()
         run_id = envelope.state.run_id
@@ -121,6 +122,10 @@ class AgentActor:
         task.add_done_callback(lambda t: queue.put_nowait(_DONE))
         while True:
             item = await queue.get()
+            if item is not _DONE and not task.done():
+                # Let the run's next events join this batch (the run does not wait for them;
+                # its end ends the wait): fewer, larger batches cost both sides less.
+                await asyncio.wait([task], timeout=_BATCH_WINDOW_S)
             batch: list[RunEvent] = []
             while item is not _DONE:
                 batch.append(item)
@@ -681,12 +686,9 @@ class AgentActor:
         )
 
 
-def _info(state: RunState, status: str, error: str | None) -> Any:
-    from raygents.runtime.coordinator import RunInfo
-
-    return RunInfo(
-        state.run_id, status, state.agent_name, state.turns, last_error=error, seq=state.seq
-    )
+def _info(state: RunState, status: str, error: str | None) -> tuple[str, str, int, str | None]:
+    """A record's run-table fields: status, agent, turns, error (a tuple travels cheaper)."""
+    return (status, state.agent_name, state.turns, error)
 
 
 class _Journal:

@@ -126,6 +126,7 @@ class Coordinator:
         """Store reads (loads) get their own threads: they never queue behind writes."""
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="raygents-clean")
         self.cleanup: asyncio.Queue[str] | None = None
+        self._writing = 0
         self._rebuild()
 
     # --- agent actors -------------------------------------------------------------------
@@ -242,12 +243,13 @@ class Coordinator:
         run_id: str,
         seq: int,
         data: bytes,
-        info: RunInfo,
+        info: tuple[str, str, int, str | None],
         durable: bool = True,
         epoch: int = 0,
         full: bool = False,
     ) -> None:
-        """Store one checkpoint record (``full``: a full record, not a delta).
+        """Store one checkpoint record (``full``: a full record, not a delta); ``info`` is the
+        run's status, agent, turns and last error for the run table.
 
         In ``sync`` mode (or when ``durable``) it returns once the store has the record; in
         ``async`` mode it returns at once and the write happens behind, with a bounded backlog.
@@ -264,17 +266,30 @@ class Coordinator:
                 run_id=run_id,
                 key=key,
             )
-        self._update(info)
+        status, agent_name, turns, error = info
+        self._update(RunInfo(run_id, status, agent_name, turns, last_error=error, seq=seq))
         if self.durability == "async" and not durable:
             self._keep_hot(run_id, seq, data, full)
             await self._enqueue(key, data)
             return
         try:
-            await asyncio.to_thread(self.store.put, key, data)
+            await self._put(key, data)
         except BaseException:
             self._drop_hot(run_id)  # no longer the same chain as the store's
             raise
         self._keep_hot(run_id, seq, data, full)
+
+    async def _put(self, key: str, data: bytes) -> None:
+        """Write a record: on this thread when the store is quick and no other write is under
+        way (a thread hop costs more than the write then), else on a worker thread."""
+        if self.store.quick and not self._writing:
+            self.store.put(key, data)
+            return
+        self._writing += 1
+        try:
+            await asyncio.to_thread(self.store.put, key, data)
+        finally:
+            self._writing -= 1
 
     def _keep_hot(self, run_id: str, seq: int, data: bytes, full: bool) -> None:
         """Keep a run's records from its newest full one on, in this process (small ones, as
@@ -441,7 +456,8 @@ class Coordinator:
             return info, 0
         epoch = self.epochs.get(run_id, 0) + 1
         self.epochs[run_id] = epoch
-        attempts = (info.attempts + 1) if info is not None else 1
+        # (an entry without a dispatch comes from a record that arrived before this claim)
+        attempts = (info.attempts + 1) if info is not None and epoch > 1 else 1
         self._update(
             RunInfo(
                 run_id,

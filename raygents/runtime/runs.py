@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -38,6 +40,7 @@ from raygents.store import validate_key
 
 __all__ = ["attach", "resume", "run", "run_streamed", "run_typed", "runs", "start"]
 
+log = logging.getLogger("raygents")
 T = TypeVar("T")
 RunInput = str | Sequence[Message | Mapping[str, Any]]
 
@@ -167,9 +170,12 @@ async def _drive_root(
     state = envelope.state
     timer = None
     try:
-        if claim:
-            _, epoch = await rt.directory.call("claim", state.run_id, rt.owner, state.agent_name)
-            envelope = dataclasses.replace(envelope, state=state.evolve(epoch=epoch))
+        if claim:  # a generated id: nobody else has claimed it, so its first epoch is 1
+            envelope = dataclasses.replace(envelope, state=state.evolve(epoch=1))
+            claiming = asyncio.ensure_future(
+                rt.directory.call("claim", state.run_id, rt.owner, state.agent_name)
+            )
+            claiming.add_done_callback(_claimed)
         await rt.ensure_graph(envelope.graph_fp, blob, replicas)
         if timeout_s is not None:
             timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
@@ -205,6 +211,17 @@ async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) ->
             "the coordinator ended the run without an outcome", run_id=handle.run_id
         )
     return outcome
+
+
+def _claimed(claiming: asyncio.Future[tuple[Any, int]]) -> None:
+    """Report a background claim that did not give a generated run id its first epoch."""
+    if claiming.cancelled():
+        return
+    error = claiming.exception()
+    if error is not None:
+        log.warning("could not record a new run with the coordinator: %s", error)
+    elif claiming.result()[1] != 1:
+        log.warning("a generated run id was claimed before: %s", claiming.result())
 
 
 def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, Agent]) -> None:
