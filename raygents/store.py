@@ -102,8 +102,8 @@ class Store(abc.ABC):
     """A create-only map from keys to bytes; every method is thread-safe and blocking."""
 
     quick = False
-    """Whether a small put takes well under a millisecond or so (memory, a local disk):
-    a caller may then skip handing it to another thread."""
+    """Whether a put never waits on a device or the network (the memory store): a caller
+    may then skip handing it to another thread."""
 
     @property
     @abc.abstractmethod
@@ -212,7 +212,7 @@ class FileStore(Store):
     temporary file over it, so a reader may briefly see an empty file there.
     """
 
-    quick = True
+    quick = False
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
