@@ -212,8 +212,6 @@ class FileStore(Store):
     temporary file over it, so a reader may briefly see an empty file there.
     """
 
-    quick = False
-
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
 

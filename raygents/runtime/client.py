@@ -67,6 +67,7 @@ class Runtime:
                 if attempt == 5:
                     raise
                 time.sleep(0.2 * attempt)
+        self._notes: list[tuple[str, tuple[Any, ...]]] = []
         self.created = settings["creator"] == self.owner
         """Whether this runtime created the coordinator (it then removes it in close)."""
         self.handles: dict[str, RunHandle] = {}
@@ -77,6 +78,33 @@ class Runtime:
                 f"{settings['store']!r} and durability {settings['durability']!r}; use those, "
                 "or another namespace"
             )
+
+    def note(self, method: str, *args: Any) -> None:
+        """Tell the coordinator about a run (``claim`` of a generated id, ``finish``) without
+        waiting: notes of the next few milliseconds travel together. On the runtime's loop."""
+        self._notes.append((method, args))
+        if len(self._notes) == 1:
+            self.loop.call_later(_NOTE_WINDOW_S, self._send_notes)
+
+    def _send_notes(self) -> asyncio.Future[Any] | None:
+        notes, self._notes = self._notes, []
+        if not notes:
+            return None
+        sending = asyncio.ensure_future(self.directory.call("apply", notes))
+        sending.add_done_callback(_noted)
+        return sending
+
+    def send_notes(self) -> None:
+        """Send this driver's pending notes now and wait for the coordinator to apply them
+        (before reading the run table, so it shows this driver's finished runs)."""
+
+        async def send() -> None:
+            sending = self._send_notes()
+            if sending is not None:
+                with contextlib.suppress(Exception):  # logged; the read reports what it finds
+                    await sending
+
+        self.wait(send())
 
     def call_soon(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on the runtime's loop."""
@@ -97,6 +125,9 @@ class Runtime:
         created (unless it is detached) and wait until its name is free for the next one."""
 
         async def wind_down() -> None:
+            sending = self._send_notes()
+            if sending is not None:
+                await asyncio.wait([sending], timeout=2.0)
             tasks = self.directory.stop_watches()
             if tasks:
                 await asyncio.wait(tasks, timeout=1.0)
@@ -125,6 +156,11 @@ class Runtime:
         futures = [h._future for h in running]
         concurrent.futures.wait(futures, timeout=grace_s)
         return sum(1 for h in running if h.done())
+
+
+def _noted(sending: asyncio.Future[Any]) -> None:
+    if not sending.cancelled() and sending.exception() is not None:
+        log.warning("could not update the run table: %s", sending.exception())
 
 
 def _coordinator_class(namespace: str, detached: bool) -> Any:
@@ -163,6 +199,7 @@ def _wait_until_free(namespace: str, coordinator: Any, timeout_s: float) -> None
 
 _runtime: Runtime | None = None
 _IDLE_WORKERS_PER_CPU = 4
+_NOTE_WINDOW_S = 0.005
 _lock = threading.Lock()
 _previous_sigterm: Any = None
 

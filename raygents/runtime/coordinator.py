@@ -433,6 +433,19 @@ class Coordinator:
         if keys:
             self.store.delete(keys)
 
+    async def apply(self, notes: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """What a driver noted about its runs, in order: claims of generated run ids (their
+        first epoch, 1, went with the run) and ends of runs."""
+        for method, args in notes:
+            if method == "claim":
+                taken, epoch = self.claim(*args)
+                if taken is not None or epoch != 1:
+                    log.warning("generated run id %s was claimed before (%s)", args[0], taken)
+            elif method == "finish":
+                await self.finish(*args)
+            else:
+                log.warning("unknown run-table note %r", method)
+
     async def wait(self, run_id: str) -> tuple[RunInfo | None, Any]:
         """Wait until a running run ends; its final info and result (if this coordinator has it)."""
         info = self.runs.get(run_id)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -40,7 +38,6 @@ from raygents.store import validate_key
 
 __all__ = ["attach", "resume", "run", "run_streamed", "run_typed", "runs", "start"]
 
-log = logging.getLogger("raygents")
 T = TypeVar("T")
 RunInput = str | Sequence[Message | Mapping[str, Any]]
 
@@ -172,10 +169,7 @@ async def _drive_root(
     try:
         if claim:  # a generated id: nobody else has claimed it, so its first epoch is 1
             envelope = dataclasses.replace(envelope, state=state.evolve(epoch=1))
-            claiming = asyncio.ensure_future(
-                rt.directory.call("claim", state.run_id, rt.owner, state.agent_name)
-            )
-            claiming.add_done_callback(_claimed)
+            rt.note("claim", state.run_id, rt.owner, state.agent_name)
         await rt.ensure_graph(envelope.graph_fp, blob, replicas)
         if timeout_s is not None:
             timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
@@ -211,17 +205,6 @@ async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) ->
             "the coordinator ended the run without an outcome", run_id=handle.run_id
         )
     return outcome
-
-
-def _claimed(claiming: asyncio.Future[tuple[Any, int]]) -> None:
-    """Report a background claim that did not give a generated run id its first epoch."""
-    if claiming.cancelled():
-        return
-    error = claiming.exception()
-    if error is not None:
-        log.warning("could not record a new run with the coordinator: %s", error)
-    elif claiming.result()[1] != 1:
-        log.warning("a generated run id was claimed before: %s", claiming.result())
 
 
 def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, Agent]) -> None:
@@ -277,7 +260,7 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
         seq=state.seq,
     )
     summary = _summary(result) if result is not None else None
-    rt.coordinator.finish.remote(info, summary)
+    rt.note("finish", info, summary)
     handle._resolve(result, error, status)
 
 
@@ -438,6 +421,7 @@ def attach(run_id: str) -> RunHandle:
     handle = rt.handles.get(run_id)
     if handle is not None:
         return handle
+    rt.send_notes()
     info = ray.get(rt.coordinator.get_run.remote(run_id))
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
@@ -484,4 +468,5 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
 def runs(status: str | None = None) -> list[RunInfo]:
     """What the coordinator knows about runs, optionally only those with ``status``."""
     rt = current()
+    rt.send_notes()
     return list(ray.get(rt.coordinator.list_runs.remote(status)))

@@ -398,3 +398,19 @@ def test_a_runtime_that_found_the_coordinator_leaves_it_running() -> None:
     borrowed.close()
     assert ray.get(rt.coordinator.settings.remote())["creator"] == rt.owner
     assert rg.run(rg.Agent("still_here", model=ScriptedModel([text("yes")])), "go").turns == 1
+
+
+def test_the_run_table_shows_this_drivers_runs_as_soon_as_their_results_are_in() -> None:
+    """Claims and ends of runs travel to the coordinator in small batches; reading the run
+    table sends this driver's pending ones first."""
+    from raygents.runtime import client
+
+    agent = rg.Agent("tabled", model=FunctionModel(lambda req: text("ok"), latency_s=0.05))
+    handles = [rg.start(agent, f"run {i}") for i in range(8)]
+    results = [h.result(timeout_s=60) for h in handles]
+    table = {r.run_id: r for r in rg.runs()}
+    owner = client.current().owner
+    for result in results:
+        info = table[result.run_id]
+        assert (info.status, info.attempts, info.owner) == ("completed", 1, owner)
+    assert rg.attach(results[0].run_id).result(timeout_s=10).final_output == "ok"
