@@ -102,6 +102,8 @@ def start(
     if run_id is not None:
         validate_key(f"runs/{run_id}")
     rt = current()
+    if session_id is not None:
+        rt.send_notes()  # this driver's last run on the session has released it
     graph, blob, fp = _snapshot(agent)
     state = RunState(
         run_id=run_id or new_run_id(),

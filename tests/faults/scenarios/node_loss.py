@@ -92,11 +92,12 @@ def main() -> None:
             errors.append(f"{type(exc).__name__}: {exc}")
     recovered_s = time.time() - started
     recovered = sum(1 for h in handles for e in h.events() if e.type == "recovered")
+    # An effect is its marker file (created once per key, O_EXCL): a worker killed between
+    # creating it and noting it in the ledger has still had its effect.
     entries = [json.loads(line) for line in LEDGER.read_text().splitlines()]
-    effects: dict[str, int] = {}
-    for entry in entries:
-        if entry["event"] == "effect":
-            effects[entry["key"]] = effects.get(entry["key"], 0) + 1
+    effects = {p.name[len("effect-") :]: 1 for p in WORK.glob("effect-*")}
+    noted = {e["key"].replace(":", "_") for e in entries if e["event"] == "effect"}
+    assert noted <= set(effects), "every noted effect has its marker"
     time.sleep(2)
     free = ray.available_resources().get("CPU", 0) == ray.cluster_resources().get("CPU", 0)
     print(
