@@ -240,12 +240,14 @@ class FileStore(Store):
 
     def _write_temp(self, path: Path, data: bytes) -> str:
         """Write ``data`` to a fsynced hidden file next to ``path``; return its name."""
-        self._make_dirs(path.parent)
-        try:
-            fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        except FileNotFoundError:  # a concurrent delete removed the empty directory
+        for attempt in range(_DIR_ATTEMPTS):
             self._make_dirs(path.parent)
-            fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            try:
+                fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+                break
+            except FileNotFoundError:  # a concurrent delete removed the empty directory
+                if attempt == _DIR_ATTEMPTS - 1:
+                    raise
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(data)
@@ -308,14 +310,21 @@ class FileStore(Store):
                         break
 
     def _make_dirs(self, directory: Path) -> None:
-        missing = []
-        while not directory.is_dir():
-            missing.append(directory)
-            directory = directory.parent
-        for path in reversed(missing):
-            with suppress(FileExistsError):
-                path.mkdir()
-            _fsync_dir(path.parent)
+        for attempt in range(_DIR_ATTEMPTS):
+            missing = []
+            path = directory
+            while not path.is_dir():
+                missing.append(path)
+                path = path.parent
+            try:
+                for path in reversed(missing):
+                    with suppress(FileExistsError):
+                        path.mkdir()
+                    _fsync_dir(path.parent)
+                return
+            except FileNotFoundError:  # a delete just removed a parent it left empty
+                if attempt == _DIR_ATTEMPTS - 1:
+                    raise
 
     @contextmanager
     def _os_errors(self, action: str, key: str | None) -> Iterator[None]:
@@ -326,6 +335,9 @@ class FileStore(Store):
             raise CheckpointError(
                 f"cannot {action} {what} in {self.url}: {exc.strerror or exc}", key=key
             ) from exc
+
+
+_DIR_ATTEMPTS = 20  # a put racing deletes that remove the directories it needs tries again
 
 
 def _fsync_dir(path: Path) -> None:

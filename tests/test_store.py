@@ -341,6 +341,32 @@ def test_file_store_ignores_stray_files_and_removes_empty_dirs(tmp_path: Path) -
     assert tmp_path.is_dir()
 
 
+def test_file_store_puts_survive_deletes_removing_their_directories(tmp_path: Path) -> None:
+    """Deleting a run's last records removes ``runs/`` itself when it is left empty; a put of
+    another run's first record at that moment must still land."""
+    import threading
+
+    store = FileStore(tmp_path / "s")
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(150):
+                key = f"runs/w{w}-{i}/0000000001.ckpt"
+                store.put(key, b"x")
+                store.delete([key])  # often the only run there: runs/ goes too
+        except BaseException as exc:  # collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store.list("runs/") == []
+
+
 def test_file_store_os_errors_are_checkpoint_errors(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "a-file"
     not_a_dir.write_bytes(b"")
