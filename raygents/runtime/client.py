@@ -68,6 +68,7 @@ class Runtime:
                     raise
                 time.sleep(0.2 * attempt)
         self._notes: list[tuple[str, tuple[Any, ...]]] = []
+        self._sending: set[asyncio.Future[Any]] = set()
         self.created = settings["creator"] == self.owner
         """Whether this runtime created the coordinator (it then removes it in close)."""
         self.handles: dict[str, RunHandle] = {}
@@ -86,13 +87,15 @@ class Runtime:
         if len(self._notes) == 1:
             self.loop.call_later(_NOTE_WINDOW_S, self._send_notes)
 
-    def _send_notes(self) -> asyncio.Future[Any] | None:
+    def _send_notes(self) -> set[asyncio.Future[Any]]:
+        """Send the pending notes; returns every send still under way (this one included)."""
         notes, self._notes = self._notes, []
-        if not notes:
-            return None
-        sending = asyncio.ensure_future(self.directory.call("apply", notes))
-        sending.add_done_callback(_noted)
-        return sending
+        if notes:
+            sending = asyncio.ensure_future(self.directory.call("apply", notes))
+            sending.add_done_callback(_noted)
+            sending.add_done_callback(self._sending.discard)
+            self._sending.add(sending)
+        return set(self._sending)
 
     def send_notes(self) -> None:
         """Send this driver's pending notes now and wait for the coordinator to apply them
@@ -100,9 +103,8 @@ class Runtime:
 
         async def send() -> None:
             sending = self._send_notes()
-            if sending is not None:
-                with contextlib.suppress(Exception):  # logged; the read reports what it finds
-                    await sending
+            if sending:  # failures are logged; the read reports what it finds
+                await asyncio.wait(sending)
 
         self.wait(send())
 
@@ -126,8 +128,8 @@ class Runtime:
 
         async def wind_down() -> None:
             sending = self._send_notes()
-            if sending is not None:
-                await asyncio.wait([sending], timeout=2.0)
+            if sending:
+                await asyncio.wait(sending, timeout=2.0)
             tasks = self.directory.stop_watches()
             if tasks:
                 await asyncio.wait(tasks, timeout=1.0)

@@ -30,3 +30,4 @@ def test_demo_runs_offline_and_shows_parallel_tool_tasks(tmp_path: Path) -> None
     assert "orchestrator -> writer (handoff)" in out
     assert "report: Market outlook" in out and "recommendation:" in out
     assert "summary: 5 runs, 11 turns, 8 tool tasks" in out
+    assert "Task was destroyed" not in done.stderr, "shutdown left work of the runtime behind"
