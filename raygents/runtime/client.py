@@ -68,7 +68,7 @@ class Runtime:
                     raise
                 time.sleep(0.2 * attempt)
         self._notes: list[tuple[str, tuple[Any, ...]]] = []
-        self._sending: set[asyncio.Future[Any]] = set()
+        self._sending: dict[asyncio.Future[Any], set[str]] = {}
         self.created = settings["creator"] == self.owner
         """Whether this runtime created the coordinator (it then removes it in close)."""
         self.handles: dict[str, RunHandle] = {}
@@ -93,13 +93,23 @@ class Runtime:
         if notes:
             sending = asyncio.ensure_future(self.directory.call("apply", notes))
             sending.add_done_callback(_noted)
-            sending.add_done_callback(self._sending.discard)
-            self._sending.add(sending)
+            sending.add_done_callback(lambda done: self._sending.pop(done, None))
+            self._sending[sending] = {_run_of(note) for note in notes}
         return set(self._sending)
+
+    def has_notes(self, run_id: str) -> bool:
+        """Whether a note about ``run_id`` may not have reached the coordinator yet.
+
+        Safe from any thread for a run whose result the caller has seen: its end was noted
+        before the result was delivered.
+        """
+        if any(_run_of(note) == run_id for note in list(self._notes)):
+            return True
+        return any(run_id in ids for ids in list(self._sending.values()))
 
     def send_notes(self) -> None:
         """Send this driver's pending notes now and wait for the coordinator to apply them
-        (before reading the run table, so it shows this driver's finished runs)."""
+        (before reading the run table, or taking a run or session this driver just ran)."""
 
         async def send() -> None:
             sending = self._send_notes()
@@ -158,6 +168,11 @@ class Runtime:
         futures = [h._future for h in running]
         concurrent.futures.wait(futures, timeout=grace_s)
         return sum(1 for h in running if h.done())
+
+
+def _run_of(note: tuple[str, tuple[Any, ...]]) -> str:
+    method, args = note
+    return str(args[0].run_id if method == "finish" else args[0])
 
 
 def _noted(sending: asyncio.Future[Any]) -> None:

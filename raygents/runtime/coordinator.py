@@ -280,8 +280,8 @@ class Coordinator:
         self._keep_hot(run_id, seq, data, full)
 
     async def _put(self, key: str, data: bytes) -> None:
-        """Write a record: on this thread when the store is quick and no other write is under
-        way (a thread hop costs more than the write then), else on a worker thread."""
+        """Write a record: on this thread when the store never waits (memory) and no other
+        write is under way, else on a worker thread."""
         if self.store.quick and not self._writing:
             self.store.put(key, data)
             return

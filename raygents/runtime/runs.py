@@ -140,6 +140,8 @@ def _launch(
     if known is not None and not known.done():
         raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
     if not fresh_id and not claimed:
+        if rt.has_notes(run_id):  # a run of this id just ended here
+            rt.send_notes()
         agent_name = envelope.state.agent_name
         taken, epoch = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, agent_name))
         if taken is not None:
@@ -365,6 +367,8 @@ def resume(
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         return known
+    if rt.has_notes(run_id):  # its end here must reach the coordinator before the claim
+        rt.send_notes()
     # straight from this thread (not through the runtime's loop, busy with running runs)
     taken, epoch, blobs, before = ray.get(rt.coordinator.claim_and_load.remote(run_id, rt.owner))
     if taken is not None:

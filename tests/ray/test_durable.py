@@ -89,6 +89,24 @@ def test_suspend_while_a_tool_runs_then_resume_without_rerunning_it(
     assert result.turns == 2
 
 
+def test_a_run_resumed_at_once_is_running_in_the_run_table(store: str) -> None:
+    """The suspended run's end travels to the coordinator in a batch; a resume right after
+    must not be overtaken by it (the table would say suspended while the run runs)."""
+    from raygents.runtime import client
+
+    slow = FunctionModel(lambda req: text("late"), latency_s=0.8)
+    agent = rg.Agent("resumed_at_once", model=slow)
+    handle = rg.start(agent, "go")
+    handle.suspend()  # before its first model call
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    again = rg.resume(handle.run_id, agent=agent)  # no runs() in between: nothing flushed
+    time.sleep(0.4)  # the resumed run is inside its model call
+    coordinator = client.current().coordinator
+    assert ray.get(coordinator.get_run.remote(handle.run_id)).status == "running"
+    assert again.result(timeout_s=60).final_output == "late"
+
+
 def test_timeout_budget_suspends_and_resume_completes(store: str, tmp_path: Path) -> None:
     book = tmp_path / "ledger"
     agent = rg.Agent("budget", tools=[ledger_tool("work", 1.5)], model=answer_after_tools())
