@@ -101,10 +101,6 @@ def _short(text: str) -> str:
 class Store(abc.ABC):
     """A create-only map from keys to bytes; every method is thread-safe and blocking."""
 
-    quick = False
-    """Whether a put never waits on a device or the network (the memory store): a caller
-    may then skip handing it to another thread."""
-
     @property
     @abc.abstractmethod
     def url(self) -> str:
@@ -166,8 +162,6 @@ _MEMORY_LOCK = threading.Lock()
 
 class MemoryStore(Store):
     """A dict in this process, shared by every store opened with the same name."""
-
-    quick = True
 
     def __init__(self, name: str = "") -> None:
         if name:

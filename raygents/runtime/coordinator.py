@@ -126,7 +126,6 @@ class Coordinator:
         """Store reads (loads) get their own threads: they never queue behind writes."""
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="raygents-clean")
         self.cleanup: asyncio.Queue[str] | None = None
-        self._writing = 0
         self._rebuild()
 
     # --- agent actors -------------------------------------------------------------------
@@ -273,23 +272,11 @@ class Coordinator:
             await self._enqueue(key, data)
             return
         try:
-            await self._put(key, data)
+            await asyncio.to_thread(self.store.put, key, data)
         except BaseException:
             self._drop_hot(run_id)  # no longer the same chain as the store's
             raise
         self._keep_hot(run_id, seq, data, full)
-
-    async def _put(self, key: str, data: bytes) -> None:
-        """Write a record: on this thread when the store never waits (memory) and no other
-        write is under way, else on a worker thread."""
-        if self.store.quick and not self._writing:
-            self.store.put(key, data)
-            return
-        self._writing += 1
-        try:
-            await asyncio.to_thread(self.store.put, key, data)
-        finally:
-            self._writing -= 1
 
     def _keep_hot(self, run_id: str, seq: int, data: bytes, full: bool) -> None:
         """Keep a run's records from its newest full one on, in this process (small ones, as
