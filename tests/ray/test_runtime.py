@@ -379,7 +379,7 @@ def test_shutdown_then_init_in_the_same_namespace_gets_a_working_coordinator() -
             rg.init(store="memory://")
             answer = rg.run(rg.Agent(f"again{i}", model=ScriptedModel([text(f"hi {i}")])), "go")
             assert answer.final_output == f"hi {i}"
-            assert rg.run(rg.Agent(f"again{i}", model=ScriptedModel([text("x")])), "go").turns
+            assert rg.run(rg.Agent(f"again{i}", model=ScriptedModel([text("x")])), "go").turns == 1
     finally:
         rg.shutdown()
         rg.init(store="memory://")
