@@ -12,8 +12,9 @@ defaults and what a replay derives; a delta's holds only the fields that changed
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from raygents import codec
@@ -27,6 +28,8 @@ __all__ = [
     "Body",
     "Record",
     "Status",
+    "chain",
+    "fence_key",
     "key_for",
     "make_record",
     "next_record",
@@ -52,9 +55,53 @@ def run_prefix(run_id: str) -> str:
     return f"runs/{run_id}/"
 
 
-def key_for(run_id: str, seq: int) -> str:
-    """The store key of one record."""
-    return f"{run_prefix(run_id)}{seq:010d}.ckpt"
+def key_for(run_id: str, seq: int, epoch: int = 0) -> str:
+    """The store key of one record, written by dispatch ``epoch`` of the run.
+
+    Two copies of a run (a stale one and the one dispatched after it) never write the same
+    key: the epoch is part of the name (``0000000007.3.ckpt``; epoch 0, ``0000000007.ckpt``).
+    """
+    middle = f".{epoch}" if epoch else ""
+    return f"{run_prefix(run_id)}{seq:010d}{middle}.ckpt"
+
+
+def fence_key(run_id: str, epoch: int) -> str:
+    """The store key that marks that the run was dispatched with ``epoch``: a copy of an
+    earlier dispatch that finds it stops writing."""
+    return f"{run_prefix(run_id)}fence.{epoch}"
+
+
+_RECORD_NAME = re.compile(r"(\d{10})(?:\.(\d+))?\.ckpt")
+
+
+def chain(keys: Iterable[str]) -> list[str]:
+    """The keys of a run's valid records, oldest first.
+
+    A record written by dispatch ``e`` at seq ``s`` is void when a later dispatch wrote a
+    record at ``s`` or before: the later dispatch did not build on it (a fenced copy's last
+    write). The chain is the valid records up to the first seq without one. Keys that are not
+    records (fence marks) are left out.
+    """
+    found: dict[int, dict[int, str]] = {}
+    for key in keys:
+        match = _RECORD_NAME.fullmatch(key.rpartition("/")[2])
+        if match:
+            found.setdefault(int(match[1]), {})[int(match[2] or 0)] = key
+    kept: list[str] = []
+    newest = -1
+    for seq in sorted(found):
+        if kept and seq != _seq_of(kept[-1]) + 1:
+            break
+        by_epoch = found[seq]
+        newest = max(newest, *by_epoch)
+        if newest not in by_epoch:
+            break
+        kept.append(by_epoch[newest])
+    return kept
+
+
+def _seq_of(key: str) -> int:
+    return int(key.rpartition("/")[2][:10])
 
 
 def make_record(

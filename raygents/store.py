@@ -123,6 +123,11 @@ class Store(abc.ABC):
         """Return the bytes under ``key``, or ``None`` when there are none."""
         return self._get(validate_key(key))
 
+    def mark(self, key: str) -> None:
+        """Create an empty ``key`` if it does not exist: a mark that writers look for, which
+        need not survive a crash of the machine (the file store skips its fsyncs)."""
+        self.put(key, b"")
+
     def list(self, prefix: str = "") -> builtins.list[str]:
         """Return every key that starts with ``prefix`` (a plain string prefix), sorted."""
         return sorted(self._list(_validate_prefix(prefix)))
@@ -218,10 +223,26 @@ class FileStore(Store):
         """The directory that holds the files."""
         return self._root
 
-    def _put(self, key: str, data: bytes) -> None:
+    def has(self, key: str) -> bool:
+        """Whether ``key`` exists (reads nothing)."""
+        return self._root.joinpath(*validate_key(key).split("/")).is_file()
+
+    def put_if_dir(self, key: str, data: bytes) -> bool:
+        """:meth:`put`, but only into a directory that exists; False (nothing written) if the
+        key's directory is gone, e.g. a run's records were deleted when it completed."""
+        validate_key(key)
+        try:
+            self._put(key, bytes(data), parents=False)
+        except CheckpointError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return False
+            raise
+        return True
+
+    def _put(self, key: str, data: bytes, parents: bool = True) -> None:
         path = self._root.joinpath(*key.split("/"))
         with self._os_errors("write", key):
-            temp = self._write_temp(path, data)
+            temp = self._write_temp(path, data, parents)
             try:
                 if not self._publish(temp, path):
                     if self._get(key) != data:
@@ -232,15 +253,16 @@ class FileStore(Store):
                 with suppress(FileNotFoundError):
                     os.unlink(temp)
 
-    def _write_temp(self, path: Path, data: bytes) -> str:
+    def _write_temp(self, path: Path, data: bytes, parents: bool = True) -> str:
         """Write ``data`` to a fsynced hidden file next to ``path``; return its name."""
         for attempt in range(_DIR_ATTEMPTS):
-            self._make_dirs(path.parent)
+            if parents:
+                self._make_dirs(path.parent)
             try:
                 fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
                 break
             except FileNotFoundError:  # a concurrent delete removed the empty directory
-                if attempt == _DIR_ATTEMPTS - 1:
+                if not parents or attempt == _DIR_ATTEMPTS - 1:
                     raise
         try:
             with os.fdopen(fd, "wb") as file:
@@ -269,6 +291,13 @@ class FileStore(Store):
             return False
         os.replace(temp, path)
         return True
+
+    def mark(self, key: str) -> None:
+        path = self._root.joinpath(*validate_key(key).split("/"))
+        with self._os_errors("write", key):
+            self._make_dirs(path.parent)
+            with suppress(FileExistsError):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
     def _get(self, key: str) -> bytes | None:
         with self._os_errors("read", key):

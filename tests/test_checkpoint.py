@@ -142,3 +142,25 @@ def test_deltas_carry_only_changed_fields_and_replay_merges_them() -> None:
         assert replayed.journal == (journal if upto == 2 else {})
         assert replayed.turns == steps[upto - 1].turns
         assert replayed.usage == steps[upto - 1].usage
+
+
+def test_record_keys_carry_the_dispatch_and_sort_by_seq() -> None:
+    assert checkpoint.key_for("r", 7) == "runs/r/0000000007.ckpt"
+    assert checkpoint.key_for("r", 7, 3) == "runs/r/0000000007.3.ckpt"
+    assert checkpoint.fence_key("r", 3) == "runs/r/fence.3"
+
+
+def test_the_chain_leaves_out_what_a_later_dispatch_did_not_build_on() -> None:
+    def k(seq: int, epoch: int = 1) -> str:
+        return checkpoint.key_for("r", seq, epoch)
+
+    # dispatch 2 went on from record 2; dispatch 1 (fenced) still wrote 3 and 4
+    keys = [k(1), k(2), k(3), k(4), k(3, 2), checkpoint.fence_key("r", 2)]
+    assert checkpoint.chain(reversed(keys)) == [k(1), k(2), k(3, 2)]
+    assert checkpoint.chain([*keys, k(4, 2), k(5, 1)]) == [k(1), k(2), k(3, 2), k(4, 2)]
+    # records from before epochs were part of the name, then a later dispatch
+    assert checkpoint.chain([k(1, 0), k(2, 0), k(3, 4)]) == [k(1, 0), k(2, 0), k(3, 4)]
+    # a fenced copy's record that nothing newer replaced is part of the chain
+    assert checkpoint.chain([k(1), k(2), k(2, 2)]) == [k(1), k(2, 2)]
+    assert checkpoint.chain([k(1), k(3)]) == [k(1)], "a gap ends the chain"
+    assert checkpoint.chain(["runs/r/fence.2", "runs/r/x.ckpt"]) == []

@@ -31,16 +31,27 @@ async def _save(coord: Coordinator, run_id: str, seq: int, full: bool = False) -
 
 def test_hot_records_keep_the_chain_from_the_newest_full_record_in_any_arrival_order() -> None:
     hot = _Hot(1, {})
-    hot.add(1, b"1", 1, True)
-    hot.add(3, b"3", 1, False)  # arrives before 2
-    hot.add(2, b"2", 1, False)
+    hot.add(1, 1, b"1", 1, True)
+    hot.add(3, 1, b"3", 1, False)  # arrives before 2
+    hot.add(2, 1, b"2", 1, False)
     assert hot.blobs() == [b"1", b"2", b"3"]
-    hot.add(5, b"5", 1, False)
-    hot.add(4, b"4", 1, True)  # a full record drops what it supersedes, keeps what follows
+    hot.add(5, 1, b"5", 1, False)
+    hot.add(4, 1, b"4", 1, True)  # a full record drops what it supersedes, keeps what follows
     assert hot.blobs() == [b"4", b"5"]
-    hot.add(2, b"2", 1, False)  # older than the newest full record: not needed
+    hot.add(2, 1, b"2", 1, False)  # older than the newest full record: not needed
     assert hot.blobs() == [b"4", b"5"]
     assert hot.size == 2
+
+
+def test_a_later_dispatch_voids_the_hot_records_it_did_not_build_on() -> None:
+    hot = _Hot(1, {})
+    for seq in (1, 2, 3, 4):
+        hot.add(seq, 1, f"{seq}".encode(), 1, seq == 1)
+    hot.add(3, 2, b"3'", 1, False)  # dispatch 2 went on from record 2
+    assert hot.blobs() == [b"1", b"2", b"3'"]
+    hot.add(4, 2, b"4'", 1, False)
+    hot.add(5, 1, b"5", 1, False)  # a late record of dispatch 1 is void too
+    assert hot.blobs() == [b"1", b"2", b"3'", b"4'"]
 
 
 def test_load_reads_hot_records_and_the_store_has_the_same() -> None:
@@ -129,3 +140,114 @@ def test_claim_and_load_takes_a_stopped_run_and_leaves_others_alone() -> None:
         assert "nothing" not in coord.runs, "a run without records is not claimed"
 
     asyncio.run(main())
+
+
+# --- records that agent actors write to a file store themselves --------------------------
+
+
+def _file_coordinator(tmp_path: Any) -> Coordinator:
+    coord = Coordinator("test", f"file://{tmp_path}")
+    assert coord.direct and coord.settings()["direct"]
+    return coord
+
+
+def _direct(coord: Coordinator, run_id: str, seq: int, epoch: int = 1) -> tuple[Any, ...]:
+    """An agent actor's write: the record in the store, and its report."""
+    data = f"{run_id}:{seq}:{epoch}".encode()
+    coord.store.put(checkpoint.key_for(run_id, seq, epoch), data)
+    return (run_id, seq, epoch, data, ("running", "agent", seq, None), seq == 1)
+
+
+def test_reported_records_fill_the_run_table_and_the_hot_copies(tmp_path: Any) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        await coord.claim("r1", "driver", "agent")
+        coord.noted([_direct(coord, "r1", 1), _direct(coord, "r1", 2)])
+        assert coord.runs["r1"].seq == 2 and coord.runs["r1"].turns == 2
+        assert coord.hot["r1"].blobs() == [b"r1:1:1", b"r1:2:1"] and coord.hot["r1"].told
+        coord.noted([_direct(coord, "r1", 1)])  # late, out of order: the table keeps seq 2
+        assert coord.runs["r1"].seq == 2
+
+    asyncio.run(main())
+
+
+def test_a_running_runs_load_reads_the_store_which_may_hold_unreported_records(
+    tmp_path: Any,
+) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        await coord.claim("r1", "driver", "agent")
+        coord.noted([_direct(coord, "r1", 1)])
+        _direct(coord, "r1", 2)  # its actor died before reporting it
+        assert await coord.load("r1") == [b"r1:1:1", b"r1:2:1"]
+        # a stop record the coordinator stores itself comes after every report: hot is whole
+        await coord.save("r1", 3, b"r1:3:1", ("suspended", "agent", 3, None), True, 1)
+        await coord.finish(_info("r1", "suspended", 3))
+        coord.store.delete(coord.store.list("runs/"))
+        assert await coord.load("r1") == [b"r1:1:1", b"r1:3:1"], "from memory"
+
+    asyncio.run(main())
+
+
+def test_a_new_dispatch_marks_the_store_and_voids_the_old_copys_records(tmp_path: Any) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        _, first = await coord.claim("r1", "driver", "agent")
+        coord.noted([_direct(coord, "r1", 1), _direct(coord, "r1", 2)])
+        assert coord.store.get(checkpoint.fence_key("r1", 2)) is None
+        _, second = await coord.claim("r1", "driver", "agent", True)  # recovery
+        assert (first, second) == (1, 2)
+        assert coord.store.get(checkpoint.fence_key("r1", 2)) == b""
+        stale = _direct(coord, "r1", 3, epoch=1)  # the old copy, before it sees the mark
+        coord.noted([stale])
+        assert coord.runs["r1"].seq == 2, "a fenced copy's report changes nothing"
+        coord.noted([_direct(coord, "r1", 3, epoch=2)])
+        assert await coord.load("r1") == [b"r1:1:1", b"r1:2:1", b"r1:3:2"]
+        coord.discard("r1", checkpoint.key_for("r1", 3, 1))
+        coord.discard("r1", checkpoint.key_for("r1", 2, 1))  # the chain builds on it: kept
+        await _until(lambda: checkpoint.key_for("r1", 3, 1) not in coord.store.list("runs/"))
+        assert checkpoint.key_for("r1", 2, 1) in coord.store.list("runs/")
+
+    asyncio.run(main())
+
+
+def test_a_fenced_write_after_the_run_completed_is_deleted(tmp_path: Any) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        await coord.claim("r1", "driver", "agent")
+        coord.noted([_direct(coord, "r1", 1)])
+        await coord.finish(_info("r1", "completed", 1))
+        await _until(lambda: not coord.store.list("runs/"))
+        late = _direct(coord, "r1", 2)
+        coord.discard("r1", checkpoint.key_for("r1", 2, late[2]))
+        await _until(lambda: not coord.store.list("runs/"))
+
+    asyncio.run(main())
+
+
+def test_the_run_table_is_rebuilt_from_the_valid_records_and_the_fence_marks(
+    tmp_path: Any,
+) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        await coord.claim("r1", "driver", "agent")
+        await coord.claim("r1", "driver", "agent", True)
+        for seq, epoch in ((1, 1), (2, 1), (2, 2), (3, 1)):
+            record = {"format": 1, "seq": seq, "kind": "full", "status": "running", "keep": 0}
+            state = {"agent_name": "agent", "turns": seq * 10 + epoch, "epoch": epoch}
+            data = checkpoint.encode({**record, "append": [], "state": state, "run_id": "r1"})
+            coord.store.put(checkpoint.key_for("r1", seq, epoch), data)
+        rebuilt = Coordinator("test", coord.store.url)
+        assert rebuilt.runs["r1"].seq == 2 and rebuilt.runs["r1"].turns == 22
+        assert rebuilt.runs["r1"].status == "suspended"
+        assert rebuilt.epochs["r1"] == 2
+
+    asyncio.run(main())
+
+
+async def _until(check: Any, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.01)

@@ -603,3 +603,24 @@ def test_fault_proxy_random_schedule_is_seeded(s3: LocalS3) -> None:
     s3.proxy.clear()
     store.delete(store.list())
     assert run(1) == first
+
+
+def test_a_mark_is_an_empty_key_made_once(store: Store) -> None:
+    store.mark("runs/r1/fence.2")
+    store.mark("runs/r1/fence.2")
+    assert store.get("runs/r1/fence.2") == b""
+    assert store.list("runs/r1/") == ["runs/r1/fence.2"]
+
+
+def test_file_store_put_if_dir_writes_only_beside_existing_keys(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    assert not store.put_if_dir("runs/r1/0000000002.ckpt", b"late"), "no directory: no write"
+    assert store.list() == []
+    store.put("runs/r1/0000000001.ckpt", b"one")
+    assert store.put_if_dir("runs/r1/0000000002.ckpt", b"two")
+    assert store.put_if_dir("runs/r1/0000000002.ckpt", b"two"), "the same bytes again: success"
+    with pytest.raises(CheckpointError, match="different content"):
+        store.put_if_dir("runs/r1/0000000002.ckpt", b"other")
+    store.delete(store.list())
+    assert not store.put_if_dir("runs/r1/0000000003.ckpt", b"after the run's records went")
+    assert not (tmp_path / "runs").exists()

@@ -29,6 +29,7 @@ from raygents.runtime.drive import SuspendToken
 from raygents.runtime.tasks import StepResult, run_tool
 from raygents.schema import type_name, type_schema
 from raygents.sessions import load_session, save_session
+from raygents.store import FileStore, open_store
 from raygents.tools import AgentTool, RunContext, Tool, ToolContext, ToolResult
 
 __all__ = ["AgentActor"]
@@ -40,6 +41,7 @@ Emit = Callable[[RunEvent], None]
 _DONE = object()
 _BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out together
 _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run waits for them
+_NOTE_WINDOW_S = 0.01  # how long reports of records written here gather before they go out
 _HANDOFF_PARAMS = {
     "type": "object",
     "properties": {},
@@ -101,6 +103,15 @@ class AgentActor:
         """The run-state body of each active run's newest record, by run (for deltas)."""
         self._unsettled: dict[str, list[Any]] = {}
         """Write-behind (``async`` mode) checkpoint writes not yet acknowledged, by run."""
+        self._store: FileStore | None = None
+        self._store_known = False
+        self._tails: dict[str, asyncio.Future[Any]] = {}
+        self._keys: dict[str, str] = {}
+        """The key of each active run's newest record written here."""
+        """The newest record each run wrote to the store itself, by run (writes chain)."""
+        self._notes: list[tuple[Any, ...]] = []
+        self._notes_timer: asyncio.TimerHandle | None = None
+        self._notes_sent: set[asyncio.Future[None]] = set()
 
     # --- public actor methods -----------------------------------------------------------
     async def run(self, envelope: Envelope) -> AsyncIterator[list[RunEvent] | Outcome]:
@@ -169,6 +180,10 @@ class AgentActor:
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         outcome = await self._outcome(envelope, token, emit)
         await self._settle_writes(envelope.state.run_id, keep=0)
+        tail = self._tails.pop(envelope.state.run_id, None)
+        if tail is not None:  # the coordinator hears of every record before the run's end
+            await asyncio.wait([tail])
+            await self._notes_settled()
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(
@@ -193,6 +208,7 @@ class AgentActor:
         finally:
             self._active.pop(state.run_id, None)
             self._bodies.pop(state.run_id, None)
+            self._keys.pop(state.run_id, None)
 
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         state, view, action = await self._begin(envelope, emit)
@@ -320,10 +336,98 @@ class AgentActor:
         self._bodies[state.run_id] = (new.seq, body)
         data = checkpoint.encode(record, key=settings["key"])
         info = _info(new, status, error)
-        write = self.directory.coordinator().save.remote(
-            state.run_id, new.seq, data, info, durable, new.epoch, record["kind"] == "full"
-        )
-        return new, write
+        full = record["kind"] == "full"
+        run_id = state.run_id
+        tail = self._tails.get(run_id)
+        store = self._direct_store()
+        key = checkpoint.key_for(run_id, new.seq, new.epoch)
+        previous_key = self._keys.get(run_id)
+        self._keys[run_id] = key
+        if store is not None and not durable:
+            write = asyncio.ensure_future(
+                self._put(tail, store, key, previous_key, new, data, info, full)
+            )
+            self._tails[run_id] = write
+            return new, write
+        args = (run_id, new.seq, data, info, durable, new.epoch, full)
+        if tail is None:
+            return new, self.directory.coordinator().save.remote(*args)
+        del self._tails[run_id]
+        return new, asyncio.ensure_future(self._save_after(tail, args))
+
+    def _direct_store(self) -> FileStore | None:
+        """The store, if this actor writes ``sync`` records to it itself: a store the
+        coordinator shares with this node (it says which), and not a stopping record."""
+        if not self._store_known:
+            settings = self.directory.cached_settings()
+            here = ray.get_runtime_context().get_node_id()
+            if settings.get("direct") and settings.get("node") == here:
+                store = open_store(settings["store"])
+                self._store = store if isinstance(store, FileStore) else None
+            self._store_known = True
+        return self._store
+
+    async def _put(
+        self,
+        tail: asyncio.Future[Any] | None,
+        store: FileStore,
+        key: str,
+        previous_key: str | None,
+        state: RunState,
+        data: bytes,
+        info: tuple[str, str, int, str | None],
+        full: bool,
+    ) -> None:
+        """Write a record to the store (after the run's previous write), then report it.
+
+        Raises:
+            CheckpointError: the store failed, or the run was dispatched again (this copy
+                is fenced: the record is void, and the coordinator deletes it).
+        """
+        if tail is not None:
+            await asyncio.wait([tail])  # its own waiter sees its failure
+        run_id, seq, epoch = state.run_id, state.seq, state.epoch
+        fence = checkpoint.fence_key(run_id, epoch + 1)
+        first = seq == 1
+        if await asyncio.to_thread(
+            _put_unless_fenced, store, key, data, fence, first, previous_key
+        ):
+            self.directory.coordinator().discard.remote(run_id, key)
+            raise CheckpointError(
+                f"run {run_id!r}: checkpoint {seq} comes from dispatch {epoch}, but the run "
+                "was dispatched again; this copy of the run is fenced",
+                run_id=run_id,
+                key=key,
+            )
+        self._notes.append((run_id, seq, epoch, data, info, full))
+        if self._notes_timer is None:
+            loop = asyncio.get_running_loop()
+            self._notes_timer = loop.call_later(_NOTE_WINDOW_S, self._send_notes)
+
+    def _send_notes(self) -> None:
+        """Report the records written here since the last report, in one call."""
+        if self._notes_timer is not None:
+            self._notes_timer.cancel()
+            self._notes_timer = None
+        if not self._notes:
+            return
+        notes, self._notes = self._notes, []
+        ack = self.directory.coordinator().noted.remote(notes)
+        sent = asyncio.ensure_future(_acknowledged(ack))
+        self._notes_sent.add(sent)
+        sent.add_done_callback(self._notes_sent.discard)
+
+    async def _notes_settled(self) -> None:
+        """Report pending records now and wait until the coordinator has every report."""
+        self._send_notes()
+        if self._notes_sent:
+            await asyncio.wait(list(self._notes_sent))
+
+    async def _save_after(self, previous: asyncio.Future[Any], args: tuple[Any, ...]) -> None:
+        """Have the coordinator store a record once the run's own writes are reported."""
+        await asyncio.wait([previous])
+        await self._notes_settled()
+        await self.directory.coordinator().save.remote(*args)
 
     async def _save(
         self,
@@ -689,6 +793,30 @@ class AgentActor:
 def _info(state: RunState, status: str, error: str | None) -> tuple[str, str, int, str | None]:
     """A record's run-table fields: status, agent, turns, error (a tuple travels cheaper)."""
     return (status, state.agent_name, state.turns, error)
+
+
+def _put_unless_fenced(
+    store: FileStore, key: str, data: bytes, fence: str, first: bool, previous: str | None
+) -> bool:
+    """Put a record; True if this copy of the run is fenced: the run's next dispatch marked
+    the store, or the run's records are gone (it ended elsewhere and they were deleted).
+
+    The checks come after the put, mark first: a deletion of the run's records takes the
+    records (sorted first) before the mark, so a copy that misses the mark misses
+    ``previous`` (its own previous record), and a put after the deletion finds no directory.
+    """
+    if first:
+        store.put(key, data)
+    elif not store.put_if_dir(key, data):
+        return True
+    return store.has(fence) or (previous is not None and not store.has(previous))
+
+
+async def _acknowledged(ref: Any) -> None:
+    try:
+        await ref
+    except ray.exceptions.RayError as exc:  # the records are stored; the table catches up
+        log.warning("the coordinator missed reports of stored checkpoints: %s", exc)
 
 
 class _Journal:

@@ -19,7 +19,7 @@ import ray
 from raygents import checkpoint
 from raygents.errors import CheckpointError, RaygentsError
 from raygents.runtime.actor import AgentActor
-from raygents.store import Store, open_store
+from raygents.store import FileStore, Store, open_store
 
 __all__ = ["Coordinator", "RunInfo"]
 
@@ -50,21 +50,30 @@ class RunInfo:
 
 @dataclass
 class _Hot:
-    """A run's records from its newest full one (``base``) on: seq -> (bytes or ref, size)."""
+    """A run's records from its newest full one (``base``) on: seq -> (bytes or ref, size,
+    epoch). ``told``: the newest one was written by an agent actor and reported after (an
+    actor has its reports acknowledged before it has this coordinator store a record)."""
 
     base: int
-    records: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    records: dict[int, tuple[Any, int, int]] = field(default_factory=dict)
+    told: bool = False
 
-    def add(self, seq: int, blob: Any, size: int, full: bool) -> None:
+    def add(self, seq: int, epoch: int, blob: Any, size: int, full: bool) -> None:
+        # a later dispatch's record voids an earlier dispatch's records from its seq on
+        if any(k <= seq and v[2] > epoch for k, v in self.records.items()):
+            return
+        self.records = {
+            k: v for k, v in self.records.items() if k < seq or (k > seq and v[2] >= epoch)
+        }
         if full and seq > self.base:
             self.records = {k: v for k, v in self.records.items() if k > seq}
             self.base = seq
         if seq >= self.base:
-            self.records[seq] = (blob, size)
+            self.records[seq] = (blob, size, epoch)
 
     @property
     def size(self) -> int:
-        return sum(size for _, size in self.records.values())
+        return sum(size for _, size, _ in self.records.values())
 
     def blobs(self) -> list[Any]:
         return [self.records[k][0] for k in sorted(self.records)]
@@ -126,6 +135,9 @@ class Coordinator:
         """Store reads (loads) get their own threads: they never queue behind writes."""
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="raygents-clean")
         self.cleanup: asyncio.Queue[str] | None = None
+        self.node = _node_id()
+        self.direct = durability == "sync" and isinstance(self.store, FileStore)
+        """Agent actors on this node write ``sync`` records to the store themselves."""
         self._rebuild()
 
     # --- agent actors -------------------------------------------------------------------
@@ -256,7 +268,7 @@ class Coordinator:
         Raises:
             CheckpointError: the store refused or could not be reached (sync writes only).
         """
-        key = checkpoint.key_for(run_id, seq)
+        key = checkpoint.key_for(run_id, seq, epoch)
         current = self.epochs.get(run_id, 0)
         if epoch < current:
             raise CheckpointError(
@@ -268,7 +280,7 @@ class Coordinator:
         status, agent_name, turns, error = info
         self._update(RunInfo(run_id, status, agent_name, turns, last_error=error, seq=seq))
         if self.durability == "async" and not durable:
-            self._keep_hot(run_id, seq, data, full)
+            self._keep_hot(run_id, seq, epoch, data, full)
             await self._enqueue(key, data)
             return
         try:
@@ -276,9 +288,33 @@ class Coordinator:
         except BaseException:
             self._drop_hot(run_id)  # no longer the same chain as the store's
             raise
-        self._keep_hot(run_id, seq, data, full)
+        self._keep_hot(run_id, seq, epoch, data, full)
 
-    def _keep_hot(self, run_id: str, seq: int, data: bytes, full: bool) -> None:
+    def noted(self, notes: list[tuple[str, int, int, bytes, tuple[Any, ...], bool]]) -> None:
+        """Records that agent actors wrote to the store themselves, in batches:
+        ``(run_id, seq, epoch, data, info, full)``. Those of a dispatch that was fenced
+        meanwhile change nothing, and go if void (that copy finds its fence and stops)."""
+        for run_id, seq, epoch, data, info, full in notes:
+            if epoch < self.epochs.get(run_id, 0):
+                self.discard(run_id, checkpoint.key_for(run_id, seq, epoch))
+                continue
+            old = self.runs.get(run_id)
+            if old is None or old.seq < seq:
+                status, agent_name, turns, error = info
+                self._update(RunInfo(run_id, status, agent_name, turns, last_error=error, seq=seq))
+            self._keep_hot(run_id, seq, epoch, data, full, told=True)
+
+    def discard(self, run_id: str, key: str) -> None:
+        """A fenced copy of a run wrote ``key`` before it found its fence mark: delete it
+        unless the run's valid records build on it (an ended run's records all go)."""
+        if self.cleanup is None:
+            self.cleanup = asyncio.Queue()
+            asyncio.get_running_loop().create_task(self._clean())
+        self.cleanup.put_nowait(f"{run_id}/{key}")
+
+    def _keep_hot(
+        self, run_id: str, seq: int, epoch: int, data: bytes, full: bool, told: bool = False
+    ) -> None:
         """Keep a run's records from its newest full one on, in this process (small ones, as
         Ray keeps small objects with their owner anyway) or the object store: a resume or a
         recovery then reads no store."""
@@ -289,7 +325,8 @@ class Coordinator:
         blob = data if len(data) < _INLINE else ray.put(data)
         if hot is None:
             hot = self.hot[run_id] = _Hot(seq, {})
-        hot.add(seq, blob, len(data), full)
+        hot.add(seq, epoch, blob, len(data), full)
+        hot.told = told
 
     def _unpark(self, run_id: str) -> None:
         self.parked_size -= self.parked.pop(run_id, 0)
@@ -323,11 +360,19 @@ class Coordinator:
             await self.backlog.join()
         return list(self.write_errors)
 
-    async def load(self, run_id: str) -> list[bytes]:
+    async def load(self, run_id: str, stopped: bool | None = None) -> list[bytes]:
         """The run's records: its hot copies (from its newest full record on) if this
-        coordinator has them, else every record in the store (empty if none)."""
+        coordinator has them all, else its valid records in the store (empty if none).
+
+        The hot copies may lack a record an agent actor wrote itself and had not reported
+        yet when the run is still running (``stopped`` False; by default: as the run table
+        says) and such writes happen; then the store is read.
+        """
         hot = self.hot.get(run_id)
-        if hot is not None:
+        if stopped is None:
+            info = self.runs.get(run_id)
+            stopped = info is None or info.status != "running"
+        if hot is not None and not hot.told and (stopped or not self.direct):
             return [b if isinstance(b, bytes) else await b for b in hot.blobs()]
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reads, self._read_run, run_id)
@@ -343,10 +388,10 @@ class Coordinator:
         """
         before = self.runs.get(run_id)
         name = before.agent_name if before is not None else "?"
-        taken, epoch = self.claim(run_id, owner, name)
+        taken, epoch = await self.claim(run_id, owner, name)
         if taken is not None:
             return taken, 0, [], before
-        blobs = await self.load(run_id)
+        blobs = await self.load(run_id, stopped=before is None or before.status != "running")
         if not blobs:
             self.unclaim(run_id, before)
             return None, 0, [], before
@@ -360,8 +405,9 @@ class Coordinator:
             self.runs[run_id] = before
 
     def _read_run(self, run_id: str) -> list[bytes]:
-        """Every stored record of a run, oldest first (one thread hop for all of them)."""
-        found = (self.store.get(key) for key in self.store.list(checkpoint.run_prefix(run_id)))
+        """A run's valid stored records, oldest first (one thread hop for all of them)."""
+        keys = checkpoint.chain(self.store.list(checkpoint.run_prefix(run_id)))
+        found = (self.store.get(key) for key in keys)
         return [data for data in found if data is not None]
 
     def lock_session(self, session_id: str, run_id: str) -> str | None:
@@ -402,21 +448,26 @@ class Coordinator:
             self.cleanup.put_nowait(info.run_id)
 
     async def _clean(self) -> None:
-        """Delete the records of completed runs, one run at a time, behind everything else."""
+        """Delete the records of completed runs (and fenced writes), one at a time, behind
+        everything else."""
         assert self.cleanup is not None
         loop = asyncio.get_running_loop()
         while True:
-            run_id = await self.cleanup.get()
+            run_id, _, key = (await self.cleanup.get()).partition("/")
             info = self.runs.get(run_id)
-            if info is not None and info.status != "completed":
+            done = info is not None and info.status == "completed"
+            if not key and info is not None and not done:
                 continue  # its id was taken again meanwhile
             try:
-                await loop.run_in_executor(self._cleaner, self._delete_run, run_id)
+                await loop.run_in_executor(self._cleaner, self._delete_run, run_id, key, done)
             except CheckpointError as exc:
-                log.warning("cannot delete the checkpoints of completed run %s: %s", run_id, exc)
+                log.warning("cannot delete the checkpoints of run %s: %s", run_id, exc)
 
-    def _delete_run(self, run_id: str) -> None:
+    def _delete_run(self, run_id: str, void: str = "", done: bool = True) -> None:
+        """Delete a run's records, or only ``void`` if no valid record builds on it."""
         keys = self.store.list(checkpoint.run_prefix(run_id))
+        if void and not done:
+            keys = [void] if void in keys and void not in checkpoint.chain(keys) else []
         if keys:
             self.store.delete(keys)
 
@@ -425,7 +476,7 @@ class Coordinator:
         first epoch, 1, went with the run) and ends of runs."""
         for method, args in notes:
             if method == "claim":
-                taken, epoch = self.claim(*args)
+                taken, epoch = self._claim(*args)
                 if taken is not None or epoch != 1:
                     log.warning("generated run id %s was claimed before (%s)", args[0], taken)
             elif method == "finish":
@@ -442,14 +493,28 @@ class Coordinator:
         return self.runs.get(run_id), self.results.get(run_id)
 
     # --- the run table ------------------------------------------------------------------
-    def claim(
+    async def claim(
         self, run_id: str, owner: str, agent_name: str, force: bool = False
     ) -> tuple[RunInfo | None, int]:
         """Dispatch a run for ``owner``: a new epoch fences every earlier dispatch.
 
         Returns ``(info, 0)`` without dispatching when another owner runs it (unless
-        ``force``), else ``(None, epoch)``.
+        ``force``), else ``(None, epoch)``. Where agent actors write records themselves, the
+        store gets a fence mark first, which a copy of an earlier dispatch finds after its
+        next write (and then stops).
         """
+        taken, epoch = self._claim(run_id, owner, agent_name, force)
+        if epoch > 1 and self.direct:
+            mark = checkpoint.fence_key(run_id, epoch)
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._reads, self.store.mark, mark)
+            except CheckpointError as exc:  # its records still void a fenced copy's
+                log.warning("cannot mark run %s's dispatch %d in the store: %s", run_id, epoch, exc)
+        return taken, epoch
+
+    def _claim(
+        self, run_id: str, owner: str, agent_name: str, force: bool = False
+    ) -> tuple[RunInfo | None, int]:
         info = self.runs.get(run_id)
         busy = info is not None and info.status == "running" and info.owner not in (None, owner)
         if busy and not force:
@@ -513,13 +578,16 @@ class Coordinator:
         return True
 
     def settings(self) -> dict[str, Any]:
-        """What agent actors need to write checkpoints."""
+        """What agent actors need to write checkpoints (``direct``: actors on ``node`` write
+        ``sync`` records to the store themselves)."""
         return {
             "durability": self.durability,
             "key": self.key,
             "store": self.store.url,
             "recovery": self.recovery,
             "creator": self.creator,
+            "direct": self.direct,
+            "node": self.node,
         }
 
     def _rebuild(self) -> None:
@@ -529,11 +597,14 @@ class Coordinator:
         except CheckpointError as exc:
             log.error("cannot list checkpoints to rebuild the run table: %s", exc)
             return
-        newest: dict[str, str] = {}
+        by_run: dict[str, list[str]] = {}
         for key in keys:
-            run_id = key.split("/")[1]
-            newest[run_id] = max(newest.get(run_id, key), key)
-        for run_id, key in newest.items():
+            by_run.setdefault(key.split("/")[1], []).append(key)
+        for run_id, run_keys in by_run.items():
+            valid = checkpoint.chain(run_keys)
+            if not valid:
+                continue
+            key = valid[-1]
             try:
                 data = self.store.get(key)
                 record = checkpoint.decode(data or b"", key=self.key, source=key)
@@ -546,7 +617,9 @@ class Coordinator:
                 status = "suspended"
                 error = "its driver or the coordinator stopped while it ran; resume it"
             state = record.get("state") or record.get("changes") or {}
-            self.epochs[run_id] = int(state.get("epoch", 0))
+            marks = [k for k in run_keys if k.rpartition("/")[2].startswith("fence.")]
+            fenced = max((int(k.rpartition(".")[2]) for k in marks), default=0)
+            self.epochs[run_id] = max(int(state.get("epoch", 0)), fenced)
             self.runs[run_id] = RunInfo(
                 run_id,
                 status,
@@ -556,3 +629,11 @@ class Coordinator:
                 last_error=error,
                 seq=int(record["seq"]),
             )
+
+
+def _node_id() -> str:
+    """The Ray node this process runs on ("" outside Ray)."""
+    try:
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # not connected to Ray (a coordinator built in a unit test)
+        return ""

@@ -148,6 +148,8 @@ async def _recover(
     if isinstance(exc, StaleActor):
         await directory.call("replace_actor", current.graph_fp, state.agent_name, exc.actor)
     directory.forget(current.graph_fp, state.agent_name)
+    # Dispatch first, then read: whatever the lost copy writes after the claim is void.
+    _, epoch = await directory.call("claim", state.run_id, directory.owner, state.agent_name, True)
     found = await load_state(directory, state.run_id)
     if found is None:  # nothing durable yet: start over from the input
         envelope = first
@@ -155,9 +157,6 @@ async def _recover(
     else:
         envelope = dataclasses.replace(current, state=found[0], activate=False, resumed=True)
         from_seq = found[0].seq
-    _, epoch = await directory.call(
-        "claim", state.run_id, directory.owner, envelope.state.agent_name, True
-    )
     envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
     if not announce:
         return envelope

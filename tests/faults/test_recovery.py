@@ -131,7 +131,11 @@ def test_a_stopped_actor_is_replaced_and_fenced(ledger: Ledger, faulty: str) -> 
     # nothing of the run is left in the store once the recovered run completed.
     root = Path(faulty[len("file://") :]) / "runs" / handle.run_id
     time.sleep(3)
-    wait_for(lambda: not root.exists() or not any(root.iterdir()), 20)
+    try:
+        wait_for(lambda: not root.exists() or not any(root.iterdir()), 20)
+    except TimeoutError:
+        left = sorted(p.name for p in root.iterdir())
+        raise AssertionError(f"left in the store: {left}") from None
 
 
 @pytest.mark.timeout(600)
