@@ -251,3 +251,16 @@ async def _until(check: Any, timeout_s: float = 10.0) -> None:
     while not check():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path: Any) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        await coord.claim("r1", "driver", "agent")
+        first, second = _direct(coord, "r1", 1), _direct(coord, "r1", 2)
+        coord.noted([first])
+        await coord.finish(RunInfo("r1", "completed", "agent", 2, seq=2))
+        coord.noted([second])  # the actor sent it before the run ended; it came after
+        assert coord.runs["r1"].status == "completed" and "r1" not in coord.hot
+
+    asyncio.run(main())

@@ -237,7 +237,9 @@ class Coordinator:
                 "agent_name": state.agent_name,
             }
         error = None if outcome.error is None else str(outcome.error)
-        info = RunInfo(state.run_id, status, state.agent_name, state.turns, last_error=error)
+        info = RunInfo(
+            state.run_id, status, state.agent_name, state.turns, last_error=error, seq=state.seq
+        )
         await self.finish(info, summary)
 
     def suspend(self, run_id: str, cause: str) -> bool:
@@ -302,6 +304,8 @@ class Coordinator:
             if old is None or old.seq < seq:
                 status, agent_name, turns, error = info
                 self._update(RunInfo(run_id, status, agent_name, turns, last_error=error, seq=seq))
+            elif old.status == "completed":
+                continue  # a report that came after the run's end: its records are going
             self._keep_hot(run_id, seq, epoch, data, full, told=True)
 
     def discard(self, run_id: str, key: str) -> None:
