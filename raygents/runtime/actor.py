@@ -38,6 +38,8 @@ log = logging.getLogger("raygents")
 _exit_actor: Any = ray.actor.exit_actor
 
 Emit = Callable[[RunEvent], None]
+_Item = list[RunEvent] | Outcome | tuple[list[RunEvent], Outcome]
+"""What a run's stream carries: events, the outcome, or the last events with the outcome."""
 _DONE = object()
 _BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out together
 _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run waits for them
@@ -114,11 +116,12 @@ class AgentActor:
         self._notes_sent: set[asyncio.Future[None]] = set()
 
     # --- public actor methods -----------------------------------------------------------
-    async def run(self, envelope: Envelope) -> AsyncIterator[list[RunEvent] | Outcome]:
+    async def run(self, envelope: Envelope) -> AsyncIterator[_Item]:
         """Drive the run until it completes, fails, suspends or hands off.
 
         Yields an empty batch once the run is here, batches of events (those of up to
-        ``_BATCH_WINDOW_S`` each), then the :class:`Outcome` as soon as there is one.
+        ``_BATCH_WINDOW_S`` each), then the :class:`Outcome` as soon as there is one (with
+        the events not sent yet: ``(batch, outcome)``).
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()
         run_id = envelope.state.run_id
@@ -143,11 +146,12 @@ class AgentActor:
                 if queue.empty():
                     break
                 item = queue.get_nowait()
+            if item is _DONE:  # the run's last events travel with its outcome
+                outcome = task.result()
+                yield (batch, outcome) if batch else outcome
+                break
             if batch:
                 yield batch
-            if item is _DONE:
-                yield task.result()
-                break
         if self._retired and not self._active:
             _exit_actor()
 

@@ -213,11 +213,13 @@ async def _consume(
         item = await ref
         if not progress:
             progress.append(True)  # the actor had the run: losing it now counts as a loss
-        if isinstance(item, Outcome):
+        if isinstance(item, tuple):  # the last events, and the outcome
+            item, outcome = item
+        elif isinstance(item, Outcome):
             outcome = item
-        else:
-            for event in item:
-                emit(event)
+            continue
+        for event in item:
+            emit(event)
     if outcome is None:
         raise RaygentsError(f"agent actor ended run {envelope.state.run_id} without an outcome")
     return outcome
