@@ -1,9 +1,11 @@
-"""The coordinator's hot records (what a resume or a recovery reads) and resume's claim, on the
-plain class (no Ray: records stay small, so nothing goes to the object store)."""
+"""The coordinator's hot records (what a resume or a recovery reads), resume's claim, and the
+records agent actors write themselves with their fencing, on the plain class (no Ray: records
+stay small, so nothing goes to the object store)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from typing import Any
 
@@ -262,5 +264,41 @@ def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path: Any)
         await coord.finish(RunInfo("r1", "completed", "agent", 2, seq=2))
         coord.noted([second])  # the actor sent it before the run ended; it came after
         assert coord.runs["r1"].status == "completed" and "r1" not in coord.hot
+
+    asyncio.run(main())
+
+
+def test_an_actor_write_finds_out_that_its_copy_of_the_run_is_fenced(tmp_path: Any) -> None:
+    from raygents.runtime.actor import _put_unless_fenced
+    from raygents.store import FileStore
+
+    store = FileStore(tmp_path)
+    key = functools.partial(checkpoint.key_for, "r1")
+    fence = checkpoint.fence_key("r1", 2)
+    assert not _put_unless_fenced(store, key(1, 1), b"1", fence, True, None)
+    assert not _put_unless_fenced(store, key(2, 1), b"2", fence, False, key(1, 1))
+    store.mark(fence)  # the run was dispatched again
+    assert _put_unless_fenced(store, key(3, 1), b"3", fence, False, key(2, 1))
+    store.delete(store.list())  # the run completed elsewhere: its records went
+    assert _put_unless_fenced(store, key(3, 1), b"3", fence, False, key(2, 1))
+    assert store.list() == [], "nothing written where the run's records were"
+    store.put(key(3, 2), b"3'")  # a record of the newer copy (its directory is back)
+    assert _put_unless_fenced(store, key(4, 1), b"4", fence, False, key(3, 1)), (
+        "its own previous record is gone"
+    )
+
+
+def test_resuming_a_run_whose_copy_stopped_here_needs_no_fence_mark(tmp_path: Any) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        await coord.claim("r1", "driver", "agent")
+        coord.noted([_direct(coord, "r1", 1)])
+        await coord.save("r1", 2, b"r1:2:1", ("suspended", "agent", 2, None), True, 1)
+        await coord.finish(_info("r1", "suspended", 2))
+        _, epoch, blobs, _ = await coord.claim_and_load("r1", "driver")
+        assert epoch == 2 and blobs == [b"r1:1:1", b"r1:2:1"]
+        assert coord.store.get(checkpoint.fence_key("r1", 2)) is None, "that copy ended"
+        _, epoch = await coord.claim("r1", "driver", "agent", True)  # a recovery
+        assert coord.store.get(checkpoint.fence_key("r1", epoch)) == b""
 
     asyncio.run(main())

@@ -125,6 +125,8 @@ class Coordinator:
         self.backlog: asyncio.Queue[tuple[str, bytes]] | None = None
         self.write_errors: list[str] = []
         self.epochs: dict[str, int] = {}
+        self.ended: dict[str, int] = {}
+        """Runs whose dispatch (this epoch) stored a stopping record here: it writes no more."""
         self.sessions: dict[str, str] = {}
         self.tokens: dict[str, Any] = {}
         self.directory: Any = None
@@ -281,6 +283,8 @@ class Coordinator:
             )
         status, agent_name, turns, error = info
         self._update(RunInfo(run_id, status, agent_name, turns, last_error=error, seq=seq))
+        if durable and status != "running":
+            self.ended[run_id] = epoch
         if self.durability == "async" and not durable:
             self._keep_hot(run_id, seq, epoch, data, full)
             await self._enqueue(key, data)
@@ -439,6 +443,7 @@ class Coordinator:
             event.set()
         if info.status == "completed":
             self._drop_hot(info.run_id)
+            self.ended.pop(info.run_id, None)
         elif info.run_id in self.hot:  # resumable: keep its records at hand, within bounds
             self._unpark(info.run_id)
             size = self.parked[info.run_id] = self.hot[info.run_id].size
@@ -508,7 +513,8 @@ class Coordinator:
         next write (and then stops).
         """
         taken, epoch = self._claim(run_id, owner, agent_name, force)
-        if epoch > 1 and self.direct:
+        ended = self.ended.pop(run_id, None) == epoch - 1 and not force
+        if epoch > 1 and self.direct and not ended:  # (no copy of an ended dispatch writes)
             mark = checkpoint.fence_key(run_id, epoch)
             try:
                 await asyncio.get_running_loop().run_in_executor(self._reads, self.store.mark, mark)
