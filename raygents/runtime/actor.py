@@ -348,9 +348,18 @@ class AgentActor:
         previous_key = self._keys.get(run_id)
         self._keys[run_id] = key
         if store is not None and not durable:
-            write = asyncio.ensure_future(
-                self._put(tail, store, key, previous_key, new, data, info, full)
-            )
+            put = _Put(store, key, previous_key, new, data, info, full)
+            if (tail is None or tail.done()) and len(self._active) <= 1:
+                # No other run here would wait meanwhile: the put (~1 ms, fsyncs) costs less
+                # than a thread hop; with other runs here the puts overlap in threads.
+                write = asyncio.get_running_loop().create_future()
+                try:
+                    self._put_now(put)
+                    write.set_result(None)
+                except Exception as exc:
+                    write.set_exception(exc)
+            else:
+                write = asyncio.ensure_future(self._put(tail, put))
             self._tails[run_id] = write
             return new, write
         args = (run_id, new.seq, data, info, durable, new.epoch, full)
@@ -371,36 +380,26 @@ class AgentActor:
             self._store_known = True
         return self._store
 
-    async def _put(
-        self,
-        tail: asyncio.Future[Any] | None,
-        store: FileStore,
-        key: str,
-        previous_key: str | None,
-        state: RunState,
-        data: bytes,
-        info: tuple[str, str, int, str | None],
-        full: bool,
-    ) -> None:
-        """Write a record to the store (after the run's previous write), then report it.
+    async def _put(self, tail: asyncio.Future[Any] | None, put: _Put) -> None:
+        """:meth:`_put_now` with the store's part in a worker thread, after the run's
+        previous write."""
+        if tail is not None and not tail.done():
+            await asyncio.wait([tail])  # its own waiter sees its failure
+        self._reported(put, await asyncio.to_thread(put.store_it))
+
+    def _put_now(self, put: _Put) -> None:
+        """Write a record to the store, then report it.
 
         Raises:
             CheckpointError: the store failed, or the run was dispatched again (this copy
                 is fenced: the record is void, and the coordinator deletes it).
         """
-        if tail is not None:
-            await asyncio.wait([tail])  # its own waiter sees its failure
-        run_id, seq, epoch = state.run_id, state.seq, state.epoch
-        fence = checkpoint.fence_key(run_id, epoch + 1)
-        first = seq == 1
-        args = (store, key, data, fence, first, previous_key)
-        # A thread hop costs more than the put (~1 ms, fsyncs) when no other run here would
-        # wait meanwhile; with other runs here the puts overlap in threads.
-        fenced = (
-            _put_unless_fenced(*args)
-            if len(self._active) <= 1
-            else await asyncio.to_thread(_put_unless_fenced, *args)
-        )
+        self._reported(put, put.store_it())
+
+    def _reported(self, put: _Put, fenced: bool) -> None:
+        """Report a stored record to the coordinator (batched), or raise if it was fenced."""
+        run_id, seq, epoch = put.state.run_id, put.state.seq, put.state.epoch
+        key, data, info, full = put.key, put.data, put.info, put.full
         if fenced:
             self.directory.coordinator().discard.remote(run_id, key)
             raise CheckpointError(
@@ -803,6 +802,25 @@ class AgentActor:
 def _info(state: RunState, status: str, error: str | None) -> tuple[str, str, int, str | None]:
     """A record's run-table fields: status, agent, turns, error (a tuple travels cheaper)."""
     return (status, state.agent_name, state.turns, error)
+
+
+@dataclass(frozen=True)
+class _Put:
+    """A record that an agent actor writes to the store itself."""
+
+    store: FileStore
+    key: str
+    previous_key: str | None
+    state: RunState
+    data: bytes
+    info: tuple[str, str, int, str | None]
+    full: bool
+
+    def store_it(self) -> bool:
+        """Put the record (blocking); True if this copy of the run turned out to be fenced."""
+        fence = checkpoint.fence_key(self.state.run_id, self.state.epoch + 1)
+        first = self.state.seq == 1
+        return _put_unless_fenced(self.store, self.key, self.data, fence, first, self.previous_key)
 
 
 def _put_unless_fenced(
