@@ -185,9 +185,12 @@ class AgentActor:
         outcome = await self._outcome(envelope, token, emit)
         await self._settle_writes(envelope.state.run_id, keep=0)
         tail = self._tails.pop(envelope.state.run_id, None)
-        if tail is not None:  # report its records now; the run's end may overtake them (a
-            await asyncio.wait([tail])  # report older than the run table's entry only
-            self._send_notes()  # adds to the hot copies of a run that did not complete)
+        if tail is not None:
+            await asyncio.wait([tail])
+            if outcome.kind == "handoff":  # the next actor may be one that cannot write
+                await self._notes_settled()  # itself: the coordinator must have these first
+            else:  # the run's end may overtake these reports (then they change nothing);
+                self._send_notes()  # a stop record was stored after every report anyway
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(

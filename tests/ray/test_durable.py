@@ -89,6 +89,33 @@ def test_suspend_while_a_tool_runs_then_resume_without_rerunning_it(
     assert result.turns == 2
 
 
+def test_a_run_suspended_after_a_handoff_resumes_at_the_target(store: str, tmp_path: Path) -> None:
+    """Each agent's actor writes the run's records in turn (on a file store, itself)."""
+    book = tmp_path / "ledger"
+
+    def bill(req: rg.ModelRequest) -> rg.ModelResponse:
+        if not any(m.tool_call_id == "call_work" for m in req.messages):
+            return calls(call("work", {"value": "x"}, id="call_work"))
+        return text("refunded")
+
+    billing = rg.Agent("billing_d", tools=[ledger_tool("work", 1.0)], model=FunctionModel(bill))
+    route = FunctionModel(lambda req: calls(call("transfer_to_billing_d", {}, id="route")))
+    triage = rg.Agent("triage_d", handoffs=[billing], model=route)
+    handle = rg.start(triage, "refund", context={"ledger": str(book)})
+    next(e for e in handle.events() if e.type == "tool_start")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError) as info:
+        handle.result(timeout_s=60)
+    assert info.value.checkpoint is None
+    (entry,) = [r for r in rg.runs() if r.run_id == handle.run_id]
+    assert (entry.status, entry.agent_name) == ("suspended", "billing_d")
+    result = rg.resume(handle.run_id, agent=triage, context={"ledger": str(book)}).result(
+        timeout_s=60
+    )
+    assert result.final_output == "refunded" and result.last_agent is billing
+    assert len(ledger(book)) == 1, "the tool ran once"
+
+
 def test_a_run_resumed_at_once_is_running_in_the_run_table(store: str) -> None:
     """The suspended run's end travels to the coordinator in a batch; a resume right after
     must not be overtaken by it (the table would say suspended while the run runs)."""
