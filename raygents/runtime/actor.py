@@ -108,9 +108,9 @@ class AgentActor:
         self._store: FileStore | None = None
         self._store_known = False
         self._tails: dict[str, asyncio.Future[Any]] = {}
+        """The newest record each run wrote to the store itself, by run (writes chain)."""
         self._keys: dict[str, str] = {}
         """The key of each active run's newest record written here."""
-        """The newest record each run wrote to the store itself, by run (writes chain)."""
         self._notes: list[tuple[Any, ...]] = []
         self._notes_timer: asyncio.TimerHandle | None = None
         self._notes_sent: set[asyncio.Future[None]] = set()
@@ -372,8 +372,8 @@ class AgentActor:
         return new, asyncio.ensure_future(self._save_after(tail, args))
 
     def _direct_store(self) -> FileStore | None:
-        """The store, if this actor writes ``sync`` records to it itself: a store the
-        coordinator shares with this node (it says which), and not a stopping record."""
+        """The store, if this actor writes running runs' records to it itself: a ``sync``
+        file store that the coordinator shares with this node (it says so in its settings)."""
         if not self._store_known:
             settings = self.directory.cached_settings()
             here = ray.get_runtime_context().get_node_id()
