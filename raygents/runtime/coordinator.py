@@ -513,6 +513,8 @@ class Coordinator:
         next write (and then stops).
         """
         taken, epoch = self._claim(run_id, owner, agent_name, force)
+        if taken is not None:
+            return taken, epoch
         ended = self.ended.pop(run_id, None) == epoch - 1 and not force
         if epoch > 1 and self.direct and not ended:  # (no copy of an ended dispatch writes)
             mark = checkpoint.fence_key(run_id, epoch)
