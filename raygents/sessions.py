@@ -22,6 +22,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Iterator, Sequence
 from pathlib import Path
@@ -346,8 +347,7 @@ class SQLiteSession:
             db = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
             try:
                 if not self._ready:
-                    db.execute("PRAGMA journal_mode=WAL")
-                    db.execute(_SCHEMA)
+                    self._prepare(db)
                     self._ready = True
                 yield db
             finally:
@@ -356,6 +356,25 @@ class SQLiteSession:
             raise RaygentsError(
                 f"cannot {action} session {session_id!r} in SQLite file {self.path!r}: {exc}"
             ) from exc
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        """Switch the file to WAL and create the table. Switching needs the file to itself,
+        and SQLite may refuse it at once ("database is locked") rather than wait while other
+        connections open the same new file: retry until ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.005
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(_SCHEMA)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     def _parse(self, text: str, session_id: str) -> Message:
         try:

@@ -529,3 +529,28 @@ def test_store_session_refuses_bad_options(make_session: Callable[[], Any], matc
 def test_store_session_repr(tmp_path: Path) -> None:
     assert repr(StoreSession(f"file://{tmp_path}")) == f"StoreSession('file://{tmp_path}')"
     assert os.fspath(tmp_path)  # keep the import used on every platform
+
+
+def test_sqlite_setup_retries_while_another_connection_switches_the_file(tmp_path: Path) -> None:
+    """SQLite may refuse the switch to WAL at once, without waiting, while other connections
+    open the same new file ("database is locked"); the session tries again."""
+    session = SQLiteSession(tmp_path / "new.db", timeout_s=5)
+    real = sqlite3.connect(tmp_path / "new.db", isolation_level=None)
+    refusals = iter([True, True])
+
+    class Refusing:
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql.startswith("PRAGMA journal_mode") and next(refusals, False):
+                raise sqlite3.OperationalError("database is locked")
+            return real.execute(sql, *args)
+
+    session._prepare(Refusing())  # type: ignore[arg-type]
+    assert real.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert next(refusals, None) is None, "refused twice, then done"
+
+    class Broken:
+        def execute(self, sql: str, *args: Any) -> Any:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        session._prepare(Broken())  # type: ignore[arg-type]
