@@ -89,19 +89,17 @@ def chain(keys: Iterable[str]) -> list[str]:
             found.setdefault(int(match[1]), {})[int(match[2] or 0)] = key
     kept: list[str] = []
     newest = -1
+    expected = min(found, default=0)
     for seq in sorted(found):
-        if kept and seq != _seq_of(kept[-1]) + 1:
+        if seq != expected:
             break
         by_epoch = found[seq]
         newest = max(newest, *by_epoch)
         if newest not in by_epoch:
             break
         kept.append(by_epoch[newest])
+        expected = seq + 1
     return kept
-
-
-def _seq_of(key: str) -> int:
-    return int(key.rpartition("/")[2][:10])
 
 
 def make_record(

@@ -357,7 +357,7 @@ class AgentActor:
                 # than a thread hop; with other runs here the puts overlap in threads.
                 write = asyncio.get_running_loop().create_future()
                 try:
-                    self._put_now(put)
+                    self._reported(put, put.store_it())
                     write.set_result(None)
                 except Exception as exc:
                     write.set_exception(exc)
@@ -384,23 +384,19 @@ class AgentActor:
         return self._store
 
     async def _put(self, tail: asyncio.Future[Any] | None, put: _Put) -> None:
-        """:meth:`_put_now` with the store's part in a worker thread, after the run's
-        previous write."""
+        """Write a record to the store in a worker thread, after the run's previous write,
+        then report it (see :meth:`_reported`)."""
         if tail is not None and not tail.done():
             await asyncio.wait([tail])  # its own waiter sees its failure
         self._reported(put, await asyncio.to_thread(put.store_it))
 
-    def _put_now(self, put: _Put) -> None:
-        """Write a record to the store, then report it.
+    def _reported(self, put: _Put, fenced: bool) -> None:
+        """Report a stored record to the coordinator (batched).
 
         Raises:
-            CheckpointError: the store failed, or the run was dispatched again (this copy
-                is fenced: the record is void, and the coordinator deletes it).
+            CheckpointError: the run was dispatched again: this copy is fenced, its record
+                is void (the coordinator deletes it).
         """
-        self._reported(put, put.store_it())
-
-    def _reported(self, put: _Put, fenced: bool) -> None:
-        """Report a stored record to the coordinator (batched), or raise if it was fenced."""
         run_id, seq, epoch = put.state.run_id, put.state.seq, put.state.epoch
         key, data, info, full = put.key, put.data, put.info, put.full
         if fenced:
@@ -435,9 +431,9 @@ class AgentActor:
         if self._notes_sent:
             await asyncio.wait(list(self._notes_sent))
 
-    async def _save_after(self, previous: asyncio.Future[Any], args: tuple[Any, ...]) -> None:
+    async def _save_after(self, tail: asyncio.Future[Any], args: tuple[Any, ...]) -> None:
         """Have the coordinator store a record once the run's own writes are reported."""
-        await asyncio.wait([previous])
+        await asyncio.wait([tail])
         await self._notes_settled()
         await self.directory.coordinator().save.remote(*args)
 
