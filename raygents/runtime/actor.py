@@ -119,9 +119,10 @@ class AgentActor:
     async def run(self, envelope: Envelope) -> AsyncIterator[_Item]:
         """Drive the run until it completes, fails, suspends or hands off.
 
-        Yields an empty batch once the run is here, batches of events (those of up to
-        ``_BATCH_WINDOW_S`` each), then the :class:`Outcome` as soon as there is one (with
-        the events not sent yet: ``(batch, outcome)``).
+        Yields a first batch as soon as the run is here (the events the run emitted before
+        its first wait, often none), batches of events (those of up to ``_BATCH_WINDOW_S``
+        each), then the :class:`Outcome` as soon as there is one (with the events not sent
+        yet: ``(batch, outcome)``).
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()
         run_id = envelope.state.run_id
@@ -131,27 +132,30 @@ class AgentActor:
         if cause:
             token.request(cause)
         self._active[run_id] = _Active(token)  # before any await: suspend() may come next
-        yield []  # the run has arrived: losing the actor from here on counts as an attempt
         task = asyncio.ensure_future(self._run(envelope, token, queue.put_nowait))
         task.add_done_callback(lambda t: queue.put_nowait(_DONE))
+        await asyncio.sleep(0)  # the run's first step, up to its first wait
+        first = True  # the first batch goes at once, even empty: it says the run is here
         while True:
-            item = await queue.get()
-            if item is not _DONE and not task.done():
-                # Let the run's next events join this batch (the run does not wait for them;
-                # its end ends the wait): fewer, larger batches cost both sides less.
-                await asyncio.wait([task], timeout=_BATCH_WINDOW_S)
+            if first:
+                item = None if queue.empty() else queue.get_nowait()
+            else:
+                item = await queue.get()
+                if item is not _DONE and not task.done():
+                    # Let the run's next events join this batch (the run does not wait for
+                    # them; its end ends the wait): fewer, larger batches cost both sides less.
+                    await asyncio.wait([task], timeout=_BATCH_WINDOW_S)
             batch: list[RunEvent] = []
-            while item is not _DONE:
+            while item is not None and item is not _DONE:
                 batch.append(item)
-                if queue.empty():
-                    break
-                item = queue.get_nowait()
+                item = None if queue.empty() else queue.get_nowait()
             if item is _DONE:  # the run's last events travel with its outcome
                 outcome = task.result()
                 yield (batch, outcome) if batch else outcome
                 break
-            if batch:
+            if batch or first:  # from the first item on, losing the actor counts as an attempt
                 yield batch
+            first = False
         if self._retired and not self._active:
             _exit_actor()
 

@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 
@@ -71,7 +72,9 @@ class Runtime:
         self._sending: dict[asyncio.Future[Any], set[str]] = {}
         self.created = settings["creator"] == self.owner
         """Whether this runtime created the coordinator (it then removes it in close)."""
-        self.handles: dict[str, RunHandle] = {}
+        self.handles: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
+        """This driver's runs: a running run's handle is held by its drive, an ended one only
+        by whoever still uses it (a long-lived driver does not keep every result it saw)."""
         if settings["store"] != store_url or settings["durability"] != durability:
             self.close()
             raise UserError(

@@ -213,13 +213,12 @@ async def _consume(
         item = await ref
         if not progress:
             progress.append(True)  # the actor had the run: losing it now counts as a loss
+        if isinstance(item, Outcome):
+            return item
         if isinstance(item, tuple):  # the last events, and the outcome
             item, outcome = item
-        elif isinstance(item, Outcome):
-            outcome = item
-            continue
         for event in item:
             emit(event)
-    if outcome is None:
-        raise RaygentsError(f"agent actor ended run {envelope.state.run_id} without an outcome")
-    return outcome
+        if outcome is not None:  # the stream's end would only cost another wake-up
+            return outcome
+    raise RaygentsError(f"agent actor ended run {envelope.state.run_id} without an outcome")

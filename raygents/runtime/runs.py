@@ -416,9 +416,10 @@ def _check_decisions(
 def attach(run_id: str) -> RunHandle:
     """A handle to a run, possibly started by another driver.
 
-    Runs of this driver give their own handle (with every event). For other runs the handle
-    resolves when the run ends; only the terminal event is delivered, and the result's
-    ``last_agent`` is a placeholder ``Agent`` carrying the agent's name.
+    A run of this driver that is running, or whose handle is still referenced, gives its own
+    handle (with every event). For other runs the handle resolves when the run ends; only the
+    terminal event is delivered, and the result's ``last_agent`` is a placeholder ``Agent``
+    carrying the agent's name.
 
     Raises:
         RunNotFound: the coordinator knows no such run.

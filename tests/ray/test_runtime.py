@@ -414,3 +414,26 @@ def test_the_run_table_shows_this_drivers_runs_as_soon_as_their_results_are_in()
         info = table[result.run_id]
         assert (info.status, info.attempts, info.owner) == ("completed", 1, owner)
     assert rg.attach(results[0].run_id).result(timeout_s=10).final_output == "ok"
+
+
+def test_a_driver_keeps_ended_runs_only_while_their_handles_are_in_use() -> None:
+    """A long-lived driver must not hold every result and event log it ever saw: an ended run's
+    handle goes once nobody references it; attach() then asks the coordinator."""
+    import gc
+
+    from raygents.runtime import client
+
+    agent = rg.Agent("forgotten", model=FunctionModel(lambda req: text("ok"), latency_s=0.02))
+    kept = rg.start(agent, "keep me")
+    dropped_ids = [rg.start(agent, f"drop {i}").run_id for i in range(20)]
+    assert kept.result(timeout_s=60).final_output == "ok"
+    for run_id in dropped_ids:
+        assert rg.attach(run_id).result(timeout_s=60).final_output == "ok"
+    gc.collect()
+    handles = client.current().handles
+    assert kept.run_id in handles and rg.attach(kept.run_id) is kept
+    assert not set(dropped_ids) & set(handles.keys())
+    again = rg.attach(dropped_ids[0])  # from the coordinator's table: the terminal event only
+    assert again.result(timeout_s=10).final_output == "ok"
+    assert [e.type for e in again.events()] == ["complete"]
+    assert [e.type for e in kept.events()][-1] == "complete" and len(kept.events().snapshot()) > 1
