@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
 import traceback
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,17 +41,34 @@ _exit_actor: Any = ray.actor.exit_actor
 
 Emit = Callable[[RunEvent], None]
 _Item = list[RunEvent] | Outcome | tuple[list[RunEvent], Outcome]
-"""What a run's stream carries: events, the outcome, or the last events with the outcome."""
+"""What a run sends its caller: events, the outcome, or the last events with the outcome."""
 _DONE = object()
 _BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out together
 _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run waits for them
 _NOTE_WINDOW_S = 0.01  # how long reports of records written here gather before they go out
+_OUTBOX_IDLE_S = 120.0  # an outbox its caller has not taken from for this long is dropped
 _HANDOFF_PARAMS = {
     "type": "object",
     "properties": {},
     "required": [],
     "additionalProperties": False,
 }
+
+
+@dataclass
+class _Outbox:
+    """What one caller's runs sent and the caller has not taken yet."""
+
+    taken: float
+    """When the caller last took (or the outbox was made)."""
+    items: list[tuple[str, _Item]] = field(default_factory=list)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    runs: int = 0
+    """Runs of this caller still relaying here."""
+
+    def post(self, run_id: str, item: _Item) -> None:
+        self.items.append((run_id, item))
+        self.ready.set()
 
 
 @dataclass
@@ -100,7 +119,6 @@ class AgentActor:
         self.task_cache: dict[str, Any] = {}
         self._active: dict[str, _Active] = {}
         self._early: dict[str, tuple[str, float]] = {}
-        self._retired = False
         self._bodies: dict[str, tuple[int, checkpoint.Body]] = {}
         """The run-state body of each active run's newest record, by run (for deltas)."""
         self._unsettled: dict[str, list[Any]] = {}
@@ -114,17 +132,19 @@ class AgentActor:
         self._notes: list[tuple[Any, ...]] = []
         self._notes_timer: asyncio.TimerHandle | None = None
         self._notes_sent: set[asyncio.Future[None]] = set()
+        self._incarnation = uuid.uuid4().hex
+        """Tells this incarnation of the actor from the next one, should Ray restart it."""
+        self._outboxes: dict[str, _Outbox] = {}
+        self._relays: set[asyncio.Future[None]] = set()
 
     # --- public actor methods -----------------------------------------------------------
-    async def run(self, envelope: Envelope) -> AsyncIterator[_Item]:
-        """Drive the run until it completes, fails, suspends or hands off.
+    async def start(self, envelope: Envelope, caller: str) -> str:
+        """Take a run and drive it until it completes, fails, suspends or hands off.
 
-        Yields a first batch as soon as the run is here (the events the run emitted before
-        its first wait, often none), batches of events (those of up to ``_BATCH_WINDOW_S``
-        each), then the :class:`Outcome` as soon as there is one (with the events not sent
-        yet: ``(batch, outcome)``).
+        Returns this actor's incarnation as soon as the run is here. The run's events (in
+        batches of up to ``_BATCH_WINDOW_S``) and then its outcome (with the events not sent
+        yet: ``(batch, outcome)``) go to ``caller``'s outbox, which :meth:`take` empties.
         """
-        queue: asyncio.Queue[Any] = asyncio.Queue()
         run_id = envelope.state.run_id
         token = SuspendToken(run_id)
         early = self._early.pop(run_id, None)
@@ -132,32 +152,70 @@ class AgentActor:
         if cause:
             token.request(cause)
         self._active[run_id] = _Active(token)  # before any await: suspend() may come next
+        outbox = self._outbox(caller)
+        outbox.runs += 1
+        relay = asyncio.ensure_future(self._relay(envelope, token, outbox))
+        self._relays.add(relay)
+        relay.add_done_callback(self._relays.discard)
+        return self._incarnation
+
+    async def take(
+        self, caller: str, wait_s: float, known: str | None = None
+    ) -> tuple[str, list[tuple[str, _Item]]]:
+        """What ``caller``'s runs sent since its last take, as ``(run_id, item)`` pairs.
+
+        Waits up to ``wait_s`` for something to send, unless the caller last saw another
+        incarnation (``known``) of this actor. Also returns this actor's incarnation, so the
+        caller notices a restart.
+        """
+        outbox = self._outbox(caller)
+        outbox.taken = time.monotonic()
+        if not outbox.items and wait_s > 0 and known in (None, self._incarnation):
+            outbox.ready.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(outbox.ready.wait(), wait_s)
+        items, outbox.items = outbox.items, []
+        outbox.taken = time.monotonic()
+        if not outbox.runs and not outbox.items:
+            self._outboxes.pop(caller, None)
+        return self._incarnation, items
+
+    def _outbox(self, caller: str) -> _Outbox:
+        outbox = self._outboxes.get(caller)
+        if outbox is None:
+            now = time.monotonic()
+            for name, other in list(self._outboxes.items()):
+                if now - other.taken > _OUTBOX_IDLE_S:  # its caller is gone
+                    del self._outboxes[name]
+            outbox = self._outboxes[caller] = _Outbox(taken=now)
+        return outbox
+
+    async def _relay(self, envelope: Envelope, token: SuspendToken, outbox: _Outbox) -> None:
+        """Run ``envelope`` and post its events and outcome to ``outbox``."""
+        run_id = envelope.state.run_id
+        queue: asyncio.Queue[Any] = asyncio.Queue()
         task = asyncio.ensure_future(self._run(envelope, token, queue.put_nowait))
         task.add_done_callback(lambda t: queue.put_nowait(_DONE))
-        await asyncio.sleep(0)  # the run's first step, up to its first wait
-        first = True  # the first batch goes at once, even empty: it says the run is here
-        while True:
-            if first:
-                item = None if queue.empty() else queue.get_nowait()
-            else:
+        try:
+            while True:
                 item = await queue.get()
                 if item is not _DONE and not task.done():
                     # Let the run's next events join this batch (the run does not wait for
                     # them; its end ends the wait): fewer, larger batches cost both sides less.
                     await asyncio.wait([task], timeout=_BATCH_WINDOW_S)
-            batch: list[RunEvent] = []
-            while item is not None and item is not _DONE:
-                batch.append(item)
-                item = None if queue.empty() else queue.get_nowait()
-            if item is _DONE:  # the run's last events travel with its outcome
-                outcome = task.result()
-                yield (batch, outcome) if batch else outcome
-                break
-            if batch or first:  # from the first item on, losing the actor counts as an attempt
-                yield batch
-            first = False
-        if self._retired and not self._active:
-            _exit_actor()
+                batch: list[RunEvent] = []
+                while item is not _DONE:
+                    batch.append(item)
+                    if queue.empty():
+                        break
+                    item = queue.get_nowait()
+                if item is _DONE:  # the run's last events travel with its outcome
+                    outcome = task.result()
+                    outbox.post(run_id, (batch, outcome) if batch else outcome)
+                    return
+                outbox.post(run_id, batch)
+        finally:
+            outbox.runs -= 1
 
     def suspend(self, run_id: str, cause: str) -> bool:
         """Ask a run to suspend at its next safe point; False if it is not running here."""
@@ -172,11 +230,17 @@ class AgentActor:
             child.request(cause)
         return True
 
-    def retire(self) -> None:
-        """Exit once no run is active here (a newer definition of the agent took over)."""
-        self._retired = True
-        if not self._active:
-            _exit_actor()
+    async def retire(self) -> None:
+        """Exit once no run is active here and their callers took what they sent (a newer
+        definition of the agent took over)."""
+        undelivered_since = None
+        while self._active or any(o.items for o in self._outboxes.values()):
+            if not self._active:
+                undelivered_since = undelivered_since or time.monotonic()
+                if time.monotonic() - undelivered_since > _OUTBOX_IDLE_S:
+                    break  # their callers are gone
+            await asyncio.sleep(0.1)
+        _exit_actor()
 
     def ping(self) -> int:
         """Liveness check; returns the actor's process id."""

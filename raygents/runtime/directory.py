@@ -11,6 +11,8 @@ from typing import Any
 import ray
 import ray.exceptions
 
+from raygents.runtime.mailbox import Mailboxes
+
 __all__ = ["COORDINATOR_NAME", "Directory"]
 
 COORDINATOR_NAME = "raygents:coordinator"
@@ -32,6 +34,8 @@ class Directory:
         self._settings: dict[str, Any] | None = None
         self._watches: dict[str, _Watch] = {}
         self.owner = owner
+        self.mailboxes = Mailboxes()
+        """Where the runs this process dispatched to agent actors send their events back."""
 
     async def settings(self) -> dict[str, Any]:
         """The coordinator's checkpoint settings (durability mode, integrity key), cached."""
@@ -105,11 +109,12 @@ class Directory:
             watch.users -= 1
 
     def stop_watches(self) -> list[asyncio.Future[None]]:
-        """Cancel every heartbeat loop (the process stops using raygents); returns them."""
+        """Cancel every heartbeat loop and mailbox poller (the process stops using raygents);
+        returns them."""
         tasks = [w.task for w in self._watches.values() if w.task is not None]
         for task in tasks:
             task.cancel()
-        return tasks
+        return tasks + self.mailboxes.stop()
 
     async def _heartbeat(self, key: str, actor: Any, watch: _Watch) -> None:
         try:

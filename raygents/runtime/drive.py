@@ -16,6 +16,7 @@ import ray.exceptions
 from raygents.envelope import Envelope, Outcome
 from raygents.errors import RaygentsError
 from raygents.events import RunEvent
+from raygents.runtime.mailbox import ActorRestarted
 
 if TYPE_CHECKING:
     from raygents.runtime.directory import Directory
@@ -86,7 +87,7 @@ async def drive(
             actor = await directory.actor(envelope.graph_fp, name)
             token.actor = actor
             outcome = await _call(actor, envelope, emit, directory, progress)
-        except (*_LOST, StaleActor) as exc:
+        except (*_LOST, StaleActor, ActorRestarted) as exc:
             if "creation task" in str(exc):  # the agent cannot even be built: not transient
                 error = RaygentsError(
                     f"cannot start the actor of agent {name!r}: {_first_lines(exc)}",
@@ -187,7 +188,7 @@ async def _call(
     directory: Directory,
     progress: list[bool],
 ) -> Outcome:
-    consume = asyncio.ensure_future(_consume(actor, envelope, emit, progress))
+    consume = asyncio.ensure_future(_consume(actor, envelope, emit, directory, progress))
     stale = directory.watch(actor)
     try:
         waiting: set[asyncio.Future[Any]] = {consume, stale}
@@ -195,6 +196,8 @@ async def _call(
         if consume.done():
             return consume.result()
         consume.cancel()
+        directory.mailboxes.close(actor, envelope.state.run_id)
+        directory.mailboxes.abandon(actor)
         error = StaleActor(
             f"the actor of agent {envelope.state.agent_name!r} stopped answering",
             run_id=envelope.state.run_id,
@@ -206,19 +209,31 @@ async def _call(
 
 
 async def _consume(
-    actor: Any, envelope: Envelope, emit: Callable[[RunEvent], None], progress: list[bool]
+    actor: Any,
+    envelope: Envelope,
+    emit: Callable[[RunEvent], None],
+    directory: Directory,
+    progress: list[bool],
 ) -> Outcome:
-    outcome: Outcome | None = None
-    async for ref in actor.run.remote(envelope):
-        item = await ref
-        if not progress:
-            progress.append(True)  # the actor had the run: losing it now counts as a loss
-        if isinstance(item, Outcome):
-            return item
-        if isinstance(item, tuple):  # the last events, and the outcome
-            item, outcome = item
-        for event in item:
-            emit(event)
-        if outcome is not None:  # the stream's end would only cost another wake-up
-            return outcome
-    raise RaygentsError(f"agent actor ended run {envelope.state.run_id} without an outcome")
+    mailboxes = directory.mailboxes
+    run_id = envelope.state.run_id
+    caller, box = mailboxes.open(actor, run_id)
+    try:
+        instance = await actor.start.remote(envelope, caller)
+        progress.append(True)  # the actor has the run: losing it now counts as a loss
+        mailboxes.accepted(actor, box, instance)
+        while True:
+            item = await box.items.get()
+            if isinstance(item, BaseException):  # the actor was lost
+                raise item
+            if isinstance(item, Outcome):
+                return item
+            outcome: Outcome | None = None
+            if isinstance(item, tuple):  # the last events, and the outcome
+                item, outcome = item
+            for event in item:
+                emit(event)
+            if isinstance(outcome, Outcome):
+                return outcome
+    finally:
+        mailboxes.close(actor, run_id)

@@ -318,6 +318,31 @@ def test_a_changed_definition_never_gets_the_old_behaviour() -> None:
     assert rg.run(second, "x").final_output == "v2"
 
 
+def test_a_retired_actor_delivers_its_runs_before_it_exits() -> None:
+    """A new definition retires the old agent's actor; the run it still has completes and
+    reaches its driver, then the actor exits."""
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def pid_of(version: str) -> FunctionModel:
+        return FunctionModel(lambda req: text(f"{version} {os.getpid()}"), latency_s=1.0)
+
+    old = rg.start(rg.Agent("retiring", "v1", model=pid_of("v1")), "x")
+    time.sleep(0.3)  # the old run is at its model call
+    assert rg.run(rg.Agent("retiring", "v2", model=pid_of("v2")), "x").final_output[:2] == "v2"
+    version, pid = old.result(timeout_s=60).final_output.split()
+    assert version == "v1"
+    deadline = time.monotonic() + 30
+    while alive(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(int(pid))
+
+
 def test_replicas_share_the_runs_of_one_agent() -> None:
     model = FunctionModel(lambda req: text(str(os.getpid())), latency_s=0.05)
     agent = rg.Agent("replicated", model=model, replicas=2)

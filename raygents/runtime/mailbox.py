@@ -1,0 +1,153 @@
+"""Where the events and outcomes of dispatched runs come back: one mailbox per agent actor.
+
+A process that dispatches runs (a driver, or an agent actor running agent-as-tool children)
+starts each run with one plain actor call, ``AgentActor.start``, and collects what all its
+runs on that actor send back with one long-polling call at a time, ``AgentActor.take``. Under
+load one reply carries the event batches and outcomes of many runs, where a stream per run
+cost a Ray call per run and a reply per batch, on both sides.
+
+Losing the actor reaches every run that is known to be there: a ``take`` that fails because
+the actor died fails them, and so does a ``take`` answered by a new incarnation of the actor
+(Ray restarted it) for the runs the old one had accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import ray.exceptions
+
+from raygents.errors import RaygentsError
+
+__all__ = ["ActorRestarted", "Mailboxes", "RunBox"]
+
+_TAKE_WAIT_S = 5.0  # how long one take waits at the actor for something to send
+_RETRY_S = 0.2  # pause before taking again after the actor was unreachable
+
+
+class ActorRestarted(RaygentsError):
+    """The actor that accepted a run was restarted by Ray: the run is no longer there."""
+
+
+@dataclass
+class RunBox:
+    """One dispatched run's view of its mailbox: what arrived for it, in order."""
+
+    run_id: str
+    items: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    instance: str | None = None
+    """The incarnation of the actor that accepted the run (once ``start`` answered)."""
+    check_from: int = 0
+    """The first take whose answer tells whether that incarnation is still there."""
+
+
+@dataclass
+class _Box:
+    actor: Any
+    caller: str
+    runs: dict[str, RunBox] = field(default_factory=dict)
+    task: asyncio.Future[None] | None = None
+    takes: int = 0
+    """Takes sent so far (the one in flight has this number)."""
+    instance: str | None = None
+    """The newest incarnation of the actor seen (a take from another one returns at once)."""
+
+
+class Mailboxes:
+    """The mailboxes of one process, by actor. Only used from one event loop."""
+
+    def __init__(self) -> None:
+        self._boxes: dict[str, _Box] = {}
+        self._prefix = uuid.uuid4().hex[:12]
+        self._generation = itertools.count()
+
+    def open(self, actor: Any, run_id: str) -> tuple[str, RunBox]:
+        """Register a run about to be started on ``actor``; returns the caller id to start it
+        with, and the run's box. Call :meth:`close` when the run is done with the actor."""
+        key = actor._actor_id.hex()
+        box = self._boxes.get(key)
+        if box is None or box.task is None or box.task.done():
+            # A fresh caller id per poller: a take left behind by an abandoned poller can
+            # never take what belongs to a new one.
+            box = _Box(actor, f"{self._prefix}.{next(self._generation)}")
+            self._boxes[key] = box
+            box.task = asyncio.ensure_future(self._poll(key, box))
+        run = box.runs[run_id] = RunBox(run_id)
+        return box.caller, run
+
+    def accepted(self, actor: Any, run: RunBox, instance: str) -> None:
+        """``start`` answered: the actor incarnation ``instance`` has the run."""
+        box = self._boxes.get(actor._actor_id.hex())
+        run.instance = instance
+        run.check_from = box.takes + 1 if box is not None else 0
+        if box is not None:
+            box.instance = instance
+
+    def close(self, actor: Any, run_id: str) -> None:
+        """The run is done with ``actor`` (ended there, handed off, or lost)."""
+        box = self._boxes.get(actor._actor_id.hex())
+        if box is not None:
+            box.runs.pop(run_id, None)
+
+    def abandon(self, actor: Any) -> None:
+        """Stop polling ``actor`` (it stopped answering) once no run uses it."""
+        key = actor._actor_id.hex()
+        box = self._boxes.get(key)
+        if box is not None and not box.runs and box.task is not None:
+            box.task.cancel()
+            del self._boxes[key]
+
+    def stop(self) -> list[asyncio.Future[None]]:
+        """Cancel every poller (the process stops using raygents); returns them."""
+        tasks = [b.task for b in self._boxes.values() if b.task is not None]
+        for task in tasks:
+            task.cancel()
+        self._boxes.clear()
+        return tasks
+
+    async def _poll(self, key: str, box: _Box) -> None:
+        """Take from the actor while runs use the box; deliver each item to its run."""
+        try:
+            while True:
+                box.takes += 1
+                number = box.takes
+                try:
+                    instance, items = await box.actor.take.remote(
+                        box.caller, _TAKE_WAIT_S, box.instance
+                    )
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                    # The runs the actor had accepted before this take are gone with it;
+                    # those still on their way learn from their own start call where they
+                    # landed.
+                    for run in list(box.runs.values()):
+                        if run.instance is not None and run.check_from <= number:
+                            run.items.put_nowait(exc)
+                    if not box.runs:
+                        return
+                    await asyncio.sleep(_RETRY_S)
+                    continue
+                box.instance = instance
+                for run_id, item in items:
+                    target = box.runs.get(run_id)
+                    if target is not None:  # else: the run was lost, recovered elsewhere
+                        target.items.put_nowait(item)
+                for run in list(box.runs.values()):
+                    if run.instance not in (None, instance) and run.check_from <= number:
+                        run.items.put_nowait(
+                            ActorRestarted(
+                                "the agent actor was restarted while it had the run",
+                                run_id=run.run_id,
+                            )
+                        )
+                if not box.runs and not items:
+                    return
+        finally:
+            with contextlib.suppress(KeyError):
+                if self._boxes[key] is box:
+                    del self._boxes[key]

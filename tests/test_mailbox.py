@@ -1,0 +1,153 @@
+"""The caller's side of run mailboxes, against a scripted actor (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import ray.exceptions
+
+from raygents.runtime.mailbox import ActorRestarted, Mailboxes
+
+
+class _Id:
+    def hex(self) -> str:
+        return "actor-1"
+
+
+class _Take:
+    def __init__(self, actor: FakeActor) -> None:
+        self._actor = actor
+
+    def remote(self, caller: str, wait_s: float, known: str | None) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._actor.takes.append((caller, future))
+        self._actor.known.append(known)
+        return future
+
+
+class FakeActor:
+    """Every take waits until the test answers it."""
+
+    def __init__(self) -> None:
+        self._actor_id = _Id()
+        self.takes: list[tuple[str, asyncio.Future[Any]]] = []
+        self.known: list[str | None] = []
+        """The incarnation each take said it last saw."""
+        self.take = _Take(self)
+
+    async def next_take(self) -> tuple[str, asyncio.Future[Any]]:
+        for _ in range(100):
+            pending = [t for t in self.takes if not t[1].done()]
+            if pending:
+                return pending[0]
+            await asyncio.sleep(0.001)
+        raise AssertionError("no take was sent")
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_items_reach_their_runs_in_order() -> None:
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        caller, a = boxes.open(actor, "a")
+        _, b = boxes.open(actor, "b")
+        boxes.accepted(actor, a, "i1")
+        boxes.accepted(actor, b, "i1")
+        taker, take = await actor.next_take()
+        assert taker == caller
+        take.set_result(("i1", [("a", [1]), ("b", [2]), ("a", [3]), ("gone", [4])]))
+        await _settle()
+        assert [a.items.get_nowait(), a.items.get_nowait()] == [[1], [3]]
+        assert b.items.get_nowait() == [2]
+        assert len(actor.takes) == 2  # runs are still registered: it takes again
+        boxes.close(actor, "a")
+        boxes.close(actor, "b")
+        (await actor.next_take())[1].set_result(("i1", []))
+        await _settle()
+        assert len(actor.takes) == 2  # nothing to wait for: the poller ended
+        again, _ = boxes.open(actor, "c")  # a new poller, with a caller id of its own
+        assert again != caller and (await actor.next_take())[0] == again
+        boxes.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_incarnation_fails_the_runs_the_old_one_accepted() -> None:
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        _, old = boxes.open(actor, "old")
+        boxes.accepted(actor, old, "i1")  # while take 1 is in flight
+        _, take1 = await actor.next_take()
+        _, new = boxes.open(actor, "new")
+        take1.set_result(("i1", []))  # take 1 may predate the acceptance: no verdict yet
+        await _settle()
+        assert old.items.empty()
+        boxes.accepted(actor, new, "i2")  # take 2 is in flight: answered by i2 or not
+        _, take2 = await actor.next_take()
+        take2.set_result(("i2", []))
+        await _settle()
+        assert isinstance(old.items.get_nowait(), ActorRestarted)
+        assert new.items.empty()  # accepted while take 2 was in flight: no verdict from it
+        _, take3 = await actor.next_take()
+        # each take names the newest incarnation seen, so a restarted actor answers at once
+        assert actor.known == ["i1", "i1", "i2"]
+        take3.set_result(("i2", [("new", ["ok"])]))
+        await _settle()
+        assert new.items.get_nowait() == ["ok"]
+        boxes.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_take_fails_accepted_runs_not_those_on_their_way() -> None:
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        _, here = boxes.open(actor, "here")
+        _, take1 = await actor.next_take()
+        boxes.accepted(actor, here, "i1")
+        take1.set_result(("i1", []))
+        await _settle()
+        _, on_way = boxes.open(actor, "on_way")  # its start is still in flight
+        _, take2 = await actor.next_take()
+        take2.set_exception(ray.exceptions.RayActorError())
+        await asyncio.sleep(0.01)
+        assert isinstance(here.items.get_nowait(), ray.exceptions.RayActorError)
+        assert on_way.items.empty()
+        boxes.close(actor, "here")
+        await asyncio.sleep(0.3)  # it takes again after a pause: "on_way" still waits
+        assert [t for t in actor.takes if not t[1].done()]
+        boxes.stop()
+
+    asyncio.run(scenario())
+
+
+def test_abandon_stops_the_poller_of_an_actor_no_run_uses() -> None:
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        boxes.open(actor, "r")
+        _, take = await actor.next_take()
+        boxes.abandon(actor)  # a run still uses it: keep polling
+        await _settle()
+        assert not take.cancelled()
+        boxes.close(actor, "r")
+        boxes.abandon(actor)
+        await _settle()
+        assert take.cancelled()
+
+    asyncio.run(scenario())
+
+
+def test_stop_cancels_every_poller() -> None:
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        boxes.open(actor, "r")
+        _, take = await actor.next_take()
+        tasks = boxes.stop()
+        await asyncio.wait(tasks)
+        assert take.cancelled() and all(t.cancelled() for t in tasks)
+
+    asyncio.run(scenario())
