@@ -151,3 +151,54 @@ def test_stop_cancels_every_poller() -> None:
         assert take.cancelled() and all(t.cancelled() for t in tasks)
 
     asyncio.run(scenario())
+
+
+# --- the actor's side: outboxes ------------------------------------------------------------
+
+
+def _actor() -> Any:
+    import raygents as rg
+    from raygents.runtime.actor import AgentActor
+    from raygents.testing import ScriptedModel, text
+
+    agent = rg.Agent("outboxed", model=ScriptedModel([text("x")]))
+    return AgentActor({"outboxed": agent}, "outboxed", "fp", "ns")
+
+
+def test_a_take_waits_for_items_and_hands_each_over_once() -> None:
+    async def scenario() -> None:
+        actor = _actor()
+        me, _ = await actor.take("c", 0.01)  # nothing: it waited, then answered empty
+        taking = asyncio.ensure_future(actor.take("c", 5.0, me))
+        await _settle()
+        assert not taking.done()
+        outbox = actor._outbox("c")
+        outbox.post("r1", ["e1"])
+        outbox.post("r2", ["e2"])
+        assert await asyncio.wait_for(taking, 1.0) == (me, [("r1", ["e1"]), ("r2", ["e2"])])
+        assert await actor.take("c", 0.01, me) == (me, [])
+        assert "c" not in actor._outboxes  # no runs, nothing left: forgotten
+
+    asyncio.run(scenario())
+
+
+def test_a_take_from_a_caller_that_saw_another_incarnation_returns_at_once() -> None:
+    async def scenario() -> None:
+        actor = _actor()
+        me, items = await asyncio.wait_for(actor.take("c", 30.0, "an-older-one"), 1.0)
+        assert me != "an-older-one" and items == []
+
+    asyncio.run(scenario())
+
+
+def test_outboxes_of_callers_gone_for_long_are_dropped() -> None:
+    async def scenario() -> None:
+        from raygents.runtime import actor as actor_module
+
+        actor = _actor()
+        actor._outbox("gone").post("r", ["never taken"])
+        actor._outbox("gone").taken -= actor_module._OUTBOX_IDLE_S + 1
+        actor._outbox("here")  # a new caller's outbox sweeps out the stale ones
+        assert set(actor._outboxes) == {"here"}
+
+    asyncio.run(scenario())
