@@ -125,6 +125,25 @@ def test_a_failed_take_fails_accepted_runs_not_those_on_their_way() -> None:
     asyncio.run(scenario())
 
 
+def test_a_take_that_fails_otherwise_fails_every_run_instead_of_leaving_it_waiting() -> None:
+    async def scenario() -> None:
+        from raygents.errors import RaygentsError
+
+        boxes, actor = Mailboxes(), FakeActor()
+        _, here = boxes.open(actor, "here")
+        _, on_way = boxes.open(actor, "on_way")
+        boxes.accepted(actor, here, "i1")
+        _, take = await actor.next_take()
+        take.set_exception(TypeError("a bug"))
+        await _settle()
+        for run in (here, on_way):
+            error = run.items.get_nowait()
+            assert isinstance(error, RaygentsError) and "a bug" in str(error)
+        assert len(actor.takes) == 1  # and it stopped taking
+
+    asyncio.run(scenario())
+
+
 def test_abandon_stops_the_poller_of_an_actor_no_run_uses() -> None:
     async def scenario() -> None:
         boxes, actor = Mailboxes(), FakeActor()

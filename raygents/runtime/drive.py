@@ -10,13 +10,10 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import ray
-import ray.exceptions
-
 from raygents.envelope import Envelope, Outcome
 from raygents.errors import RaygentsError
 from raygents.events import RunEvent
-from raygents.runtime.mailbox import ActorRestarted
+from raygents.runtime.mailbox import LOST, ActorRestarted
 
 if TYPE_CHECKING:
     from raygents.runtime.directory import Directory
@@ -24,15 +21,6 @@ if TYPE_CHECKING:
 __all__ = ["StaleActor", "SuspendToken", "drive"]
 
 log = logging.getLogger("raygents")
-
-# Ray errors that mean "the actor (or its node) is gone or unreachable", not "the call failed".
-_LOST = (
-    ray.exceptions.RayActorError,
-    ray.exceptions.ActorUnavailableError,
-    ray.exceptions.OwnerDiedError,
-    ray.exceptions.ObjectLostError,
-)
-
 
 _MAX_WAITS = 120  # about three minutes of an actor restarting or unreachable
 
@@ -87,7 +75,7 @@ async def drive(
             actor = await directory.actor(envelope.graph_fp, name)
             token.actor = actor
             outcome = await _call(actor, envelope, emit, directory, progress)
-        except (*_LOST, StaleActor, ActorRestarted) as exc:
+        except (*LOST, StaleActor, ActorRestarted) as exc:
             if "creation task" in str(exc):  # the agent cannot even be built: not transient
                 error = RaygentsError(
                     f"cannot start the actor of agent {name!r}: {_first_lines(exc)}",

@@ -25,8 +25,15 @@ import ray.exceptions
 
 from raygents.errors import RaygentsError
 
-__all__ = ["ActorRestarted", "Mailboxes", "RunBox"]
+__all__ = ["LOST", "ActorRestarted", "Mailboxes", "RunBox"]
 
+LOST = (
+    ray.exceptions.RayActorError,
+    ray.exceptions.ActorUnavailableError,
+    ray.exceptions.OwnerDiedError,
+    ray.exceptions.ObjectLostError,
+)
+"""Ray errors that mean "the actor (or its node) is gone or unreachable", not "the call failed"."""
 _TAKE_WAIT_S = 5.0  # how long one take waits at the actor for something to send
 _RETRY_S = 0.2  # pause before taking again after the actor was unreachable
 
@@ -121,33 +128,50 @@ class Mailboxes:
                     instance, items = await box.actor.take.remote(
                         box.caller, _TAKE_WAIT_S, box.instance
                     )
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                except LOST as exc:
                     # The runs the actor had accepted before this take are gone with it;
                     # those still on their way learn from their own start call where they
                     # landed.
-                    for run in list(box.runs.values()):
-                        if run.instance is not None and run.check_from <= number:
-                            run.items.put_nowait(exc)
+                    for run in _accepted_before(box, number):
+                        run.items.put_nowait(exc)
                     if not box.runs:
                         return
                     await asyncio.sleep(_RETRY_S)
                     continue
+                except Exception as exc:  # not a loss: no later take would do better
+                    for run in box.runs.values():
+                        run.items.put_nowait(
+                            RaygentsError(
+                                f"cannot take its events from the agent actor: {exc!r}",
+                                run_id=run.run_id,
+                            )
+                        )
+                    return
                 box.instance = instance
                 for run_id, item in items:
                     target = box.runs.get(run_id)
                     if target is not None:  # else: the run was lost, recovered elsewhere
                         target.items.put_nowait(item)
-                for run in list(box.runs.values()):
-                    if run.instance not in (None, instance) and run.check_from <= number:
-                        run.items.put_nowait(
-                            ActorRestarted(
-                                "the agent actor was restarted while it had the run",
-                                run_id=run.run_id,
-                            )
+                for run in _accepted_before(box, number, unless=instance):
+                    run.items.put_nowait(
+                        ActorRestarted(
+                            "the agent actor was restarted while it had the run",
+                            run_id=run.run_id,
                         )
+                    )
                 if not box.runs and not items:
                     return
         finally:
             with contextlib.suppress(KeyError):
                 if self._boxes[key] is box:
                     del self._boxes[key]
+
+
+def _accepted_before(box: _Box, number: int, unless: str | None = None) -> list[RunBox]:
+    """The runs of ``box`` that an actor incarnation other than ``unless`` accepted before
+    take ``number`` was sent."""
+    return [
+        run
+        for run in box.runs.values()
+        if run.instance not in (None, unless) and run.check_from <= number
+    ]
