@@ -80,10 +80,10 @@ def test_a_new_incarnation_fails_the_runs_the_old_one_accepted() -> None:
     async def scenario() -> None:
         boxes, actor = Mailboxes(), FakeActor()
         _, old = boxes.open(actor, "old")
-        boxes.accepted(actor, old, "i1")  # while take 1 is in flight
+        boxes.accepted(actor, old, "i1")  # before take 1 is sent
         _, take1 = await actor.next_take()
         _, new = boxes.open(actor, "new")
-        take1.set_result(("i1", []))  # take 1 may predate the acceptance: no verdict yet
+        take1.set_result(("i1", []))  # answered by the incarnation that has "old"
         await _settle()
         assert old.items.empty()
         boxes.accepted(actor, new, "i2")  # take 2 is in flight: answered by i2 or not
@@ -219,5 +219,28 @@ def test_outboxes_of_callers_gone_for_long_are_dropped() -> None:
         actor._outbox("gone").taken -= actor_module._OUTBOX_IDLE_S + 1
         actor._outbox("here")  # a new caller's outbox sweeps out the stale ones
         assert set(actor._outboxes) == {"here"}
+
+    asyncio.run(scenario())
+
+
+def test_a_run_whose_task_raises_still_sends_a_failed_outcome() -> None:
+    """A bug in the actor's run code must not leave the caller waiting for an outcome."""
+
+    async def scenario() -> None:
+        from raygents.envelope import Envelope, Outcome, RunState
+        from raygents.messages import to_messages
+
+        actor = _actor()
+
+        async def broken(*args: Any) -> Any:
+            raise RuntimeError("boom")
+
+        actor._run = broken
+        state = RunState(run_id="r1", agent_name="outboxed", messages=to_messages("hi"))
+        me = await actor.start(Envelope(state, "fp", None), "c")
+        _, items = await actor.take("c", 2.0, me)
+        [(run_id, outcome)] = items
+        assert run_id == "r1" and isinstance(outcome, Outcome) and outcome.kind == "failed"
+        assert "boom" in str(outcome.error)
 
     asyncio.run(scenario())

@@ -71,6 +71,19 @@ class _Outbox:
         self.ready.set()
 
 
+def _outcome_of(task: asyncio.Future[Outcome], state: RunState) -> Outcome:
+    """A finished run's outcome; a failed one if the run's task itself raised (a bug here),
+    so that its caller never waits for an outcome that cannot come."""
+    try:
+        return task.result()
+    except Exception as exc:
+        log.exception("run %s failed in its agent actor", state.run_id)
+        error = RaygentsError(
+            f"internal error in an agent actor: {type(exc).__name__}: {exc}", run_id=state.run_id
+        )
+        return Outcome("failed", state, error=error)
+
+
 @dataclass
 class _Active:
     """What the actor knows about a run it is executing."""
@@ -210,7 +223,7 @@ class AgentActor:
                         break
                     item = queue.get_nowait()
                 if item is _DONE:  # the run's last events travel with its outcome
-                    outcome = task.result()
+                    outcome = _outcome_of(task, envelope.state)
                     outbox.post(run_id, (batch, outcome) if batch else outcome)
                     return
                 outbox.post(run_id, batch)
