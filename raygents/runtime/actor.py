@@ -47,6 +47,7 @@ _BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out toge
 _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run waits for them
 _NOTE_WINDOW_S = 0.01  # how long reports of records written here gather before they go out
 _OUTBOX_IDLE_S = 120.0  # an outbox its caller has not taken from for this long is dropped
+_RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
 _HANDOFF_PARAMS = {
     "type": "object",
     "properties": {},
@@ -244,14 +245,23 @@ class AgentActor:
         return True
 
     async def retire(self) -> None:
-        """Exit once no run is active here and their callers took what they sent (a newer
-        definition of the agent took over)."""
-        undelivered_since = None
-        while self._active or any(o.items for o in self._outboxes.values()):
-            if not self._active:
-                undelivered_since = undelivered_since or time.monotonic()
-                if time.monotonic() - undelivered_since > _OUTBOX_IDLE_S:
+        """Exit once no run has been active here for ``_RETIRE_GRACE_S`` and their callers
+        took what they sent (a newer definition of the agent took over). The grace lets runs
+        already on their way here arrive: a start may reach a new actor after its retire."""
+        idle_since = undelivered_since = None
+        while True:
+            now = time.monotonic()
+            undelivered = any(o.items for o in self._outboxes.values())
+            if self._active:
+                idle_since = undelivered_since = None
+            elif undelivered:
+                undelivered_since = undelivered_since or now
+                if now - undelivered_since > _OUTBOX_IDLE_S:
                     break  # their callers are gone
+            else:
+                idle_since = idle_since or now
+                if now - idle_since >= _RETIRE_GRACE_S:
+                    break
             await asyncio.sleep(0.1)
         _exit_actor()
 

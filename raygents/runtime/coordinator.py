@@ -5,6 +5,7 @@ store."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import time
@@ -108,6 +109,7 @@ class Coordinator:
         self.creator = creator
         self.incarnation = os.urandom(3).hex()
         """Tells this coordinator's (non-detached) agent actors from a predecessor's."""
+        self._created = itertools.count(1)
         self.store: Store = open_store(store_url)
         self.durability = durability
         self.key = hmac_key
@@ -180,8 +182,9 @@ class Coordinator:
             options.update(name=label, get_if_exists=True, lifetime="detached")
         else:
             # Owned actors die with their coordinator, but their names are released a moment
-            # later: a unique name never meets a dying actor of an earlier coordinator.
-            options["name"] = f"{label}~{self.incarnation}"
+            # later: a unique name never meets a dying actor of an earlier coordinator, nor
+            # one of this coordinator that retired or was replaced.
+            options["name"] = f"{label}~{self.incarnation}.{next(self._created)}"
         options.update(self.actor_options)
         remote_cls = ray.remote(AgentActor).options(**options)
         me = ray.get_runtime_context().current_actor
