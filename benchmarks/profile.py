@@ -6,6 +6,8 @@
     python benchmarks/profile.py resume --n 200        # suspend N runs, profile resuming them
     python benchmarks/profile.py checkpoint            # 10 local tool turns, model latency 0,
                                                        # sync on the file store (workload 4)
+    python benchmarks/profile.py fanout --n 64         # an orchestrator calls N sub-agents
+                                                       # with 200 ms CPU tool tasks (workload 3)
 
 py-spy records the driver, the coordinator and the agent actor(s) (found by their ``ray::``
 process titles) at 100 Hz, on-CPU samples only, into ``benchmarks/results/profiles/<scenario>-
@@ -74,26 +76,11 @@ def _record(scenario: str, seconds: float, out_dir: str) -> list[tuple[str, str,
     return procs
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument(
-        "scenario", choices=("single", "single-local", "concurrent", "resume", "checkpoint")
-    )
-    ap.add_argument("--seconds", type=float, default=15)
-    ap.add_argument("--n", type=int, default=300)
-    ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
-    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", "profiles"))
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-
-    import tempfile
-
-    from workloads import harness as H
-
+def _prepare(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    """The scenario's agent, warmed up, and (``resume``) the handles of its suspended runs."""
     import raygents as rg
 
-    tmp = tempfile.mkdtemp(prefix="rgprof-")
-    C.init_raygents(store=f"file://{tmp}/store", durability=args.durability)
+    handles: list[Any] = []
     kind = "local" if args.scenario in ("single-local", "concurrent") else "task"
     latency = 0.0 if args.scenario.startswith("single") else 0.1
     if args.scenario == "checkpoint":
@@ -105,6 +92,18 @@ def main() -> None:
         )
         for _ in range(3):
             rg.run(agent, "k=1 turns=10")
+    elif args.scenario == "fanout":
+        worker = rg.Agent(
+            "prof_fo_worker",
+            tools=C.rg_tools("cpu"),
+            model=C.rg_model(C.ToolTurns(k=1, tool="burn"), latency),
+        )
+        agent = rg.Agent(
+            "prof_fo",
+            tools=[worker.as_tool("worker", "a worker")],
+            model=C.rg_model(C.FanOut(), latency),
+        )
+        rg.run(agent, "m=2")
     elif args.scenario == "resume":
         from workloads.suspend import phase
 
@@ -128,11 +127,36 @@ def main() -> None:
         )
         for _ in range(5):
             rg.run(agent, "k=4")
+    return agent, handles
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument(
+        "scenario",
+        choices=("single", "single-local", "concurrent", "resume", "checkpoint", "fanout"),
+    )
+    ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", "profiles"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    import tempfile
+
+    from workloads import harness as H
+
+    import raygents as rg
+
+    tmp = tempfile.mkdtemp(prefix="rgprof-")
+    C.init_raygents(store=f"file://{tmp}/store", durability=args.durability)
+    agent, handles = _prepare(args)
     procs = _record(args.scenario, args.seconds, args.out)
     t0 = time.perf_counter()
     count = 0
-    if args.scenario.startswith("single") or args.scenario == "checkpoint":
-        prompt = "k=1 turns=10" if args.scenario == "checkpoint" else "k=4"
+    if args.scenario.startswith("single") or args.scenario in ("checkpoint", "fanout"):
+        prompt = {"checkpoint": "k=1 turns=10", "fanout": f"m={args.n}"}.get(args.scenario, "k=4")
         while time.perf_counter() - t0 < args.seconds:
             rg.run(agent, prompt)
             count += 1

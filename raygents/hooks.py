@@ -22,7 +22,9 @@ class RunHooks:
     Hooks are set per agent (``Agent(hooks=...)``) and run inside that agent's actor while it
     is active, so after a handoff the target's hooks fire. A hook that raises is logged with the
     run id and never breaks the run. Order within a turn: ``on_llm_start``, ``on_llm_end``, then
-    per tool call ``on_tool_start`` / ``on_tool_end`` (always paired), then ``on_checkpoint``;
+    per tool call ``on_tool_start`` / ``on_tool_end`` (always paired), then ``on_checkpoint``
+    (the record of a batch's results is written while the next model call runs: its
+    ``on_checkpoint`` may follow that call's ``on_llm_start``, never its ``on_llm_end``);
     ``on_handoff`` fires on the source agent; ``on_run_start`` when a run starts or resumes
     (``on_restore`` first on resume) and ``on_run_end`` whenever it stops.
     """

@@ -48,6 +48,10 @@ _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run w
 _NOTE_WINDOW_S = 0.01  # how long reports of records written here gather before they go out
 _OUTBOX_IDLE_S = 120.0  # an outbox its caller has not taken from for this long is dropped
 _RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
+# A finished call that took this long is journaled at once (running it again would cost more
+# than a record); a quicker one waits up to _JOURNAL_WAIT_S for company, or for the batch's end.
+_JOURNAL_AT_ONCE_S = 0.01
+_JOURNAL_WAIT_S = 0.05
 _HANDOFF_PARAMS = {
     "type": "object",
     "properties": {},
@@ -280,8 +284,9 @@ class AgentActor:
             await asyncio.wait([tail])
             if outcome.kind == "handoff":  # the next actor may be one that cannot write
                 await self._notes_settled()  # itself: the coordinator must have these first
-            else:  # the run's end may overtake these reports (then they change nothing);
-                self._send_notes()  # a stop record was stored after every report anyway
+            # Else the reports go with the next batch: a completed run's records are deleted
+            # (a report after its end changes nothing), and a run that stopped otherwise had
+            # every report acknowledged before its stop record.
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(
@@ -310,46 +315,75 @@ class AgentActor:
 
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         state, view, action = await self._begin(envelope, emit)
+        behind: asyncio.Future[None] | None = None  # a batch's record, written behind
+        try:
+            while True:
+                halted, state, action, behind = await self._step(
+                    envelope, token, emit, view, state, action, behind
+                )
+                if halted is not None:
+                    return halted
+        finally:
+            if behind is not None:  # the run ended otherwise: its end's record waits for it
+                await asyncio.wait([behind])
+                if not behind.cancelled() and behind.exception() is not None:
+                    log.warning("run %s: a checkpoint failed: %s", state.run_id, behind.exception())
+
+    async def _step(
+        self,
+        envelope: Envelope,
+        token: SuspendToken,
+        emit: Emit,
+        view: loop.AgentView,
+        state: RunState,
+        action: loop.Action,
+        behind: asyncio.Future[None] | None,
+    ) -> tuple[Outcome | None, RunState, loop.Action, asyncio.Future[None] | None]:
+        """Take one action: the run's outcome if it ends here, else its next state and action,
+        and the record of a tool batch still being written (the next model call overlaps it:
+        the call has no effects to protect, and its reply is used only once the record is
+        durable)."""
         hooks = self.agent.hooks
-        while True:
-            ctx = self._run_context(state, envelope.context)
-            match action:
-                case loop.CallModel(request=request):
-                    if token.cause is not None:
-                        return await self._halt(state, "suspended", emit, cause=token.cause)
-                    await fire(hooks, "on_llm_start", ctx, self.agent, request)
-                    response = await self._call_model(request, state, envelope.stream, emit)
-                    await fire(hooks, "on_llm_end", ctx, self.agent, response)
-                    state, action = loop.on_response(state, view, response)
-                    if isinstance(action, loop.RunTools):
-                        state = state.evolve(turn_limit=loop.turn_limit(state, view))
-                case loop.RunTools() as batch:
-                    halted, state, action = await self._tools_turn(
-                        state, view, envelope, batch, emit
-                    )
-                    if halted is not None:
-                        return halted
-                case loop.Finish(output=output):
-                    await run_output_guardrails(
-                        self.agent.output_guardrails,
-                        ctx,
-                        state.messages[-1],
-                        on_trip=self._on_trip(ctx),
-                    )
-                    await self._save_session(state)
-                    end = {"output": output, "turns": state.turns, "usage": state.usage}
-                    self._emit(emit, state, "agent_end", **end)
-                    return Outcome("completed", state, output=output)
-                case loop.Fail(error=error):
-                    raise error
-                case loop.HandoffTo(target=target, call=call):
-                    await fire(hooks, "on_handoff", ctx, self.agent, self.graph[target])
-                    state = await self._handoff(state, target, call, envelope.context)
-                    state = await self._save(state, "running", emit)
-                    self._emit(emit, state, "handoff", to_agent=target)
-                    return Outcome("handoff", state)
-                case _:
-                    assert_never(action)
+        ctx = self._run_context(state, envelope.context)
+        match action:
+            case loop.CallModel(request=request):
+                if token.cause is not None:
+                    if behind is not None:
+                        await behind
+                    halted = await self._halt(state, "suspended", emit, cause=token.cause)
+                    return halted, state, action, None
+                await fire(hooks, "on_llm_start", ctx, self.agent, request)
+                response = await self._call_model(request, state, envelope.stream, emit)
+                if behind is not None:
+                    await behind  # a failed record fails the run before the reply is used
+                await fire(hooks, "on_llm_end", ctx, self.agent, response)
+                state, action = loop.on_response(state, view, response)
+                if isinstance(action, loop.RunTools):
+                    state = state.evolve(turn_limit=loop.turn_limit(state, view))
+                return None, state, action, None
+            case loop.RunTools() as batch:
+                return await self._tools_turn(state, view, envelope, batch, emit)
+            case loop.Finish(output=output):
+                await run_output_guardrails(
+                    self.agent.output_guardrails,
+                    ctx,
+                    state.messages[-1],
+                    on_trip=self._on_trip(ctx),
+                )
+                await self._save_session(state)
+                end = {"output": output, "turns": state.turns, "usage": state.usage}
+                self._emit(emit, state, "agent_end", **end)
+                return Outcome("completed", state, output=output), state, action, None
+            case loop.Fail(error=error):
+                raise error
+            case loop.HandoffTo(target=target, call=call):
+                await fire(hooks, "on_handoff", ctx, self.agent, self.graph[target])
+                state = await self._handoff(state, target, call, envelope.context)
+                state = await self._save(state, "running", emit)
+                self._emit(emit, state, "handoff", to_agent=target)
+                return Outcome("handoff", state), state, action, None
+            case _:
+                assert_never(action)
 
     async def _begin(
         self, envelope: Envelope, emit: Emit
@@ -387,12 +421,13 @@ class AgentActor:
         envelope: Envelope,
         batch: loop.RunTools,
         emit: Emit,
-    ) -> tuple[Outcome | None, RunState, loop.Action]:
-        """Gate, checkpoint and run one batch; an outcome if the run must stop here."""
+    ) -> tuple[Outcome | None, RunState, loop.Action, asyncio.Future[None] | None]:
+        """Gate, checkpoint and run one batch; an outcome if the run must stop here, and the
+        batch's record if it is still being written (see :meth:`_step`)."""
         needs = await self._needs_approval(state, batch, envelope.context)
         state, gated = loop.gate(state, batch, needs, self.agent.name)
         if isinstance(gated, loop.Interrupt):
-            return await self._halt(state, "awaiting_approval", emit), state, batch
+            return await self._halt(state, "awaiting_approval", emit), state, batch, None
         if not state.journal:
             state = await self._save(state, "running", emit)  # the intent: never ask again
         results, state, halts, journaled = await self._run_batch(state, envelope, gated, emit)
@@ -400,13 +435,23 @@ class AgentActor:
             pending = tuple(p for h in halts if h.kind == "interrupted" for p in h.state.pending)
             if pending:
                 state = state.evolve(pending=pending)
-                return await self._halt(state, "awaiting_approval", emit), state, batch
+                return await self._halt(state, "awaiting_approval", emit), state, batch, None
             cause = next(h.cause for h in halts if h.kind == "suspended")
-            return await self._halt(state, "suspended", emit, cause=cause), state, batch
+            return await self._halt(state, "suspended", emit, cause=cause), state, batch, None
         state, action = loop.on_results(state, view, gated, [r.result for r in results])
-        if isinstance(action, loop.CallModel) and not journaled:
-            state = await self._save(state, "running", emit)  # (a handoff writes its own)
-        return None, state, action
+        if not isinstance(action, loop.CallModel) or journaled:
+            return None, state, action, None  # (a handoff writes its own record)
+        if self.directory.cached_settings()["durability"] != "sync":
+            return None, await self._save(state, "running", emit), action, None
+        state, write = self._write(state, "running", behind=True)
+        if write is None:
+            return None, state, action, None
+        return None, state, action, asyncio.ensure_future(self._written(state, write, emit))
+
+    async def _written(self, state: RunState, write: Any, emit: Emit) -> None:
+        """Wait for a record written behind, then report it like :meth:`_save` does."""
+        await write
+        await self._checkpointed(state, "running", emit)
 
     # --- checkpoints --------------------------------------------------------------------
     def _write(
@@ -417,11 +462,13 @@ class AgentActor:
         cause: str | None = None,
         error: str | None = None,
         durable: bool = False,
+        behind: bool = False,
     ) -> tuple[RunState, Any]:
         """Start writing a checkpoint record; the new state and the pending write (or None).
 
         Sequence numbers are taken here, synchronously, so concurrent writes never collide.
-        In ``exit`` mode only records of runs that stop here are written.
+        In ``exit`` mode only records of runs that stop here are written. ``behind``: the run
+        goes on while the record is written (a put of this actor's runs in a thread).
         """
         settings = self.directory.cached_settings()
         if settings["durability"] == "exit" and status == "running":
@@ -443,7 +490,7 @@ class AgentActor:
         self._keys[run_id] = key
         if store is not None and not durable:
             put = _Put(store, key, previous_key, new, data, info, full)
-            if (tail is None or tail.done()) and len(self._active) <= 1:
+            if (tail is None or tail.done()) and len(self._active) <= 1 and not behind:
                 # No other run here would wait meanwhile: the put (~1 ms, fsyncs) costs less
                 # than a thread hop; with other runs here the puts overlap in threads.
                 write = asyncio.get_running_loop().create_future()
@@ -773,12 +820,16 @@ class AgentActor:
         """Run a batch; finished calls go to the journal. Returns halted children too, and
         whether the journal records hold every result (then the batch needs no other record:
         a resume replays the results from the journal)."""
-        journal = _Journal(self, state, emit)
+        journal = _Journal(self, state, emit, len(batch.steps))
 
         async def one(step: loop.ToolStep) -> StepResult:
+            started = time.perf_counter()
             out = await self._run_step(journal.state, envelope, step, emit)
+            took = time.perf_counter() - started
             if isinstance(step, loop.Execute) and out.halt is None:
-                journal.add(step.call.id, out.result)
+                journal.finished(took, step.call.id, out.result)
+            else:
+                journal.finished(took)
             return out
 
         if batch.sequential:
@@ -940,29 +991,53 @@ async def _acknowledged(ref: Any) -> None:
 class _Journal:
     """The journal records of one batch, group-committed.
 
-    A finished call's result is written at once, unless a journal record of the run is in
-    flight; then it goes in the next record, with every call that finished meanwhile.
+    A finished call's result goes into a record at once if the call took
+    ``_JOURNAL_AT_ONCE_S`` or more (running it again would cost more than the record), else
+    within ``_JOURNAL_WAIT_S``, with the calls that finish meanwhile; while a record is in
+    flight, finished calls go in the next one. The batch's last call is left to the batch's
+    own record, which the run writes while its next model call runs.
     """
 
-    def __init__(self, actor: AgentActor, state: RunState, emit: Emit) -> None:
+    def __init__(self, actor: AgentActor, state: RunState, emit: Emit, calls: int) -> None:
         self.actor = actor
         self.state = state
         self.emit = emit
         self.entries = dict(state.journal)
         self.written = set(state.journal)
         self.failed = False
+        self.left = calls  # steps of the batch still running
         self._flight: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
-    def add(self, call_id: str, result: ToolResult) -> None:
-        if call_id in self.entries:
+    def finished(
+        self, took_s: float, call_id: str | None = None, result: ToolResult | None = None
+    ) -> None:
+        """A step of the batch finished (``call_id``, ``result``: a call to journal)."""
+        self.left -= 1
+        if call_id is None or result is None or call_id in self.entries:
             return
         self.entries[call_id] = result
-        if self._flight is None:
-            self._flight = asyncio.ensure_future(self._flush())
+        if self._flight is not None or self.left <= 0:
+            return  # the record in flight loops for it, or the batch's own record has it
+        if took_s >= _JOURNAL_AT_ONCE_S:
+            self._write_now()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_JOURNAL_WAIT_S, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._flight is None and self.left > 0:
+            self._write_now()
+
+    def _write_now(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._flight = asyncio.ensure_future(self._flush())
 
     async def _flush(self) -> None:
         try:
-            while not self.failed and self.written != self.entries.keys():
+            while not self.failed and self.left > 0 and self.written != self.entries.keys():
                 ids = set(self.entries)
                 state = self.state.evolve(journal=dict(self.entries))
                 self.state, write = self.actor._write(state, "running")
@@ -983,6 +1058,9 @@ class _Journal:
 
     async def settle(self) -> bool:
         """Wait for the records in flight; True if every result is in a written record."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         while self._flight is not None:
             await self._flight
         return not self.failed and self.written == self.entries.keys()

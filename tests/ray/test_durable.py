@@ -508,3 +508,72 @@ def test_calls_that_finish_together_share_journal_records() -> None:
     # the batch: the journal already holds every result
     assert 2 <= len(checkpoints) <= 3, [e.data for e in checkpoints]
     assert [e.data["seq"] for e in checkpoints] == list(range(1, len(checkpoints) + 1))
+
+
+@rg.tool(remote=False)
+def quick(n: int) -> str:
+    """Answer at once."""
+    return f"q{n}"
+
+
+@rg.tool(remote=False)
+async def pause(seconds: float) -> str:
+    """Wait ``seconds``."""
+    await asyncio.sleep(seconds)
+    return f"waited {seconds}"
+
+
+def test_quick_calls_go_in_the_batch_record_and_slow_ones_at_once(store: str) -> None:
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        results = [m.text for m in req.messages if m.role == "tool"]
+        if not results:
+            return calls(*(call("quick", {"n": i}, id=f"q{i}") for i in range(4)))
+        if len(results) == 4:
+            return calls(
+                call("pause", {"seconds": 0.2}, id="p1"), call("pause", {"seconds": 1.0}, id="p2")
+            )
+        return text(" ".join(results))
+
+    agent = rg.Agent("journaled", tools=[quick, pause], model=FunctionModel(reply))
+    handle = rg.start(agent, "go")
+    assert handle.result(timeout_s=60).final_output == "q0 q1 q2 q3 waited 0.2 waited 1.0"
+    events = [(e.type, e.call_id or (e.data or {}).get("seq")) for e in handle.events()]
+    records = [seq for kind, seq in events if kind == "checkpoint"]
+    assert records == [1, 2, 3, 4, 5], events
+    # quick calls: the intent, then one record with all four results, after the batch
+    assert events.index(("checkpoint", 2)) > max(
+        events.index(("tool_end", f"q{i}")) for i in range(4)
+    )
+    # a call that took a while is journaled as it finishes, before the batch ends; the
+    # batch's last call goes in the batch's own record
+    assert events.index(("tool_end", "p1")) < events.index(("checkpoint", 4))
+    assert events.index(("checkpoint", 4)) < events.index(("tool_end", "p2"))
+    assert events.index(("tool_end", "p2")) < events.index(("checkpoint", 5))
+
+
+def test_a_batch_record_that_fails_fails_the_run_before_the_reply_is_used(
+    store: str, tmp_path: Path
+) -> None:
+    book = tmp_path / "ledger"
+    root = Path(store.removeprefix("file://"))
+
+    @rg.tool(remote=False)
+    def wipe(ctx: rg.ToolContext) -> str:
+        """Delete this run's records, so that its next one cannot be written."""
+        import shutil
+
+        shutil.rmtree(root / "runs" / ctx.run_id)
+        return "wiped"
+
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        if not any(m.role == "tool" for m in req.messages):
+            return calls(call("wipe", {}, id="w"))
+        return calls(call("work", {"value": "after"}, id="after"))
+
+    agent = rg.Agent(
+        "wiped", tools=[wipe, ledger_tool("work")], model=FunctionModel(reply, latency_s=0.2)
+    )
+    handle = rg.start(agent, "go", context={"ledger": str(book)})
+    with pytest.raises(rg.RaygentsError, match="fenced"):
+        handle.result(timeout_s=60)
+    assert ledger(book) == [], "no tool of the next reply ran"

@@ -73,6 +73,11 @@ def test_hooks_fire_in_order_and_a_failing_hook_is_harmless(tmp_path: Path) -> N
     )
     assert rg.run(source, "hi").final_output == "bye"
     names = [entry[0] for entry in read(log)]
+    # the record of the tool batch is written while the next model call runs: its
+    # on_checkpoint comes once it is stored, before that call's reply is used
+    batch_record = names.index("checkpoint", names.index("tool_end"))
+    assert names[batch_record - 1] in ("tool_end", "llm_start"), names
+    del names[batch_record]
     assert names == [
         "run_start",
         "llm_start",
@@ -80,7 +85,6 @@ def test_hooks_fire_in_order_and_a_failing_hook_is_harmless(tmp_path: Path) -> N
         "checkpoint",
         "tool_start",
         "tool_end",
-        "checkpoint",
         "llm_start",
         "llm_end",
         "checkpoint",
