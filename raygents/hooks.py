@@ -24,7 +24,7 @@ class RunHooks:
     run id and never breaks the run. Order within a turn: ``on_llm_start``, ``on_llm_end``, then
     per tool call ``on_tool_start`` / ``on_tool_end`` (always paired), then ``on_checkpoint``
     (the record of a batch's results is written while the next model call runs: its
-    ``on_checkpoint`` may follow that call's ``on_llm_start``, never its ``on_llm_end``);
+    ``on_checkpoint`` comes between that call's ``on_llm_start`` and ``on_llm_end``);
     ``on_handoff`` fires on the source agent; ``on_run_start`` when a run starts or resumes
     (``on_restore`` first on resume) and ``on_run_end`` whenever it stops.
     """

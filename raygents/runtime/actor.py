@@ -315,19 +315,13 @@ class AgentActor:
 
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         state, view, action = await self._begin(envelope, emit)
-        behind: asyncio.Future[None] | None = None  # a batch's record, written behind
-        try:
-            while True:
-                halted, state, action, behind = await self._step(
-                    envelope, token, emit, view, state, action, behind
-                )
-                if halted is not None:
-                    return halted
-        finally:
-            if behind is not None:  # the run ended otherwise: its end's record waits for it
-                await asyncio.wait([behind])
-                if not behind.cancelled() and behind.exception() is not None:
-                    log.warning("run %s: a checkpoint failed: %s", state.run_id, behind.exception())
+        record = False  # the last tool batch's record is still to be written
+        while True:
+            halted, state, action, record = await self._step(
+                envelope, token, emit, view, state, action, record
+            )
+            if halted is not None:
+                return halted
 
     async def _step(
         self,
@@ -337,30 +331,37 @@ class AgentActor:
         view: loop.AgentView,
         state: RunState,
         action: loop.Action,
-        behind: asyncio.Future[None] | None,
-    ) -> tuple[Outcome | None, RunState, loop.Action, asyncio.Future[None] | None]:
+        record: bool,
+    ) -> tuple[Outcome | None, RunState, loop.Action, bool]:
         """Take one action: the run's outcome if it ends here, else its next state and action,
-        and the record of a tool batch still being written (the next model call overlaps it:
-        the call has no effects to protect, and its reply is used only once the record is
-        durable)."""
+        and whether the last tool batch's record is still to be written (``record``): it is
+        written while the next model call runs (the call has no effects to protect, and its
+        reply is used only once the record is stored; a suspend's record includes it)."""
         hooks = self.agent.hooks
         ctx = self._run_context(state, envelope.context)
         match action:
             case loop.CallModel(request=request):
                 if token.cause is not None:
-                    if behind is not None:
-                        await behind
                     halted = await self._halt(state, "suspended", emit, cause=token.cause)
-                    return halted, state, action, None
+                    return halted, state, action, False
                 await fire(hooks, "on_llm_start", ctx, self.agent, request)
-                response = await self._call_model(request, state, envelope.stream, emit)
-                if behind is not None:
-                    await behind  # a failed record fails the run before the reply is used
+                reply = asyncio.ensure_future(
+                    self._call_model(request, state, envelope.stream, emit)
+                )
+                if record:
+                    await asyncio.sleep(0)  # the call goes out first
+                    try:
+                        state = await self._save(state, "running", emit)
+                    except BaseException:
+                        reply.cancel()
+                        await asyncio.wait([reply])
+                        raise
+                response = await reply
                 await fire(hooks, "on_llm_end", ctx, self.agent, response)
                 state, action = loop.on_response(state, view, response)
                 if isinstance(action, loop.RunTools):
                     state = state.evolve(turn_limit=loop.turn_limit(state, view))
-                return None, state, action, None
+                return None, state, action, False
             case loop.RunTools() as batch:
                 return await self._tools_turn(state, view, envelope, batch, emit)
             case loop.Finish(output=output):
@@ -373,7 +374,7 @@ class AgentActor:
                 await self._save_session(state)
                 end = {"output": output, "turns": state.turns, "usage": state.usage}
                 self._emit(emit, state, "agent_end", **end)
-                return Outcome("completed", state, output=output), state, action, None
+                return Outcome("completed", state, output=output), state, action, False
             case loop.Fail(error=error):
                 raise error
             case loop.HandoffTo(target=target, call=call):
@@ -381,7 +382,7 @@ class AgentActor:
                 state = await self._handoff(state, target, call, envelope.context)
                 state = await self._save(state, "running", emit)
                 self._emit(emit, state, "handoff", to_agent=target)
-                return Outcome("handoff", state), state, action, None
+                return Outcome("handoff", state), state, action, False
             case _:
                 assert_never(action)
 
@@ -421,13 +422,13 @@ class AgentActor:
         envelope: Envelope,
         batch: loop.RunTools,
         emit: Emit,
-    ) -> tuple[Outcome | None, RunState, loop.Action, asyncio.Future[None] | None]:
-        """Gate, checkpoint and run one batch; an outcome if the run must stop here, and the
-        batch's record if it is still being written (see :meth:`_step`)."""
+    ) -> tuple[Outcome | None, RunState, loop.Action, bool]:
+        """Gate, checkpoint and run one batch; an outcome if the run must stop here, and
+        whether the batch's record is still to be written (see :meth:`_step`)."""
         needs = await self._needs_approval(state, batch, envelope.context)
         state, gated = loop.gate(state, batch, needs, self.agent.name)
         if isinstance(gated, loop.Interrupt):
-            return await self._halt(state, "awaiting_approval", emit), state, batch, None
+            return await self._halt(state, "awaiting_approval", emit), state, batch, False
         if not state.journal:
             state = await self._save(state, "running", emit)  # the intent: never ask again
         results, state, halts, journaled = await self._run_batch(state, envelope, gated, emit)
@@ -435,23 +436,12 @@ class AgentActor:
             pending = tuple(p for h in halts if h.kind == "interrupted" for p in h.state.pending)
             if pending:
                 state = state.evolve(pending=pending)
-                return await self._halt(state, "awaiting_approval", emit), state, batch, None
+                return await self._halt(state, "awaiting_approval", emit), state, batch, False
             cause = next(h.cause for h in halts if h.kind == "suspended")
-            return await self._halt(state, "suspended", emit, cause=cause), state, batch, None
+            return await self._halt(state, "suspended", emit, cause=cause), state, batch, False
         state, action = loop.on_results(state, view, gated, [r.result for r in results])
-        if not isinstance(action, loop.CallModel) or journaled:
-            return None, state, action, None  # (a handoff writes its own record)
-        if self.directory.cached_settings()["durability"] != "sync":
-            return None, await self._save(state, "running", emit), action, None
-        state, write = self._write(state, "running", behind=True)
-        if write is None:
-            return None, state, action, None
-        return None, state, action, asyncio.ensure_future(self._written(state, write, emit))
-
-    async def _written(self, state: RunState, write: Any, emit: Emit) -> None:
-        """Wait for a record written behind, then report it like :meth:`_save` does."""
-        await write
-        await self._checkpointed(state, "running", emit)
+        # (a handoff writes its own record)
+        return None, state, action, isinstance(action, loop.CallModel) and not journaled
 
     # --- checkpoints --------------------------------------------------------------------
     def _write(
@@ -462,13 +452,11 @@ class AgentActor:
         cause: str | None = None,
         error: str | None = None,
         durable: bool = False,
-        behind: bool = False,
     ) -> tuple[RunState, Any]:
         """Start writing a checkpoint record; the new state and the pending write (or None).
 
         Sequence numbers are taken here, synchronously, so concurrent writes never collide.
-        In ``exit`` mode only records of runs that stop here are written. ``behind``: the run
-        goes on while the record is written (a put of this actor's runs in a thread).
+        In ``exit`` mode only records of runs that stop here are written.
         """
         settings = self.directory.cached_settings()
         if settings["durability"] == "exit" and status == "running":
@@ -490,7 +478,7 @@ class AgentActor:
         self._keys[run_id] = key
         if store is not None and not durable:
             put = _Put(store, key, previous_key, new, data, info, full)
-            if (tail is None or tail.done()) and len(self._active) <= 1 and not behind:
+            if (tail is None or tail.done()) and len(self._active) <= 1:
                 # No other run here would wait meanwhile: the put (~1 ms, fsyncs) costs less
                 # than a thread hop; with other runs here the puts overlap in threads.
                 write = asyncio.get_running_loop().create_future()

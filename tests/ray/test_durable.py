@@ -467,13 +467,15 @@ def test_durability_modes_write_what_they_promise(durability: str, tmp_path: Pat
             handle.result(timeout_s=60)
         keys = sorted((root / "runs" / handle.run_id).iterdir())
         deadline = time.time() + 20  # async mode writes behind: wait for the backlog
-        while durability == "async" and len(keys) < 5 and time.time() < deadline:
+        while durability == "async" and len(keys) < 4 and time.time() < deadline:
             time.sleep(0.1)
             keys = sorted((root / "runs" / handle.run_id).iterdir())
         if durability == "exit":
             assert len(keys) == 1, "exit mode writes only the suspend checkpoint"
         else:
-            assert len(keys) >= 5, "intents and journal records of two batches, then the suspend"
+            # the intents of two batches, the first batch's record, then the suspend (which
+            # holds the second batch's results)
+            assert len(keys) >= 4, keys
         result = rg.resume(handle.run_id, agent=agent).result(timeout_s=60)
         assert result.final_output == "finished after 2"
         deadline = time.time() + 20  # deleted in the background once the run completed
