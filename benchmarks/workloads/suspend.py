@@ -1,6 +1,6 @@
 """Workload 5: suspend and resume storms.
 
-N runs (300 in quick mode, 1,000 in full mode) of an agent that makes one tool call per turn
+N = 1,000 runs (quick and full mode; 20 in smoke mode) of an agent that makes one tool call per turn
 (``remote=False``: a storm of num_cpus=0 tool tasks is its own problem, see workload 2) with a
 100 ms model, forever, until its dynamic instructions say ``phase: finish``. Once every run
 has finished at least one tool call, all are suspended at once (``handle.suspend()`` for each);
@@ -48,8 +48,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
 
     import raygents as rg
 
-    quick = mode == "quick"
-    n = 300 if quick else 1000
+    n = 1000
     if mode == "smoke":
         n = 20
     C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}", durability="sync")

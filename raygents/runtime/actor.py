@@ -235,18 +235,19 @@ class AgentActor:
         finally:
             outbox.runs -= 1
 
-    def suspend(self, run_id: str, cause: str) -> bool:
-        """Ask a run to suspend at its next safe point; False if it is not running here."""
-        active = self._active.get(run_id)
-        if active is None:
-            now = time.monotonic()
-            self._early = {k: v for k, v in self._early.items() if now - v[1] < 60}
-            self._early[run_id] = (cause, now)  # the run may be on its way here
-            return False
-        active.token.request(cause)
-        for child in list(active.children.values()):
-            child.request(cause)
-        return True
+    async def suspend(self, requests: list[tuple[str, str]]) -> None:
+        """Ask runs, ``(run_id, cause)``, to suspend at their next safe point (a run not here
+        yet is remembered for a minute: it may be on its way)."""
+        for run_id, cause in requests:
+            active = self._active.get(run_id)
+            if active is None:
+                now = time.monotonic()
+                self._early = {k: v for k, v in self._early.items() if now - v[1] < 60}
+                self._early[run_id] = (cause, now)
+                continue
+            active.token.request(cause)
+            for child in list(active.children.values()):
+                child.request(cause)
 
     async def retire(self) -> None:
         """Exit once no run has been active here for ``_RETIRE_GRACE_S`` and their callers
@@ -363,6 +364,10 @@ class AgentActor:
                     state = state.evolve(turn_limit=loop.turn_limit(state, view))
                 return None, state, action, False
             case loop.RunTools() as batch:
+                if token.cause is not None:  # none of the batch runs yet: the suspend's
+                    # record holds the model's reply, and a resume runs the batch
+                    halted = await self._halt(state, "suspended", emit, cause=token.cause)
+                    return halted, state, action, False
                 return await self._tools_turn(state, view, envelope, batch, emit)
             case loop.Finish(output=output):
                 await run_output_guardrails(

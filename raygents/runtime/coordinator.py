@@ -247,13 +247,12 @@ class Coordinator:
         )
         await self.finish(info, summary)
 
-    def suspend(self, run_id: str, cause: str) -> bool:
-        """Ask a run driven here to suspend; False if it is not driven here."""
-        token = self.tokens.get(run_id)
-        if token is None:
-            return False
-        token.request(cause)
-        return True
+    async def suspend(self, requests: list[tuple[str, str]]) -> None:
+        """Ask runs driven here, ``(run_id, cause)``, to suspend (others are not here)."""
+        for run_id, cause in requests:
+            token = self.tokens.get(run_id)
+            if token is not None:
+                token.request(cause)
 
     # --- checkpoints --------------------------------------------------------------------
     async def save(

@@ -48,7 +48,32 @@ class SuspendToken:
         if self.cause is None:
             self.cause = cause
         if self.actor is not None:
-            self.actor.suspend.remote(self.run_id, self.cause)
+            _tell(self.actor, self.run_id, self.cause)
+
+
+# Suspend requests for one actor made in the same turn of the event loop go in one call: a
+# storm of suspends (a thousand runs, SIGTERM) would otherwise be a thousand calls, which Ray
+# starts one after the other, each waiting for the busy actor's event loop.
+_requests: dict[Any, tuple[Any, list[tuple[str, str]]]] = {}
+
+
+def _tell(actor: Any, run_id: str, cause: str) -> None:
+    key = actor._actor_id
+    pending = _requests.get(key)
+    if pending is None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an event loop: nothing to gather with
+            actor.suspend.remote([(run_id, cause)])
+            return
+        pending = _requests[key] = (actor, [])
+        loop.call_soon(_send, key)
+    pending[1].append((run_id, cause))
+
+
+def _send(key: Any) -> None:
+    actor, requests = _requests.pop(key)
+    actor.suspend.remote(requests)
 
 
 async def drive(

@@ -583,3 +583,58 @@ def test_a_batch_record_that_fails_fails_the_run_before_the_reply_is_used(
     with pytest.raises(rg.RaygentsError, match="fenced"):
         handle.result(timeout_s=60)
     assert ledger(book) == [], "no tool of the next reply ran"
+
+
+def test_a_suspend_during_a_model_call_keeps_the_batch_it_asks_for(
+    store: str, tmp_path: Path
+) -> None:
+    book = tmp_path / "ledger"
+
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        results = [m for m in req.messages if m.role == "tool"]
+        if not results:
+            return calls(call("work", {"value": "x"}, id="call_work"))
+        return text(f"done: {len(results)} result(s)")
+
+    agent = rg.Agent(
+        "asked", tools=[ledger_tool("work")], model=FunctionModel(reply, latency_s=1.0)
+    )
+    handle = rg.start(agent, "go", context={"ledger": str(book)})
+    next(e for e in handle.events() if e.type == "agent_start")
+    time.sleep(0.2)  # the model call is in flight
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    assert ledger(book) == [], "the batch the model asked for waits for the resume"
+    result = rg.resume(handle.run_id, agent=agent, context={"ledger": str(book)}).result(
+        timeout_s=60
+    )
+    assert result.final_output == "done: 1 result(s)"
+    assert [entry["value"] for entry in ledger(book)] == ["x"]
+    roles = [m.role for m in result.messages]
+    assert roles == ["user", "assistant", "tool", "assistant"], "the model was not asked again"
+
+
+def test_many_runs_suspended_at_once_all_stop_and_resume(store: str) -> None:
+    agent = rg.Agent(
+        "many",
+        tools=[quick],
+        model=FunctionModel(
+            lambda req: (
+                text("ok")
+                if any(m.role == "tool" for m in req.messages)
+                else calls(call("quick", {"n": 1}, id="q"))
+            ),
+            latency_s=0.3,
+        ),
+    )
+    handles = [rg.start(agent, f"go {i}") for i in range(40)]
+    for h in handles:  # every run is in its first model call
+        next(e for e in h.events() if e.type == "agent_start")
+    for h in handles:
+        h.suspend()
+    for h in handles:
+        with pytest.raises(rg.SuspendedError):
+            h.result(timeout_s=60)
+    resumed = [rg.resume(h.run_id, agent=agent) for h in handles]
+    assert [r.result(timeout_s=60).final_output for r in resumed] == ["ok"] * 40
