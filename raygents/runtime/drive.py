@@ -54,24 +54,24 @@ class SuspendToken:
 # Suspend requests for one actor made in the same turn of the event loop go in one call: a
 # storm of suspends (a thousand runs, SIGTERM) would otherwise be a thousand calls, which Ray
 # starts one after the other, each waiting for the busy actor's event loop.
-_requests: dict[Any, tuple[Any, list[tuple[str, str]]]] = {}
+_requests: dict[tuple[asyncio.AbstractEventLoop, Any], tuple[Any, list[tuple[str, str]]]] = {}
 
 
 def _tell(actor: Any, run_id: str, cause: str) -> None:
-    key = actor._actor_id
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not on an event loop: nothing to gather with
+        actor.suspend.remote([(run_id, cause)])
+        return
+    key = (loop, actor._actor_id)  # (a loop that stopped first never blocks a later one)
     pending = _requests.get(key)
     if pending is None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not on an event loop: nothing to gather with
-            actor.suspend.remote([(run_id, cause)])
-            return
         pending = _requests[key] = (actor, [])
         loop.call_soon(_send, key)
     pending[1].append((run_id, cause))
 
 
-def _send(key: Any) -> None:
+def _send(key: tuple[asyncio.AbstractEventLoop, Any]) -> None:
     actor, requests = _requests.pop(key)
     actor.suspend.remote(requests)
 
