@@ -285,9 +285,9 @@ class AgentActor:
             await asyncio.wait([tail])
             if outcome.kind == "handoff":  # the next actor may be one that cannot write
                 await self._notes_settled()  # itself: the coordinator must have these first
-            # Else the reports go with the next batch: a completed run's records are deleted
-            # (a report after its end changes nothing), and a run that stopped otherwise had
-            # every report acknowledged before its stop record.
+            # Else the reports go with the next batch of reports: a completed run's records
+            # are deleted (a report after its end changes nothing), and a run that stopped
+            # otherwise had every report acknowledged before its stop record.
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(
@@ -338,13 +338,15 @@ class AgentActor:
         and whether the last tool batch's record is still to be written (``record``): it is
         written while the next model call runs (the call has no effects to protect, and its
         reply is used only once the record is stored; a suspend's record includes it)."""
+        if token.cause is not None and isinstance(action, (loop.CallModel, loop.RunTools)):
+            # a safe point: before a model call, or before a batch none of which runs yet
+            # (the suspend's record holds the model's reply, and a resume runs the batch)
+            halted = await self._halt(state, "suspended", emit, cause=token.cause)
+            return halted, state, action, False
         hooks = self.agent.hooks
         ctx = self._run_context(state, envelope.context)
         match action:
             case loop.CallModel(request=request):
-                if token.cause is not None:
-                    halted = await self._halt(state, "suspended", emit, cause=token.cause)
-                    return halted, state, action, False
                 await fire(hooks, "on_llm_start", ctx, self.agent, request)
                 reply = asyncio.ensure_future(
                     self._call_model(request, state, envelope.stream, emit)
@@ -364,10 +366,6 @@ class AgentActor:
                     state = state.evolve(turn_limit=loop.turn_limit(state, view))
                 return None, state, action, False
             case loop.RunTools() as batch:
-                if token.cause is not None:  # none of the batch runs yet: the suspend's
-                    # record holds the model's reply, and a resume runs the batch
-                    halted = await self._halt(state, "suspended", emit, cause=token.cause)
-                    return halted, state, action, False
                 return await self._tools_turn(state, view, envelope, batch, emit)
             case loop.Finish(output=output):
                 await run_output_guardrails(
