@@ -48,7 +48,9 @@ def _targets() -> dict[str, int]:
     return found
 
 
-def _record(scenario: str, seconds: float, out_dir: str) -> list[tuple[str, str, Any]]:
+def _record(
+    scenario: str, seconds: float, out_dir: str, gil: bool = False
+) -> list[tuple[str, str, Any]]:
     procs = []
     for name, pid in _targets().items():
         path = os.path.join(out_dir, f"{scenario}-{name}.txt")
@@ -67,6 +69,7 @@ def _record(scenario: str, seconds: float, out_dir: str) -> list[tuple[str, str,
                 "-o",
                 path,
                 "--nonblocking",
+                *(["--gil"] if gil else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -140,6 +143,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", "profiles"))
+    ap.add_argument(
+        "--gil",
+        action="store_true",
+        help="only samples of threads holding the GIL (Python on CPU, not blocked in I/O)",
+    )
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -152,7 +160,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="rgprof-")
     C.init_raygents(store=f"file://{tmp}/store", durability=args.durability)
     agent, handles = _prepare(args)
-    procs = _record(args.scenario, args.seconds, args.out)
+    procs = _record(args.scenario, args.seconds, args.out, args.gil)
     t0 = time.perf_counter()
     count = 0
     if args.scenario.startswith("single") or args.scenario in ("checkpoint", "fanout"):

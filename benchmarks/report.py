@@ -146,6 +146,35 @@ def fanout(w: dict[str, Any]) -> list[str]:
                 f"{s['max_s']:.3f}] | {r['ideal_2core_s']:.2f} | {s['vs_ideal_2core']:.2f} | "
                 f"{_f(s.get('speedup_vs_sdk'), 2) if side != 'sdk' else ''} |"
             )
+    sampled = [
+        (r, side, s["cpu"]) for r in w["rows"] for side, s in r["sides"].items() if s.get("cpu")
+    ]
+    if sampled:
+        r = sampled[0][0]
+        roles = sorted({role for _, _, c in sampled for role in c["cpu_s_by_role_p50"]})
+        roles.sort(
+            key=lambda role: -max(c["cpu_s_by_role_p50"].get(role, 0) for _, _, c in sampled)
+        )
+        shown = [
+            role
+            for role in roles
+            if any(c["cpu_s_by_role_p50"].get(role, 0) >= 0.05 for _, _, c in sampled)
+        ]
+        out += [
+            "",
+            f"CPU seconds of every process during one run, {r['tool']} tools, M = {r['m']} "
+            f"(median of {r['reps']}; roles under 0.05 s in every column left out):",
+            "",
+            "| process | " + " | ".join(side for _, side, _ in sampled) + " |",
+            "|---|" + "---|" * len(sampled),
+            "| all | " + " | ".join(_f(c["cpu_s_total_p50"], 2) for _, _, c in sampled) + " |",
+        ]
+        for role in shown:
+            out.append(
+                f"| {role} | "
+                + " | ".join(_f(c["cpu_s_by_role_p50"].get(role, 0.0), 2) for _, _, c in sampled)
+                + " |"
+            )
     return out
 
 

@@ -16,8 +16,10 @@ Ideal lines: the 2-core floor is 4 x latency + ceil(M / 2) x 200 ms (CPU tools) 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import statistics
 import time
 from typing import Any
 
@@ -32,6 +34,25 @@ def ideal(m: int, tool: str, cores: int) -> float:
     return 4 * LATENCY_S + cpu
 
 
+def _cpu_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median CPU seconds over the repetitions: all processes, and by process role."""
+    roles = sorted({role for r in reports for role in r.get("by_role", {})})
+    by_role = {
+        role: round(
+            statistics.median(
+                r.get("by_role", {}).get(role, {}).get("cpu_s", 0.0) for r in reports
+            ),
+            3,
+        )
+        for role in roles
+    }
+    return {
+        "cpu_s_total_p50": round(statistics.median(r.get("cpu_s_total", 0.0) for r in reports), 3),
+        "cpu_s_by_role_p50": dict(sorted(by_role.items(), key=lambda kv: -kv[1])),
+        "cpu_s_total_each": [r.get("cpu_s_total") for r in reports],
+    }
+
+
 def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     import ray
     from agents import Agent as SdkAgent
@@ -41,9 +62,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
 
     quick = mode == "quick"
     reps = (
-        (lambda m, tool: 1 if (m == 64 and tool == "cpu") else 3)
-        if quick
-        else (lambda m, tool: 5 if (m == 64 and tool == "cpu") else 10)
+        (lambda m, tool: 3) if quick else (lambda m, tool: 5 if (m == 64 and tool == "cpu") else 10)
     )
     C.sdk_setup()
     C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
@@ -101,6 +120,10 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         for m in ms:
             C.log(f"fanout: tool={tool} M={m}")
             times: dict[str, list[float]] = {s: [] for s in sides}
+            # CPU seconds of every process during each run (the tools fill both cores, so
+            # every other CPU second stretches the wall time by about half a second)
+            cpus: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+            sample = cpu and m == max(ms)
             names = [
                 s
                 for s in sides
@@ -111,9 +134,16 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             for rep in range(n):
                 order = names[rep % len(names) :] + names[: rep % len(names)]
                 for side in order:
-                    t = time.perf_counter()
-                    out = sides[side](m)
-                    times[side].append(time.perf_counter() - t)
+                    with (
+                        C.Sampler(interval_s=0.5, pss=False)
+                        if sample
+                        else contextlib.nullcontext() as s
+                    ):
+                        t = time.perf_counter()
+                        out = sides[side](m)
+                        times[side].append(time.perf_counter() - t)
+                    if sample:
+                        cpus[side].append(s.report)
                     if side.startswith("raygents") and out.final_output != "merged":
                         raise RuntimeError(f"unexpected output {out.final_output!r}")
             row: dict[str, Any] = {
@@ -137,6 +167,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                     "max_s": round(s["max"], 4),
                     "vs_ideal_2core": round(s["p50"] / row["ideal_2core_s"], 3),
                 }
+                if cpus[side]:
+                    row["sides"][side]["cpu"] = _cpu_summary(cpus[side])
             sdk50 = row["sides"]["sdk"]["wall_p50_s"]
             for side in row["sides"]:
                 if side != "sdk":
