@@ -385,6 +385,10 @@ def floor() -> dict[str, Any]:
     def cpu_task(i: int) -> str:
         return burn(i)
 
+    @ray.remote
+    def pool_task(i: int) -> int:
+        return i
+
     @ray.remote(num_cpus=0, max_concurrency=10_000)
     class FloorAgent:
         """An async actor doing a run's work with nothing around it."""
@@ -414,8 +418,21 @@ def floor() -> dict[str, Any]:
             await asyncio.sleep(latency_s)
             return "merged"
 
-    _FLOOR.update(bare_task=bare_task, cpu_task=cpu_task, FloorAgent=FloorAgent)
+    _FLOOR.update(
+        bare_task=bare_task, cpu_task=cpu_task, pool_task=pool_task, FloorAgent=FloorAgent
+    )
     return _FLOOR
+
+
+def warm_pool(n: int) -> None:
+    """Bring Ray's worker pool to the same state before a timed run: a backlog of ``n``
+    trivial one-CPU tasks. Ray kills idle workers after a while and starts workers again for
+    the next backlog, so the first run after an idle spell (another side's turn) would
+    otherwise pay for starting Ray workers (about 0.3 CPU seconds each here)."""
+    import ray
+
+    task = floor()["pool_task"]
+    ray.get([task.remote(i) for i in range(n)])
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,12 @@ def _load(w: dict[str, Any]) -> str:
 
 def checks(results: dict[str, Any]) -> list[str]:
     out = ["| workload | target | measured | pass |", "|---|---|---|---|"]
-    for name, w in results["workloads"].items():
+    order = [name for name, _, _ in SECTIONS]
+    workloads = sorted(
+        results["workloads"].items(),
+        key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order),
+    )
+    for name, w in workloads:
         for title, c in (w.get("checks") or {}).items():
             value = next(
                 (c[k] for k in ("value", "value_ms", "value_mb", "value_s") if k in c), None
@@ -275,6 +280,21 @@ SECTIONS = (
 )
 
 
+def _kept(results: dict[str, Any]) -> list[str]:
+    """Where the workloads kept from earlier runs (``run.py --merge``) came from."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for name, w in results["workloads"].items():
+        src = w.get("source") or {}
+        if src.get("started") in (None, results["started"]):
+            continue
+        groups.setdefault((src["started"], src.get("command"), src.get("git")), []).append(name)
+    return [
+        f"Kept from an earlier run ({started}, `{command}`, raygents git {git}): "
+        f"{', '.join(sorted(names))}."
+        for (started, command, git), names in sorted(groups.items(), key=lambda kv: str(kv[0]))
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [
@@ -284,11 +304,7 @@ def markdown(results: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
         + f", raygents git {m['git']}. "
         f"Load average at start {m['loadavg']}, at end {m.get('loadavg_end', '?')}.",
-        *[
-            f"Kept from an earlier run ({m['started']}, `{m['command']}`): "
-            f"{', '.join(m['workloads'])}."
-            for m in results.get("merged_from", [])
-        ],
+        *_kept(results),
         "",
         "### Targets",
         "",

@@ -104,20 +104,17 @@ def main() -> int:
         "machine": C.machine_info(),
         "workloads": {},
     }
+    source = {"started": results["started"], "command": command, "git": results["machine"]["git"]}
     if args.merge and os.path.exists(out):
         with open(out) as f:
             previous = json.load(f)
+        earlier = {k: previous.get(k) for k in ("started", "command")}
+        earlier["git"] = previous.get("machine", {}).get("git")
         results["workloads"] = {
-            k: v for k, v in previous.get("workloads", {}).items() if k not in names
+            k: {"source": earlier, **v}  # a workload keeps where it came from
+            for k, v in previous.get("workloads", {}).items()
+            if k not in names
         }
-        results["merged_from"] = [
-            *previous.get("merged_from", []),
-            {
-                "started": previous.get("started"),
-                "command": previous.get("command"),
-                "workloads": sorted(results["workloads"]),
-            },
-        ]
     total0 = time.time()
     for name in names:
         C.log(f"=== {name} ({mode}) ===")
@@ -150,6 +147,7 @@ def main() -> int:
             data = {"ok": False, "error": f"the worker exited with {rc} and wrote no results"}
         os.unlink(part)
         data["exit"] = rc
+        data["source"] = source
         results["workloads"][name] = data
         C.log(f"=== {name}: {'ok' if data.get('ok') else 'FAILED'} in {data.get('wall_s')} s ===")
         C.dump(results, out)  # keep what we have

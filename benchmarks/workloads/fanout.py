@@ -10,6 +10,9 @@ default num_cpus=1), ``raygents_local`` (trivial tool with remote=False; not for
 SDK (``Agent.as_tool``; sync tools run in its thread pool, under the GIL), and the Ray floor
 (an orchestrator actor calling a sub actor M times, each doing sleep, one task, sleep).
 
+With CPU tools, each timed run starts from the same Ray worker pool (``common.warm_pool``: a
+backlog of trivial one-CPU tasks just before it), not from whatever the previous side left.
+
 Ideal lines: the 2-core floor is 4 x latency + ceil(M / 2) x 200 ms (CPU tools) or 4 x latency
 (trivial); the 1-core floor (what a single Python process can do) is 4 x latency + M x 200 ms.
 """
@@ -134,6 +137,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             for rep in range(n):
                 order = names[rep % len(names) :] + names[: rep % len(names)]
                 for side in order:
+                    if cpu:
+                        C.warm_pool(max(m, 8))
                     with (
                         C.Sampler(interval_s=0.5, pss=False)
                         if sample
