@@ -10,9 +10,11 @@
                                                        # with 200 ms CPU tool tasks (workload 3)
 
 py-spy records the driver, the coordinator and the agent actor(s) (found by their ``ray::``
-process titles) at 100 Hz, on-CPU samples only, into ``benchmarks/results/profiles/<scenario>-
-<process>.txt`` (collapsed stacks); a summary of each (top inclusive / self functions) is printed
-and written next to them (``.summary.txt``).
+process titles) at 100 Hz (``--rate``), on-CPU samples only, into
+``benchmarks/results/profiles/<scenario>-<process>.txt`` (collapsed stacks); a summary of each
+(top inclusive / self functions) is printed and written next to them (``.summary.txt``).
+``--gil`` keeps only samples of threads holding the GIL (Python running, not blocked in fsync
+or in Ray's C++ threads) and names the files ``<scenario>-gil-<process>``.
 """
 
 from __future__ import annotations
@@ -49,11 +51,11 @@ def _targets() -> dict[str, int]:
 
 
 def _record(
-    scenario: str, seconds: float, out_dir: str, gil: bool = False
+    scenario: str, seconds: float, out_dir: str, gil: bool = False, rate: int = 100
 ) -> list[tuple[str, str, Any]]:
     procs = []
     for name, pid in _targets().items():
-        path = os.path.join(out_dir, f"{scenario}-{name}.txt")
+        path = os.path.join(out_dir, f"{scenario}{'-gil' if gil else ''}-{name}.txt")
         proc = subprocess.Popen(
             [
                 "py-spy",
@@ -63,7 +65,7 @@ def _record(
                 "-d",
                 str(int(seconds)),
                 "-r",
-                "100",
+                str(rate),
                 "-f",
                 "raw",
                 "-o",
@@ -146,8 +148,10 @@ def main() -> None:
     ap.add_argument(
         "--gil",
         action="store_true",
-        help="only samples of threads holding the GIL (Python on CPU, not blocked in I/O)",
+        help="only samples of threads holding the GIL (Python on CPU, not blocked in I/O); "
+        "files get a -gil suffix",
     )
+    ap.add_argument("--rate", type=int, default=100, help="samples per second")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -160,7 +164,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="rgprof-")
     C.init_raygents(store=f"file://{tmp}/store", durability=args.durability)
     agent, handles = _prepare(args)
-    procs = _record(args.scenario, args.seconds, args.out, args.gil)
+    procs = _record(args.scenario, args.seconds, args.out, args.gil, args.rate)
     t0 = time.perf_counter()
     count = 0
     if args.scenario.startswith("single") or args.scenario in ("checkpoint", "fanout"):
