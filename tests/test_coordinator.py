@@ -255,6 +255,46 @@ async def _until(check: Any, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def test_ends_reported_with_records_finish_children_after_the_records(tmp_path: Any) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        await coord.claim("parent", "actor", "agent")
+        await coord.claim("parent.c1", "actor", "worker")
+        coord.noted([_direct(coord, "parent.c1", 1), _direct(coord, "parent.c1", 2)])
+        journal = _direct(coord, "parent", 1)
+        # the parent's journal record and its child's end travel in one report
+        coord.noted([journal], [RunInfo("parent.c1", "completed", "worker", 1, seq=2)])
+        assert coord.runs["parent"].seq == 1 and coord.runs["parent"].status == "running"
+        assert coord.runs["parent.c1"].status == "completed" and "parent.c1" not in coord.hot
+        await _until(lambda: not coord.store.list("runs/parent.c1/"))
+        assert coord.store.list("runs/parent/") == [checkpoint.key_for("parent", 1, 1)]
+        coord.noted([_direct(coord, "parent.c1", 2)])  # a late report of the child: no change
+        assert coord.runs["parent.c1"].status == "completed"
+
+    asyncio.run(main())
+
+
+def test_claim_many_claims_in_order_with_one_answer_each(tmp_path: Any) -> None:
+    async def main() -> None:
+        coord = _file_coordinator(tmp_path)
+        await coord.claim("b", "someone-else", "agent")
+        answers = await coord.claim_many(
+            [
+                ("a", "actor", "agent", True),
+                ("b", "actor", "agent", True),
+                ("a", "actor", "x", True),
+            ]
+        )
+        assert [epoch for _, epoch in answers] == [1, 2, 2]
+        assert all(taken is None for taken, _ in answers)
+        assert coord.runs["b"].owner == "actor"  # taken over (force), and fenced in the store
+        assert coord.store.get(checkpoint.fence_key("b", 2)) == b""
+        taken, epoch = (await coord.claim_many([("b", "driver", "agent", False)]))[0]
+        assert taken is not None and taken.owner == "actor" and epoch == 0
+
+    asyncio.run(main())
+
+
 def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path: Any) -> None:
     async def main() -> None:
         coord = _file_coordinator(tmp_path)

@@ -148,6 +148,8 @@ class AgentActor:
         self._keys: dict[str, str] = {}
         """The key of each active run's newest record written here."""
         self._notes: list[tuple[Any, ...]] = []
+        self._ends: list[Any] = []
+        """Ends of agent-as-tool children run from here, reported with ``_notes``."""
         self._notes_timer: asyncio.TimerHandle | None = None
         self._notes_sent: set[asyncio.Future[None]] = set()
         self._incarnation = uuid.uuid4().hex
@@ -279,6 +281,8 @@ class AgentActor:
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         outcome = await self._outcome(envelope, token, emit)
+        if self._ends:  # its children's ends reach the coordinator before its outcome leaves
+            self._send_notes()
         await self._settle_writes(envelope.state.run_id, keep=0)
         tail = self._tails.pop(envelope.state.run_id, None)
         if tail is not None:
@@ -537,19 +541,33 @@ class AgentActor:
                 key=key,
             )
         self._notes.append((run_id, seq, epoch, data, info, full))
+        self._note_soon()
+
+    def _child_ended(self, state: RunState) -> None:
+        """An agent-as-tool child run completed: report its end with the next reports (its
+        parent's journal record of the result is usually one of them)."""
+        from raygents.runtime.coordinator import RunInfo
+
+        info = RunInfo(state.run_id, "completed", state.agent_name, state.turns, seq=state.seq)
+        self._ends.append(info)
+        self._note_soon()
+
+    def _note_soon(self) -> None:
         if self._notes_timer is None:
             loop = asyncio.get_running_loop()
             self._notes_timer = loop.call_later(_NOTE_WINDOW_S, self._send_notes)
 
     def _send_notes(self) -> None:
-        """Report the records written here since the last report, in one call."""
+        """Report the records written here and the children that ended since the last
+        report, in one call."""
         if self._notes_timer is not None:
             self._notes_timer.cancel()
             self._notes_timer = None
-        if not self._notes:
+        if not self._notes and not self._ends:
             return
         notes, self._notes = self._notes, []
-        ack = self.directory.coordinator().noted.remote(notes)
+        ends, self._ends = self._ends, []
+        ack = self.directory.coordinator().noted.remote(notes, ends)
         sent = asyncio.ensure_future(_acknowledged(ack))
         self._notes_sent.add(sent)
         sent.add_done_callback(self._notes_sent.discard)
@@ -862,7 +880,9 @@ class AgentActor:
         if isinstance(t, AgentTool):
             active = self._active.get(state.run_id)
             tokens = active.children if active is not None else None
-            out = await run_child(self.directory, state, envelope, call, t, emit, tokens)
+            out = await run_child(
+                self.directory, state, envelope, call, t, emit, tokens, self._child_ended
+            )
         else:
             ctx = ToolContext(
                 state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context

@@ -49,8 +49,10 @@ async def run_child(
     tool: AgentTool,
     emit: Callable[[RunEvent], None],
     tokens: dict[str, SuspendToken] | None,
+    ended: Callable[[RunState], None],
 ) -> StepResult:
-    """Run (or resume) the child run for one agent-as-tool call."""
+    """Run (or resume) the child run for one agent-as-tool call. A completed child's final
+    state goes to ``ended`` (the caller tells the coordinator, with its other reports)."""
     callee = tool.agent
     cap = callee.max_tool_depth
     if state.max_tool_depth is not None:
@@ -74,7 +76,7 @@ async def run_child(
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
         )
-    _, epoch = await directory.call("claim", child_id, directory.owner, child.agent_name, True)
+    _, epoch = await directory.claim(child_id, child.agent_name)
     child = child.evolve(epoch=epoch)
     token = SuspendToken(child_id)
     if tokens is not None:
@@ -95,7 +97,7 @@ async def run_child(
             tokens.pop(child_id, None)
     usage = outcome.state.usage
     if outcome.kind == "completed":
-        _forget(directory, outcome.state, "completed")
+        ended(outcome.state)
         return StepResult(ToolResult(outcome.output or ""), usage=usage)
     if outcome.kind == "failed":
         return StepResult(tool_error(tool.name, outcome.error or "sub-agent failed"), usage=usage)
@@ -112,10 +114,3 @@ async def _resumable(directory: Directory, child_id: str, envelope: Envelope) ->
     mine = {p.call_id for p in child.pending}
     decisions = {k: v for k, v in envelope.approvals.items() if k in mine}
     return child.evolve(approvals={**child.approvals, **decisions}, pending=())
-
-
-def _forget(directory: Directory, state: RunState, status: str) -> None:
-    from raygents.runtime.coordinator import RunInfo
-
-    info = RunInfo(state.run_id, status, state.agent_name, state.turns, seq=state.seq)
-    directory.coordinator().finish.remote(info)

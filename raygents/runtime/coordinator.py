@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -298,10 +298,20 @@ class Coordinator:
             raise
         self._keep_hot(run_id, seq, epoch, data, full)
 
-    def noted(self, notes: list[tuple[str, int, int, bytes, tuple[Any, ...], bool]]) -> None:
+    def noted(
+        self,
+        notes: list[tuple[str, int, int, bytes, tuple[Any, ...], bool]],
+        ends: Sequence[RunInfo] = (),
+    ) -> None:
         """Records that agent actors wrote to the store themselves, in batches:
         ``(run_id, seq, epoch, data, info, full)``. Those of a dispatch that was fenced
-        meanwhile change nothing, and go if void (that copy finds its fence and stops)."""
+        meanwhile change nothing, and go if void (that copy finds its fence and stops).
+        ``ends``: ends of agent-as-tool child runs (as :meth:`finish`), after the records."""
+        self._noted(notes)
+        for info in ends:
+            self._finish(info)
+
+    def _noted(self, notes: list[tuple[str, int, int, bytes, tuple[Any, ...], bool]]) -> None:
         for run_id, seq, epoch, data, info, full in notes:
             if epoch < self.epochs.get(run_id, 0):
                 self.discard(run_id, checkpoint.key_for(run_id, seq, epoch))
@@ -432,6 +442,9 @@ class Coordinator:
 
     async def finish(self, info: RunInfo, result: Any = None) -> None:
         """Record a run's end (its session is released); a completed run's checkpoints go."""
+        self._finish(info, result)
+
+    def _finish(self, info: RunInfo, result: Any = None) -> None:
         self._update(info)
         for session_id, holder in list(self.sessions.items()):
             if holder == info.run_id:
@@ -525,6 +538,13 @@ class Coordinator:
             except CheckpointError as exc:  # its records still void a fenced copy's
                 log.warning("cannot mark run %s's dispatch %d in the store: %s", run_id, epoch, exc)
         return taken, epoch
+
+    async def claim_many(
+        self, claims: list[tuple[str, str, str, bool]]
+    ) -> list[tuple[RunInfo | None, int]]:
+        """:meth:`claim` for each ``(run_id, owner, agent_name, force)``, in order, in one call
+        (the children of one tool batch)."""
+        return [await self.claim(*args) for args in claims]
 
     def _claim(
         self, run_id: str, owner: str, agent_name: str, force: bool = False

@@ -34,6 +34,8 @@ class Directory:
         self._settings: dict[str, Any] | None = None
         self._watches: dict[str, _Watch] = {}
         self.owner = owner
+        self._claims: list[tuple[str, str, asyncio.Future[tuple[Any, int]]]] = []
+        self._sending: set[asyncio.Future[None]] = set()
         self.mailboxes = Mailboxes()
         """Where the runs this process dispatched to agent actors send their events back."""
 
@@ -60,6 +62,39 @@ class Directory:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def claim(self, run_id: str, agent_name: str) -> tuple[Any, int]:
+        """Dispatch a run for this process, taking it over if another owner has it (see
+        ``Coordinator.claim``): ``(previous owner's entry or None, epoch)``. Claims made in
+        one turn of the event loop (the children of one tool batch) go in one call."""
+        future: asyncio.Future[tuple[Any, int]] = asyncio.get_running_loop().create_future()
+        self._claims.append((run_id, agent_name, future))
+        if len(self._claims) == 1:
+            asyncio.get_running_loop().call_soon(self._send_claims)
+        return await future
+
+    def _send_claims(self) -> None:
+        claims, self._claims = self._claims, []
+        sending = asyncio.ensure_future(self._claim_all(claims))
+        self._sending.add(sending)
+        sending.add_done_callback(self._sending.discard)
+
+    async def _claim_all(
+        self, claims: list[tuple[str, str, asyncio.Future[tuple[Any, int]]]]
+    ) -> None:
+        args = [(run_id, self.owner, agent_name, True) for run_id, agent_name, _ in claims]
+        try:
+            answers = await self.call("claim_many", args)
+        except BaseException as exc:
+            for *_, future in claims:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (*_, future), answer in zip(claims, answers, strict=True):
+            if not future.done():  # (its run was cancelled meanwhile)
+                future.set_result(tuple(answer))
 
     def coordinator(self) -> Any:
         """The namespace's coordinator actor."""

@@ -163,7 +163,7 @@ async def _recover(
         await directory.call("replace_actor", current.graph_fp, state.agent_name, exc.actor)
     directory.forget(current.graph_fp, state.agent_name)
     # Dispatch first, then read: whatever the lost copy writes after the claim is void.
-    _, epoch = await directory.call("claim", state.run_id, directory.owner, state.agent_name, True)
+    _, epoch = await directory.claim(state.run_id, state.agent_name)
     found = await load_state(directory, state.run_id)
     if found is None:  # nothing durable yet: start over from the input
         envelope = first

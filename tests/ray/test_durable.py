@@ -191,6 +191,33 @@ def test_nested_suspend_and_resume_three_levels_deep(store: str, tmp_path: Path)
     assert len(ledger(book)) == 1
 
 
+def test_completed_children_end_in_the_run_table_and_their_records_go(
+    store: str, tmp_path: Path
+) -> None:
+    """Children are claimed in one call and their ends reported with the parent's records."""
+    worker = rg.Agent(
+        "ends_worker", tools=[ledger_tool("work")], model=answer_after_tools("worked")
+    )
+    fan = calls(*[call("ends_worker", {"input": f"part {i}"}, id=f"c{i}") for i in range(6)])
+    lead = rg.Agent(
+        "ends_lead", tools=[worker.as_tool()], model=ScriptedModel([fan, text("merged")])
+    )
+    book = tmp_path / "ledger.jsonl"
+    handle = rg.start(lead, "go", context={"ledger": str(book)})
+    assert handle.result(timeout_s=60).final_output == "merged"
+    children = {f"{handle.run_id}.c{i}" for i in range(6)}
+    runs_dir = tmp_path / "ckpt" / "runs"
+    deadline = time.monotonic() + 10
+    while True:
+        statuses = {r.run_id: r.status for r in rg.runs() if r.run_id in children}
+        left = [p.name for p in runs_dir.iterdir()] if runs_dir.exists() else []
+        if statuses == dict.fromkeys(children, "completed") and not left:
+            break
+        assert time.monotonic() < deadline, (statuses, left)
+        time.sleep(0.05)
+    assert len(ledger(book)) == 6
+
+
 @rg.tool(num_cpus=0, needs_approval=True)
 def delete_all(target: str) -> str:
     """Delete everything in a target."""
