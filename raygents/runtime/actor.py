@@ -45,7 +45,7 @@ _Item = list[RunEvent] | Outcome | tuple[list[RunEvent], Outcome]
 _DONE = object()
 _BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out together
 _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run waits for them
-_NOTE_WINDOW_S = 0.01  # how long reports of records written here gather before they go out
+_NOTE_WINDOW_S = 0.25  # how long reports of records written here gather before they go out
 _OUTBOX_IDLE_S = 120.0  # an outbox its caller has not taken from for this long is dropped
 _RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
 # A finished call that took this long is journaled at once (running it again would cost more
@@ -289,9 +289,10 @@ class AgentActor:
             await asyncio.wait([tail])
             if outcome.kind == "handoff":  # the next actor may be one that cannot write
                 await self._notes_settled()  # itself: the coordinator must have these first
-            # Else the reports go with the next batch of reports: a completed run's records
-            # are deleted (a report after its end changes nothing), and a run that stopped
-            # otherwise had every report acknowledged before its stop record.
+            elif outcome.kind == "completed":
+                self._drop_reports(envelope.state.run_id)
+            # (a run that stopped otherwise had every report acknowledged before its stop
+            # record)
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(
@@ -542,6 +543,11 @@ class AgentActor:
             )
         self._notes.append((run_id, seq, epoch, data, info, full))
         self._note_soon()
+
+    def _drop_reports(self, run_id: str) -> None:
+        """A run completed: its records are deleted at its end, so its reports still waiting
+        here are moot."""
+        self._notes = [note for note in self._notes if note[0] != run_id]
 
     def _child_ended(self, state: RunState) -> None:
         """An agent-as-tool child run completed: report its end with the next reports (its

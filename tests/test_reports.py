@@ -1,0 +1,109 @@
+"""An agent actor's reports to the coordinator: records it wrote itself and the ends of its
+agent-as-tool children travel together, in batches (no Ray: the actor class in this process,
+a fake coordinator handle)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import raygents as rg
+from raygents.envelope import RunState
+from raygents.messages import Message
+from raygents.runtime import actor as actor_module
+from raygents.runtime.actor import AgentActor
+from raygents.testing import ScriptedModel, text
+
+
+class _Noted:
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[Any], list[Any]]] = []
+
+    def remote(self, notes: list[Any], ends: list[Any]) -> asyncio.Future[None]:
+        self.calls.append((list(notes), list(ends)))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+class _Coordinator:
+    def __init__(self) -> None:
+        self.noted = _Noted()
+
+
+def _actor(coordinator: _Coordinator) -> AgentActor:
+    agent = rg.Agent("reporting", model=ScriptedModel([text("x")]))
+    return AgentActor({"reporting": agent}, "reporting", "fp", "ns", coordinator=coordinator)
+
+
+def _child(run_id: str, seq: int) -> RunState:
+    return RunState(
+        run_id=run_id,
+        agent_name="worker",
+        messages=(Message("user", "go"),),
+        input_len=1,
+        seq=seq,
+        turns=1,
+    )
+
+
+def _note(run_id: str, seq: int) -> tuple[Any, ...]:
+    return (run_id, seq, 1, b"record", ("running", "reporting", 1, None), seq == 1)
+
+
+def test_child_ends_go_with_the_record_reports_of_one_window(monkeypatch: Any) -> None:
+    monkeypatch.setattr(actor_module, "_NOTE_WINDOW_S", 0.02)
+    coordinator = _Coordinator()
+
+    async def main() -> None:
+        actor = _actor(coordinator)
+        actor._child_ended(_child("parent.c1", 2))
+        actor._notes.append(_note("parent", 3))  # the parent's journal record, just written
+        actor._note_soon()
+        actor._child_ended(_child("parent.c2", 2))
+        assert coordinator.noted.calls == []
+        await asyncio.sleep(0.05)
+        [(notes, ends)] = coordinator.noted.calls
+        assert notes == [_note("parent", 3)]
+        assert [(e.run_id, e.status, e.seq) for e in ends] == [
+            ("parent.c1", "completed", 2),
+            ("parent.c2", "completed", 2),
+        ]
+        actor._send_notes()  # nothing left: no call
+        assert len(coordinator.noted.calls) == 1
+
+    asyncio.run(main())
+
+
+def test_a_completed_runs_waiting_reports_are_dropped_and_others_kept(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(actor_module, "_NOTE_WINDOW_S", 0.02)
+    coordinator = _Coordinator()
+
+    async def main() -> None:
+        actor = _actor(coordinator)
+        actor._notes += [_note("done", 1), _note("running", 1), _note("done", 2)]
+        actor._note_soon()
+        actor._drop_reports("done")
+        await asyncio.sleep(0.05)
+        assert coordinator.noted.calls == [([_note("running", 1)], [])]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_reports_settle_before_a_handoff_goes_out(pending: bool) -> None:
+    coordinator = _Coordinator()
+
+    async def main() -> None:
+        actor = _actor(coordinator)
+        if pending:
+            actor._notes.append(_note("r1", 1))
+            actor._note_soon()
+        await actor._notes_settled()  # sends at once, without waiting for the window
+        assert coordinator.noted.calls == ([([_note("r1", 1)], [])] if pending else [])
+
+    asyncio.run(main())
