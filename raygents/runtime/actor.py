@@ -281,8 +281,6 @@ class AgentActor:
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         outcome = await self._outcome(envelope, token, emit)
-        if self._ends:  # its children's ends reach the coordinator before its outcome leaves
-            self._send_notes()
         await self._settle_writes(envelope.state.run_id, keep=0)
         tail = self._tails.pop(envelope.state.run_id, None)
         if tail is not None:
@@ -293,6 +291,8 @@ class AgentActor:
                 self._drop_reports(envelope.state.run_id)
             # (a run that stopped otherwise had every report acknowledged before its stop
             # record)
+        if self._ends:  # its children's ends reach the coordinator before its outcome leaves
+            self._send_notes()
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(
