@@ -11,7 +11,7 @@ import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from typing_extensions import assert_never
@@ -33,6 +33,9 @@ from raygents.schema import type_name, type_schema
 from raygents.sessions import load_session, save_session
 from raygents.store import FileStore, open_store
 from raygents.tools import AgentTool, RunContext, Tool, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from raygents.runtime.coordinator import RunInfo
 
 __all__ = ["AgentActor"]
 
@@ -148,7 +151,7 @@ class AgentActor:
         self._keys: dict[str, str] = {}
         """The key of each active run's newest record written here."""
         self._notes: list[tuple[Any, ...]] = []
-        self._ends: list[Any] = []
+        self._ends: list[RunInfo] = []
         """Ends of agent-as-tool children run from here, reported with ``_notes``."""
         self._notes_timer: asyncio.TimerHandle | None = None
         self._notes_sent: set[asyncio.Future[None]] = set()
