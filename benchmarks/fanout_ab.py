@@ -3,8 +3,10 @@ alternating, with the CPU seconds of every process: for comparing two commits.
 
     python benchmarks/fanout_ab.py [--m 64] [--reps 3]
 
-Run it from each commit's checkout in turn (or with ``PYTHONPATH`` pointing at the other
-checkout's raygents), alternating, since the machine's speed drifts. Each repetition runs the
+Run it from each commit's checkout in turn, alternating, since the machine's speed drifts.
+To use another checkout's raygents through ``PYTHONPATH`` instead, run it from a directory
+without a ``raygents`` package (``cd benchmarks``): Ray's workers put the driver's working
+directory first on their path. Each repetition runs the
 Ray floor and raygents once each, from the same worker pool (``common.warm_pool``). Prints each
 run, then medians: wall time, CPU of all processes, and of the agent actors, the coordinator
 and the driver; and raygents minus the floor, which is what a change to raygents moves.
