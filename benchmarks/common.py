@@ -428,7 +428,7 @@ def warm_pool(n: int) -> None:
     """Bring Ray's worker pool to the same state before a timed run: a backlog of ``n``
     trivial one-CPU tasks. Ray kills idle workers after a while and starts workers again for
     the next backlog, so the first run after an idle spell (another side's turn) would
-    otherwise pay for starting Ray workers (about 0.3 CPU seconds each here)."""
+    otherwise pay for starting Ray workers (the fan-out table's ``ray worker`` row)."""
     import ray
 
     task = floor()["pool_task"]
