@@ -221,6 +221,23 @@ def rg_tools(kind: str) -> list[Any]:
     raise ValueError(kind)
 
 
+def rg_fanout_agent(kind: str, name: str, latency_s: float = 0.1) -> Any:
+    """The orchestrator of workload 3: its one tool is the agent ``<name>_worker``, which makes
+    one call of a ``kind`` tool (:func:`rg_tools`) and answers."""
+    import raygents as rg
+
+    worker = rg.Agent(
+        f"{name}_worker",
+        tools=rg_tools(kind),
+        model=rg_model(ToolTurns(k=1, tool="burn" if kind == "cpu" else "noop"), latency_s),
+    )
+    return rg.Agent(
+        name,
+        tools=[worker.as_tool("worker", "a worker")],
+        model=rg_model(FanOut(), latency_s),
+    )
+
+
 def register_by_value() -> None:
     """Make the benchmark modules travel to Ray workers by value (they are not installed)."""
     from ray import cloudpickle

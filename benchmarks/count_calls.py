@@ -75,16 +75,7 @@ def main() -> None:
     import raygents as rg
 
     C.init_raygents(store=f"file://{os.path.join(hook_dir, 'store')}")
-    worker = rg.Agent(
-        "count_worker",
-        tools=C.rg_tools(args.tool),
-        model=C.rg_model(C.ToolTurns(k=1, tool="burn" if args.tool == "cpu" else "noop"), 0.1),
-    )
-    agent = rg.Agent(
-        "count_orchestrator",
-        tools=[worker.as_tool("worker", "a worker")],
-        model=C.rg_model(C.FanOut(), 0.1),
-    )
+    agent = C.rg_fanout_agent(args.tool, "count")
     rg.run(agent, f"m={args.m}")  # warm up: actors, workers
     time.sleep(1.0)
     open(log, "w").close()

@@ -43,16 +43,7 @@ def main() -> None:
     C.init_raygents(store=f"file://{tempfile.mkdtemp(prefix='rgab-')}/store")
     floor = C.floor()
     orchestrator, sub = floor["FloorAgent"].remote(), floor["FloorAgent"].remote()
-    worker = rg.Agent(
-        "ab_worker",
-        tools=C.rg_tools("cpu"),
-        model=C.rg_model(C.ToolTurns(k=1, tool="burn"), 0.1),
-    )
-    agent = rg.Agent(
-        "ab_orchestrator",
-        tools=[worker.as_tool("worker", "a worker")],
-        model=C.rg_model(C.FanOut(), 0.1),
-    )
+    agent = C.rg_fanout_agent("cpu", "ab")
     sides = {
         "ray_floor": lambda: ray.get(orchestrator.fan_out.remote(sub, 0.1, args.m, True)),
         "raygents": lambda: rg.run(agent, f"m={args.m}"),

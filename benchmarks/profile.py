@@ -98,16 +98,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[Any]]:
         for _ in range(3):
             rg.run(agent, "k=1 turns=10")
     elif args.scenario == "fanout":
-        worker = rg.Agent(
-            "prof_fo_worker",
-            tools=C.rg_tools("cpu"),
-            model=C.rg_model(C.ToolTurns(k=1, tool="burn"), latency),
-        )
-        agent = rg.Agent(
-            "prof_fo",
-            tools=[worker.as_tool("worker", "a worker")],
-            model=C.rg_model(C.FanOut(), latency),
-        )
+        agent = C.rg_fanout_agent("cpu", "prof_fo", latency)
         rg.run(agent, "m=2")
     elif args.scenario == "resume":
         from workloads.suspend import phase

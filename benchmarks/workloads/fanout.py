@@ -74,18 +74,6 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     floor_orch = fl["FloorAgent"].remote()
     floor_sub = fl["FloorAgent"].remote()
 
-    def rg_graph(kind: str) -> Any:
-        worker = rg.Agent(
-            f"fo_worker_{kind}",
-            tools=C.rg_tools(kind),
-            model=C.rg_model(C.ToolTurns(k=1, tool="burn" if kind == "cpu" else "noop"), LATENCY_S),
-        )
-        return rg.Agent(
-            f"fo_orch_{kind}",
-            tools=[worker.as_tool("worker", "a worker")],
-            model=C.rg_model(C.FanOut(), LATENCY_S),
-        )
-
     def sdk_graph(kind: str) -> Any:
         worker = SdkAgent(
             name=f"fo_worker_{kind}",
@@ -108,7 +96,9 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         kinds = {"raygents_task": "task" if tool == "trivial" else "cpu"}
         if tool == "trivial":
             kinds["raygents_local"] = "local"
-        rg_agents = {side: rg_graph(kind) for side, kind in kinds.items()}
+        rg_agents = {
+            side: C.rg_fanout_agent(kind, f"fo_{kind}", LATENCY_S) for side, kind in kinds.items()
+        }
         sdk_agent = sdk_graph("task" if tool == "trivial" else "cpu")
         cpu = tool == "cpu"
         sides: dict[str, Any] = {
