@@ -26,8 +26,18 @@ class _Take:
         return future
 
 
+class _Start:
+    def __init__(self, actor: FakeActor) -> None:
+        self._actor = actor
+
+    def remote(self, envelopes: list[Any], caller: str) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._actor.starts.append((list(envelopes), future))
+        return future
+
+
 class FakeActor:
-    """Every take waits until the test answers it."""
+    """Every take and start waits until the test answers it."""
 
     def __init__(self) -> None:
         self._actor_id = _Id()
@@ -35,6 +45,8 @@ class FakeActor:
         self.known: list[str | None] = []
         """The incarnation each take said it last saw."""
         self.take = _Take(self)
+        self.starts: list[tuple[list[Any], asyncio.Future[Any]]] = []
+        self.start = _Start(self)
 
     async def next_take(self) -> tuple[str, asyncio.Future[Any]]:
         for _ in range(100):
@@ -172,6 +184,84 @@ def test_stop_cancels_every_poller() -> None:
     asyncio.run(scenario())
 
 
+def _starting(boxes: Mailboxes, actor: FakeActor, names: list[str]) -> list[Any]:
+    """Open and start one run per name in this turn of the event loop."""
+    tasks = []
+    for name in names:
+        caller, run = boxes.open(actor, name)
+        tasks.append(asyncio.ensure_future(boxes.start(actor, caller, run, f"envelope {name}")))
+    return tasks
+
+
+def test_starts_of_one_loop_turn_go_in_one_call() -> None:
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        first = _starting(boxes, actor, ["a", "b", "c"])
+        await _settle()
+        [(envelopes, answer)] = actor.starts
+        assert envelopes == ["envelope a", "envelope b", "envelope c"]
+        answer.set_result("i1")
+        assert await asyncio.gather(*first) == ["i1"] * 3
+        later = _starting(boxes, actor, ["d"])  # a later turn: a call of its own
+        await _settle()
+        assert len(actor.starts) == 2 and actor.starts[1][0] == ["envelope d"]
+        actor.starts[1][1].set_result("i1")
+        await asyncio.gather(*later)
+        boxes.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_start_that_fails_otherwise_is_tried_once_per_run() -> None:
+    """One run's envelope that cannot travel (an unpicklable context) fails only that run."""
+
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        runs = _starting(boxes, actor, ["a", "bad", "c"])
+        await _settle()
+        actor.starts[0][1].set_exception(TypeError("cannot pickle"))
+        await _settle()
+        alone = {envelopes[0]: answer for envelopes, answer in actor.starts[1:]}
+        assert sorted(alone) == ["envelope a", "envelope bad", "envelope c"]
+        alone["envelope bad"].set_exception(TypeError("cannot pickle"))
+        alone["envelope a"].set_result("i1")
+        alone["envelope c"].set_result("i1")
+        a, bad, c = await asyncio.gather(*runs, return_exceptions=True)
+        assert (a, c) == ("i1", "i1") and isinstance(bad, TypeError)
+        boxes.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_start_that_reaches_no_actor_fails_every_run_of_the_call() -> None:
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        runs = _starting(boxes, actor, ["a", "b"])
+        await _settle()
+        actor.starts[0][1].set_exception(ray.exceptions.RayActorError())
+        results = await asyncio.gather(*runs, return_exceptions=True)
+        assert all(isinstance(r, ray.exceptions.RayActorError) for r in results)
+        assert len(actor.starts) == 1  # not tried again here: the run's recovery does that
+        boxes.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_start_leaves_the_others_of_its_turn_alone() -> None:
+    async def scenario() -> None:
+        boxes, actor = Mailboxes(), FakeActor()
+        gone, kept = _starting(boxes, actor, ["gone", "kept"])
+        gone.cancel()
+        await _settle()
+        [(envelopes, answer)] = actor.starts
+        assert envelopes == ["envelope kept"]
+        answer.set_result("i1")
+        assert await kept == "i1"
+        boxes.stop()
+
+    asyncio.run(scenario())
+
+
 # --- the actor's side: outboxes ------------------------------------------------------------
 
 
@@ -197,6 +287,42 @@ def test_a_take_waits_for_items_and_hands_each_over_once() -> None:
         assert await asyncio.wait_for(taking, 1.0) == (me, [("r1", ["e1"]), ("r2", ["e2"])])
         assert await actor.take("c", 0.01, me) == (me, [])
         assert "c" not in actor._outboxes  # no runs, nothing left: forgotten
+
+    asyncio.run(scenario())
+
+
+def test_events_of_runs_that_do_not_stream_wait_for_company() -> None:
+    """Lazy items wait up to ``_LAZY_EVENTS_S`` for an urgent one (an outcome, a streamed
+    run's events), which sends everything waiting at once, in order."""
+
+    async def scenario() -> None:
+        from raygents.runtime import actor as actor_module
+
+        actor = _actor()
+        me, _ = await actor.take("c", 0.01)
+        outbox = actor._outbox("c")
+        outbox.post("r1", ["lazy 1"], urgent=False)
+        taking = asyncio.ensure_future(actor.take("c", 5.0, me))
+        await asyncio.sleep(actor_module._LAZY_EVENTS_S / 5)
+        assert not taking.done()
+        outbox.post("r2", ["lazy 2"], urgent=False)
+        outbox.post("r1", "outcome")
+        assert await asyncio.wait_for(taking, 1.0) == (
+            me,
+            [("r1", ["lazy 1"]), ("r2", ["lazy 2"]), ("r1", "outcome")],
+        )
+        # alone, lazy items go once the oldest has waited the window
+        outbox = actor._outbox("c")  # (an empty outbox without runs was forgotten)
+        outbox.post("r2", ["lazy 3"], urgent=False)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        taking = asyncio.ensure_future(actor.take("c", 5.0, me))
+        await asyncio.sleep(0.01)
+        outbox.post("r2", ["lazy 4"], urgent=False)  # joins; does not push the deadline
+        assert await asyncio.wait_for(taking, 2.0) == (me, [("r2", ["lazy 3"]), ("r2", ["lazy 4"])])
+        waited = loop.time() - began
+        assert actor_module._LAZY_EVENTS_S * 0.8 <= waited < actor_module._LAZY_EVENTS_S * 3
+        assert outbox.timer is None and not outbox.ready.is_set()
 
     asyncio.run(scenario())
 
@@ -237,7 +363,7 @@ def test_a_run_whose_task_raises_still_sends_a_failed_outcome() -> None:
 
         actor._run = broken
         state = RunState(run_id="r1", agent_name="outboxed", messages=to_messages("hi"))
-        me = await actor.start(Envelope(state, "fp", None), "c")
+        me = await actor.start([Envelope(state, "fp", None)], "c")
         _, items = await actor.take("c", 2.0, me)
         [(run_id, outcome)] = items
         assert run_id == "r1" and isinstance(outcome, Outcome) and outcome.kind == "failed"

@@ -47,6 +47,10 @@ _Item = list[RunEvent] | Outcome | tuple[list[RunEvent], Outcome]
 """What a run sends its caller: events, the outcome, or the last events with the outcome."""
 _DONE = object()
 _BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out together
+# How long the events of runs that do not stream may wait in an outbox for company (an
+# outcome, or a streamed run's events, sends everything waiting at once): a fan-out's children
+# and a driver's runs cost a take per few hundred ms instead of one per batch.
+_LAZY_EVENTS_S = 0.25
 _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run waits for them
 _NOTE_WINDOW_S = 0.25  # how long reports of records written here gather before they go out
 _OUTBOX_IDLE_S = 120.0  # an outbox its caller has not taken from for this long is dropped
@@ -71,12 +75,28 @@ class _Outbox:
     """When the caller last took (or the outbox was made)."""
     items: list[tuple[str, _Item]] = field(default_factory=list)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the items must go: one of them is urgent, or the oldest lazy one waited
+    ``_LAZY_EVENTS_S``."""
     runs: int = 0
     """Runs of this caller still relaying here."""
+    timer: asyncio.TimerHandle | None = None
 
-    def post(self, run_id: str, item: _Item) -> None:
+    def post(self, run_id: str, item: _Item, urgent: bool = True) -> None:
+        """Add an item; an urgent one (an outcome, a streamed run's events) wakes the take."""
         self.items.append((run_id, item))
-        self.ready.set()
+        if urgent:
+            self.ready.set()
+        elif self.timer is None and not self.ready.is_set():
+            self.timer = asyncio.get_running_loop().call_later(_LAZY_EVENTS_S, self.ready.set)
+
+    def drain(self) -> list[tuple[str, _Item]]:
+        """Everything waiting, in order; the outbox is empty and not ready afterwards."""
+        items, self.items = self.items, []
+        self.ready.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        return items
 
 
 def _outcome_of(task: asyncio.Future[Outcome], state: RunState) -> Outcome:
@@ -161,13 +181,19 @@ class AgentActor:
         self._relays: set[asyncio.Future[None]] = set()
 
     # --- public actor methods -----------------------------------------------------------
-    async def start(self, envelope: Envelope, caller: str) -> str:
-        """Take a run and drive it until it completes, fails, suspends or hands off.
+    async def start(self, envelopes: list[Envelope], caller: str) -> str:
+        """Take runs and drive each until it completes, fails, suspends or hands off.
 
-        Returns this actor's incarnation as soon as the run is here. The run's events (in
+        Returns this actor's incarnation as soon as the runs are here. A run's events (in
         batches of up to ``_BATCH_WINDOW_S``) and then its outcome (with the events not sent
-        yet: ``(batch, outcome)``) go to ``caller``'s outbox, which :meth:`take` empties.
+        yet: ``(batch, outcome)``) go to ``caller``'s outbox, which :meth:`take` empties; the
+        events of a run that does not stream may wait there up to ``_LAZY_EVENTS_S``.
         """
+        for envelope in envelopes:
+            self._accept(envelope, caller)
+        return self._incarnation
+
+    def _accept(self, envelope: Envelope, caller: str) -> None:
         run_id = envelope.state.run_id
         token = SuspendToken(run_id)
         early = self._early.pop(run_id, None)
@@ -180,24 +206,22 @@ class AgentActor:
         relay = asyncio.ensure_future(self._relay(envelope, token, outbox))
         self._relays.add(relay)
         relay.add_done_callback(self._relays.discard)
-        return self._incarnation
 
     async def take(
         self, caller: str, wait_s: float, known: str | None = None
     ) -> tuple[str, list[tuple[str, _Item]]]:
         """What ``caller``'s runs sent since its last take, as ``(run_id, item)`` pairs.
 
-        Waits up to ``wait_s`` for something to send, unless the caller last saw another
-        incarnation (``known``) of this actor. Also returns this actor's incarnation, so the
-        caller notices a restart.
+        Waits up to ``wait_s`` for something that must go (see :class:`_Outbox`), unless the
+        caller last saw another incarnation (``known``) of this actor. Also returns this
+        actor's incarnation, so the caller notices a restart.
         """
         outbox = self._outbox(caller)
         outbox.taken = time.monotonic()
-        if not outbox.items and wait_s > 0 and known in (None, self._incarnation):
-            outbox.ready.clear()
+        if not outbox.ready.is_set() and wait_s > 0 and known in (None, self._incarnation):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(outbox.ready.wait(), wait_s)
-        items, outbox.items = outbox.items, []
+        items = outbox.drain()
         outbox.taken = time.monotonic()
         if not outbox.runs and not outbox.items:
             self._outboxes.pop(caller, None)
@@ -216,6 +240,7 @@ class AgentActor:
     async def _relay(self, envelope: Envelope, token: SuspendToken, outbox: _Outbox) -> None:
         """Run ``envelope`` and post its events and outcome to ``outbox``."""
         run_id = envelope.state.run_id
+        urgent = envelope.stream  # (the outcome always is)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         task = asyncio.ensure_future(self._run(envelope, token, queue.put_nowait))
         task.add_done_callback(lambda t: queue.put_nowait(_DONE))
@@ -236,7 +261,7 @@ class AgentActor:
                     outcome = _outcome_of(task, envelope.state)
                     outbox.post(run_id, (batch, outcome) if batch else outcome)
                     return
-                outbox.post(run_id, batch)
+                outbox.post(run_id, batch, urgent)
         finally:
             outbox.runs -= 1
 

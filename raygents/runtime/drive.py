@@ -232,9 +232,8 @@ async def _consume(
     run_id = envelope.state.run_id
     caller, box = mailboxes.open(actor, run_id)
     try:
-        instance = await actor.start.remote(envelope, caller)
+        await mailboxes.start(actor, caller, box, envelope)
         progress.append(True)  # the actor has the run: losing it now counts as a loss
-        mailboxes.accepted(actor, box, instance)
         while True:
             item = await box.items.get()
             if isinstance(item, BaseException):  # the actor was lost

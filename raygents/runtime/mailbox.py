@@ -1,8 +1,9 @@
 """Where the events and outcomes of dispatched runs come back: one mailbox per agent actor.
 
 A process that dispatches runs (a driver, or an agent actor running agent-as-tool children)
-starts each run with one plain actor call, ``AgentActor.start``, and collects what all its
-runs on that actor send back with one long-polling call at a time, ``AgentActor.take``. Under
+starts them with plain actor calls, ``AgentActor.start`` (the runs it starts on one actor in
+one turn of its event loop, such as a fan-out's children, in one call), and collects what all
+its runs on that actor send back with one long-polling call at a time, ``AgentActor.take``. Under
 load one reply carries the event batches and outcomes of many runs, where a stream per run
 cost a Ray call per run and a reply per batch, on both sides.
 
@@ -73,6 +74,9 @@ class Mailboxes:
         self._boxes: dict[str, _Box] = {}
         self._prefix = uuid.uuid4().hex[:12]
         self._generation = itertools.count()
+        self._starts: dict[tuple[str, str], list[tuple[Any, asyncio.Future[str]]]] = {}
+        """Starts waiting for the end of this turn of the event loop, by actor and caller."""
+        self._sending: set[asyncio.Future[None]] = set()
 
     def open(self, actor: Any, run_id: str) -> tuple[str, RunBox]:
         """Register a run about to be started on ``actor``; returns the caller id to start it
@@ -87,6 +91,53 @@ class Mailboxes:
             box.task = asyncio.ensure_future(self._poll(key, box))
         run = box.runs[run_id] = RunBox(run_id)
         return box.caller, run
+
+    async def start(self, actor: Any, caller: str, run: RunBox, envelope: Any) -> str:
+        """Start a run opened with :meth:`open` on ``actor``; returns the incarnation of the
+        actor that accepted it (see :meth:`accepted`).
+
+        The starts made on one actor in one turn of the event loop go in one call. Should
+        that call fail for another reason than a lost actor, each of its runs is started on
+        its own, so that one run's unpicklable context fails only that run.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
+        key = (actor._actor_id.hex(), caller)
+        pending = self._starts.get(key)
+        if pending is None:
+            pending = self._starts[key] = []
+            loop.call_soon(self._send_starts, actor, key)
+        pending.append((envelope, future))
+        instance = await future
+        self.accepted(actor, run, instance)
+        return instance
+
+    def _send_starts(self, actor: Any, key: tuple[str, str]) -> None:
+        sending = asyncio.ensure_future(self._start_all(actor, key[1], self._starts.pop(key)))
+        self._sending.add(sending)
+        sending.add_done_callback(self._sending.discard)
+
+    async def _start_all(
+        self, actor: Any, caller: str, starts: list[tuple[Any, asyncio.Future[str]]]
+    ) -> None:
+        starts = [(envelope, future) for envelope, future in starts if not future.done()]
+        if not starts:  # (their runs were cancelled meanwhile)
+            return
+        try:
+            instance = await actor.start.remote([envelope for envelope, _ in starts], caller)
+        except BaseException as exc:
+            if len(starts) > 1 and isinstance(exc, Exception) and not isinstance(exc, LOST):
+                await asyncio.gather(*(self._start_all(actor, caller, [one]) for one in starts))
+                return
+            for _, future in starts:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for _, future in starts:
+            if not future.done():
+                future.set_result(instance)
 
     def accepted(self, actor: Any, run: RunBox, instance: str) -> None:
         """``start`` answered: the actor incarnation ``instance`` has the run."""
@@ -113,6 +164,7 @@ class Mailboxes:
     def stop(self) -> list[asyncio.Future[None]]:
         """Cancel every poller (the process stops using raygents); returns them."""
         tasks = [b.task for b in self._boxes.values() if b.task is not None]
+        tasks += self._sending
         for task in tasks:
             task.cancel()
         self._boxes.clear()

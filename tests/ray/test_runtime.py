@@ -280,6 +280,49 @@ def test_streamed_runs_deliver_deltas_and_child_events() -> None:
     assert [e.type for e in handle.events()] == [e.type for e in events]
 
 
+def test_events_of_a_run_that_does_not_stream_arrive_while_it_runs() -> None:
+    """Its batches may wait a moment for company, but not for the run's end: the child's
+    tool_start (two hops: child's actor, parent's actor, driver) arrives during the nap."""
+    child = rg.Agent(
+        "napper", tools=[nap], model=ScriptedModel([calls(("nap", {"seconds": 4})), text("ok")])
+    )
+    parent = rg.Agent(
+        "waits_for_napper",
+        tools=[child.as_tool()],
+        model=ScriptedModel([calls(("napper", {"input": "nap"})), text("done")]),
+    )
+    handle = rg.start(parent, "go")
+    for event in handle.events():
+        if event.type == "tool_start" and event.path:
+            break
+    assert handle.status() == "running"  # the nap is still going on
+    assert handle.result(60).final_output == "done"
+
+
+def _cannot_load() -> None:
+    raise RuntimeError("this context cannot be loaded here")
+
+
+class _LoadsNowhere:
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return (_cannot_load, ())
+
+
+def test_a_context_that_cannot_be_loaded_fails_only_its_own_run() -> None:
+    """Runs started together share one start call; one that cannot travel fails alone."""
+    agent = rg.Agent("loads_context", model=ScriptedModel([text("fine")] * 10))
+    rg.run(agent, "warm up")
+    handles = [
+        rg.start(agent, "a"),
+        rg.start(agent, "bad", context=_LoadsNowhere()),
+        rg.start(agent, "b"),
+    ]
+    assert handles[0].result(60).final_output == "fine"
+    with pytest.raises(rg.RaygentsError, match="cannot be loaded"):
+        handles[1].result(60)
+    assert handles[2].result(60).final_output == "fine"
+
+
 def test_events_from_the_start_after_completion_and_await() -> None:
     agent = rg.Agent(
         "late", model=ScriptedModel([calls(("add", {"a": 1, "b": 1})), text("2")]), tools=[add]
