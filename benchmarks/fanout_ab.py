@@ -34,13 +34,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--m", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(
+        "--durability",
+        default="sync",
+        choices=("sync", "async", "exit"),
+        help="raygents' durability mode (the workload uses sync; exit writes no running "
+        "records, which shows what they cost)",
+    )
     args = ap.parse_args()
 
     import ray
 
     import raygents as rg
 
-    C.init_raygents(store=f"file://{tempfile.mkdtemp(prefix='rgab-')}/store")
+    C.init_raygents(
+        store=f"file://{tempfile.mkdtemp(prefix='rgab-')}/store", durability=args.durability
+    )
     floor = C.floor()
     orchestrator, sub = floor["FloorAgent"].remote(), floor["FloorAgent"].remote()
     agent = C.rg_fanout_agent("cpu", "ab")
@@ -73,7 +82,10 @@ def main() -> None:
         side: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         for side, runs in rows.items()
     }
-    print(f"medians of {args.reps} (M = {args.m}, raygents from {_checkout(rg.__file__)}):")
+    print(
+        f"medians of {args.reps} (M = {args.m}, durability {args.durability}, "
+        f"raygents from {_checkout(rg.__file__)}):"
+    )
     for side, m in med.items():
         print(
             f"  {side:9s} wall {m['wall']:.3f} s, CPU {m['cpu']:.2f} s ("

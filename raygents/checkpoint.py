@@ -38,6 +38,10 @@ __all__ = [
 ]
 
 FORMAT = 1
+JOURNAL_FORMAT = 2
+"""The format of a delta record that adds journal entries (``journal_add``): older readers,
+which know only ``FORMAT``, refuse it instead of missing the entries."""
+_READS = (FORMAT, JOURNAL_FORMAT)
 FULL_RATIO = 4
 _MIN_FULL = 4096  # bytes: short histories are not worth a full record per delta
 # Run state fields a replay derives from the records themselves, so bodies leave them out.
@@ -143,8 +147,14 @@ def next_record(
         since_full=0 if full else state.since_full + size,
         full_size=size if full else state.full_size,
     )
-    body: Body = new.model_dump(mode="json", exclude=_DERIVED, exclude_defaults=True)
+    body: Body = new.model_dump(mode="json", exclude=_DERIVED | {"journal"}, exclude_defaults=True)
     body["agent_name"] = new.agent_name
+    known: dict[str, Any] = previous.get("journal", {}) if previous is not None else {}
+    if new.journal:  # entries never change: only new ones are dumped
+        body["journal"] = {
+            call_id: known[call_id] if call_id in known else _result(result)
+            for call_id, result in new.journal.items()
+        }
     record: Record = {
         "format": FORMAT,
         "seq": seq,
@@ -157,9 +167,16 @@ def next_record(
     if full or previous is None:
         record["state"] = body
     else:
+        journal = body.get("journal", {})
+        grows = bool(known) and len(journal) > len(known) and known.keys() <= journal.keys()
         record["changes"] = {
-            k: v for k, v in body.items() if k in _ALWAYS or previous.get(k, _NONE) != v
+            k: v
+            for k, v in body.items()
+            if k in _ALWAYS or (previous.get(k, _NONE) != v and not (grows and k == "journal"))
         }
+        if grows:  # a batch's journal records carry its new entries only, not all of them
+            record["format"] = JOURNAL_FORMAT
+            record["journal_add"] = {k: v for k, v in journal.items() if k not in known}
         unset = [k for k in previous if k not in body]
         if unset:
             record["unset"] = unset
@@ -176,6 +193,11 @@ def _message(m: Message) -> dict[str, Any]:
     return m.model_dump(mode="json", exclude_defaults=True)
 
 
+def _result(result: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = result.model_dump(mode="json", exclude_defaults=True)
+    return dumped
+
+
 def encode(record: Record, *, key: bytes | None = None) -> bytes:
     """A record as checkpoint bytes."""
     return codec.encode(record, key=key)
@@ -190,10 +212,11 @@ def decode(
 ) -> Record:
     """Checkpoint bytes as a record; damaged bytes raise :class:`CheckpointCorrupt`."""
     value = codec.decode(data, key=key, source=source, max_bytes=max_bytes)
-    if not isinstance(value, dict) or value.get("format") != FORMAT:
+    if not isinstance(value, dict) or value.get("format") not in _READS:
         found = value.get("format") if isinstance(value, dict) else type(value).__name__
         raise CheckpointCorrupt(
-            f"checkpoint {source or ''} has record format {found!r}; this raygents reads {FORMAT}",
+            f"checkpoint {source or ''} has record format {found!r}; this raygents reads "
+            + " and ".join(map(str, _READS)),
             key=source,
             reason="record format",
         )
@@ -231,6 +254,8 @@ def replay(records: Sequence[Record]) -> tuple[RunState, Record]:
                 body.update(record["changes"])
                 for name in record.get("unset", ()):
                     body.pop(name, None)
+                if "journal_add" in record:
+                    body["journal"] = {**body.get("journal", {}), **record["journal_add"]}
         last = ordered[-1]
         derived = {
             "run_id": run_id,

@@ -68,7 +68,8 @@ class RunState(BaseModel):
     full_size: int = 0
     """Bytes of messages in the last full record."""
     journal: dict[str, ToolResult] = Field(default_factory=dict)
-    """Finished calls of the pending batch, by call id: never run again after a resume."""
+    """Finished calls of the pending batch, by call id: never run again after a resume. An
+    entry never changes once made (checkpoint deltas carry only new entries)."""
     approvals: dict[str, ApprovalDecision] = Field(default_factory=dict)
     """Decisions for calls of the pending batch, by call id."""
     pending: tuple[PendingApproval, ...] = ()

@@ -144,6 +144,43 @@ def test_deltas_carry_only_changed_fields_and_replay_merges_them() -> None:
         assert replayed.usage == steps[upto - 1].usage
 
 
+def test_journal_records_of_a_wide_batch_carry_only_their_new_entries() -> None:
+    """A fan-out's calls finish one by one, each journaled: the records must not repeat the
+    whole journal (64 calls would write 2,080 entries), and replay must rebuild it."""
+    base = RunState(run_id="r4", agent_name="a", messages=(Message("user", "fan out"),))
+    state, previous = checkpoint.next_record(base, "running", None)[::2]
+    records: list[checkpoint.Record] = []
+    journal: dict[str, ToolResult] = {}
+    for i in range(64):
+        journal = {**journal, f"c{i}": ToolResult(f"answer {i}", is_error=i == 3)}
+        step = state.evolve(journal=journal)
+        state, record, previous = checkpoint.next_record(step, "running", previous)
+        records.append(checkpoint.decode(checkpoint.encode(record)))
+    first, *later = records
+    assert first["format"] == checkpoint.FORMAT and first["changes"]["journal"] == {
+        "c0": {"content": "answer 0"}
+    }
+    for i, record in enumerate(later, start=1):
+        assert record["format"] == checkpoint.JOURNAL_FORMAT
+        assert "journal" not in record["changes"]
+        assert list(record["journal_add"]) == [f"c{i}"]
+    assert later[2]["journal_add"]["c3"] == {"content": "answer 3", "is_error": True}
+    full, *_ = checkpoint.make_record(base, "running")[1:]
+    replayed, _ = checkpoint.replay([full, *records])
+    assert replayed.journal == journal
+    # the batch ends: its results become messages, the journal is cleared
+    done = state.evolve(journal={}, messages=(*state.messages, Message("assistant", "ok")))
+    _, cleared, _ = checkpoint.next_record(done, "running", previous)
+    assert cleared["unset"] == ["journal"] and cleared["format"] == checkpoint.FORMAT
+    assert checkpoint.replay([full, *records, cleared])[0].journal == {}
+
+
+def test_a_record_of_an_unknown_format_is_refused() -> None:
+    _, record = checkpoint.make_record(RunState(run_id="r5", agent_name="a"), "running")
+    with pytest.raises(CheckpointError, match="record format 3; this raygents reads 1 and 2"):
+        checkpoint.decode(checkpoint.encode({**record, "format": 3}), source="runs/r5/1")
+
+
 def test_record_keys_carry_the_dispatch_and_sort_by_seq() -> None:
     assert checkpoint.key_for("r", 7) == "runs/r/0000000007.ckpt"
     assert checkpoint.key_for("r", 7, 3) == "runs/r/0000000007.3.ckpt"
