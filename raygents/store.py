@@ -200,19 +200,25 @@ class MemoryStore(Store):
 
 
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
+_NO_UNNAMED = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EISDIR, errno.EINVAL})
+"""What ``open(dir, O_TMPFILE)`` fails with where the kernel or filesystem lacks unnamed files."""
 
 
 class FileStore(Store):
     """Files under a directory, one per key, written atomically and create-only.
 
-    A put writes a hidden temporary file in the key's directory, fsyncs it, and hard-links it
-    to the key's name, which fails if the name exists; readers never see partial files. On
-    filesystems without hard links it claims the name with ``O_EXCL`` and then renames the
-    temporary file over it, so a reader may briefly see an empty file there.
+    A put writes an unnamed file in the key's directory (``O_TMPFILE``), fsyncs it, and links
+    it to the key's name, which fails if the name exists; readers never see partial files.
+    Where unnamed files are not supported it writes a hidden temporary file instead, links it
+    the same way and removes the temporary name; on filesystems without hard links it claims
+    the name with ``O_EXCL`` and then renames the temporary file over it, so a reader may
+    briefly see an empty file there.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
+        self._unnamed = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
+        """Whether puts write unnamed files (until the filesystem turns out not to allow it)."""
 
     @property
     def url(self) -> str:
@@ -242,6 +248,11 @@ class FileStore(Store):
     def _put(self, key: str, data: bytes, parents: bool = True) -> None:
         path = self._root.joinpath(*key.split("/"))
         with self._os_errors("write", key):
+            published = self._put_unnamed(path, data, parents) if self._unnamed else None
+            if published is not None:
+                if not published and self._get(key) != data:
+                    raise self._conflict(key)
+                return
             temp = self._write_temp(path, data, parents)
             try:
                 if not self._publish(temp, path):
@@ -252,6 +263,50 @@ class FileStore(Store):
             finally:
                 with suppress(FileNotFoundError):
                     os.unlink(temp)
+
+    def _put_unnamed(self, path: Path, data: bytes, parents: bool) -> bool | None:
+        """Put ``data`` at ``path`` through an unnamed file: True if written, False if the name
+        exists, None if this filesystem does not allow it (``self._unnamed`` is then off)."""
+        for attempt in range(_DIR_ATTEMPTS):
+            if parents:
+                self._make_dirs(path.parent)
+            try:
+                return self._link_unnamed(path, data)
+            except FileNotFoundError:  # a concurrent delete removed the empty directory
+                if not parents or attempt == _DIR_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _link_unnamed(self, path: Path, data: bytes) -> bool | None:
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            try:
+                fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600, dir_fd=directory)
+            except OSError as exc:
+                if exc.errno not in _NO_UNNAMED:
+                    raise
+                self._unnamed = False
+                return None
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+                try:  # (a directory fd makes it linkat, which follows the /proc link)
+                    os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=directory)
+                except FileExistsError:
+                    return False
+                except OSError as exc:
+                    if exc.errno not in _NO_HARD_LINKS:
+                        raise
+                    self._unnamed = False
+                    return None
+            finally:
+                os.close(fd)
+            os.fsync(directory)
+            return True
+        finally:
+            os.close(directory)
 
     def _write_temp(self, path: Path, data: bytes, parents: bool = True) -> str:
         """Write ``data`` to a fsynced hidden file next to ``path``; return its name."""

@@ -315,7 +315,7 @@ def test_file_store_leaves_no_temporary_files(tmp_path: Path) -> None:
 
 
 def test_file_store_without_hard_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_links(source: Any, target: Any) -> None:
+    def no_links(source: Any, target: Any, **where: Any) -> None:
         raise OSError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(os, "link", no_links)
@@ -326,6 +326,39 @@ def test_file_store_without_hard_links(tmp_path: Path, monkeypatch: pytest.Monke
         store.put("runs/r/1", b"two")
     assert store.get("runs/r/1") == b"one"
     assert files_under(tmp_path) == ["runs/r/1"]
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE"), reason="no unnamed files on this platform")
+def test_file_store_writes_unnamed_files_where_it_can(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Linux: a put links an unnamed file (no temporary name to create and remove); where the
+    filesystem refuses unnamed files it falls back to a named temporary file, for good."""
+    store = FileStore(tmp_path / "a")
+    store.put("runs/r/1", b"one")
+    assert store._unnamed, "this filesystem takes unnamed files"
+    store.put("runs/r/1", b"one")
+    with pytest.raises(CheckpointError, match="already exists"):
+        store.put("runs/r/1", b"two")
+    assert store.get("runs/r/1") == b"one" and files_under(tmp_path / "a") == ["runs/r/1"]
+
+    real_open, unnamed = os.open, []
+
+    def no_unnamed(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            unnamed.append(path)
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_unnamed)
+    other = FileStore(tmp_path / "b")
+    for i in range(3):
+        other.put(f"runs/r/{i}", b"x" * i)
+    assert len(unnamed) == 1 and not other._unnamed  # asked once
+    with pytest.raises(CheckpointError, match="already exists"):
+        other.put("runs/r/1", b"y")
+    assert files_under(tmp_path / "b") == [f"runs/r/{i}" for i in range(3)]
+    assert not [p for p in tmp_path.rglob(".*")]
 
 
 def test_file_store_ignores_stray_files_and_removes_empty_dirs(tmp_path: Path) -> None:
