@@ -499,6 +499,23 @@ def load() -> dict[str, Any]:
     return {"loadavg": list(os.getloadavg()), "cpu_percent": psutil.cpu_percent(interval=None)}
 
 
+def settle(
+    max_s: float = 60.0, busy_percent: float = 15.0, window_s: float = 2.0
+) -> dict[str, Any]:
+    """Wait until the machine is quiet: CPU use over ``window_s`` below ``busy_percent`` (of
+    all CPUs), for at most ``max_s``. The processes of the previous workload (its Ray
+    instance shutting down, its tool workers exiting) would otherwise run into the next one.
+    Returns how long it waited and the last reading."""
+    import psutil
+
+    began = time.time()
+    while True:
+        busy = psutil.cpu_percent(interval=window_s)
+        waited = time.time() - began
+        if busy < busy_percent or waited >= max_s:
+            return {"waited_s": round(waited, 1), "cpu_percent": busy}
+
+
 def machine_info() -> dict[str, Any]:
     """What ran the benchmarks."""
     import psutil

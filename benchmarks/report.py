@@ -28,7 +28,14 @@ def _rng(s: dict[str, Any], nd: int = 1) -> str:
 def _load(w: dict[str, Any]) -> str:
     a = w.get("load_before", {}).get("loadavg", ["?"])[0]
     b = w.get("load_after", {}).get("loadavg", ["?"])[0]
-    return f"load average (1 min) {_f(a, 2)} before, {_f(b, 2)} after"
+    text = f"load average (1 min) {_f(a, 2)} before, {_f(b, 2)} after"
+    settled = w.get("settled")
+    if settled:
+        text += (
+            f"; started after {_f(settled.get('waited_s'), 1)} s waiting for a quiet machine "
+            f"(CPU {_f(settled.get('cpu_percent'), 0)}% over 2 s)"
+        )
+    return text
 
 
 def checks(results: dict[str, Any]) -> list[str]:

@@ -117,7 +117,11 @@ def main() -> int:
         }
     total0 = time.time()
     for name in names:
-        C.log(f"=== {name} ({mode}) ===")
+        settled = C.settle()
+        C.log(
+            f"=== {name} ({mode}) === after {settled['waited_s']} s for a quiet machine "
+            f"(CPU {settled['cpu_percent']}%)"
+        )
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             part = f.name
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
@@ -148,6 +152,7 @@ def main() -> int:
         os.unlink(part)
         data["exit"] = rc
         data["source"] = source
+        data["settled"] = settled
         results["workloads"][name] = data
         C.log(f"=== {name}: {'ok' if data.get('ok') else 'FAILED'} in {data.get('wall_s')} s ===")
         C.dump(results, out)  # keep what we have
