@@ -5,6 +5,7 @@ a fake coordinator handle)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from raygents.envelope import RunState
 from raygents.messages import Message
 from raygents.runtime import actor as actor_module
 from raygents.runtime.actor import AgentActor
+from raygents.store import FileStore
 from raygents.testing import ScriptedModel, text
 
 
@@ -105,5 +107,58 @@ def test_reports_settle_before_a_handoff_goes_out(pending: bool) -> None:
             actor._note_soon()
         await actor._notes_settled()  # sends at once, without waiting for the window
         assert coordinator.noted.calls == ([([_note("r1", 1)], [])] if pending else [])
+
+    asyncio.run(main())
+
+
+def test_a_lone_put_runs_on_the_loop_and_puts_that_come_together_in_threads(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(actor_module, "_NOTE_WINDOW_S", 0.01)
+    coordinator = _Coordinator()
+    store = FileStore(tmp_path / "store")
+    threads: list[str] = []
+    real_put, real_put_if_dir = store.put, store.put_if_dir
+
+    def put(key: str, data: bytes) -> None:
+        threads.append(threading.current_thread().name)
+        real_put(key, data)
+
+    def put_if_dir(key: str, data: bytes) -> bool:
+        threads.append(threading.current_thread().name)
+        return real_put_if_dir(key, data)
+
+    monkeypatch.setattr(store, "put", put)
+    monkeypatch.setattr(store, "put_if_dir", put_if_dir)
+
+    async def main() -> None:
+        actor = _actor(coordinator)
+        actor.directory._settings = {"durability": "sync", "key": None}
+        actor._store, actor._store_known = store, True
+        loop_thread = threading.current_thread().name
+        states = [_child(f"r{i}", 0).evolve(epoch=1) for i in range(4)]
+        writes = [actor._write(state, "running")[1] for state in states]
+        # the first went on the loop at once; the others of this turn were handed to threads
+        assert [w.done() for w in writes] == [True, False, False, False]
+        await asyncio.gather(*writes)
+        assert threads[0] == loop_thread
+        assert all(name != loop_thread for name in threads[1:])
+        assert actor._threaded_puts == 0
+        # records that come one at a time, as a fan-out's children end, stay on the loop
+        for state in states:
+            await asyncio.sleep(0)
+            _, write = actor._write(state.evolve(seq=1), "running")
+            assert write.done()
+            await write
+        assert threads[4:] == [loop_thread] * 4
+        keys = store.list("runs/")
+        assert [key.rsplit("/", 1)[1] for key in keys] == [
+            name for _ in states for name in ("0000000001.1.ckpt", "0000000002.1.ckpt")
+        ]
+        await asyncio.sleep(0.05)  # the reports of all eight went out together
+        [(notes, _)] = coordinator.noted.calls
+        assert sorted((note[0], note[1]) for note in notes) == [
+            (f"r{i}", seq) for i in range(4) for seq in (1, 2)
+        ]
 
     asyncio.run(main())

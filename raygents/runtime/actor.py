@@ -168,6 +168,10 @@ class AgentActor:
         self._store_known = False
         self._tails: dict[str, asyncio.Future[Any]] = {}
         """The newest record each run wrote to the store itself, by run (writes chain)."""
+        self._threaded_puts = 0
+        """Puts running in worker threads now."""
+        self._put_this_turn = False
+        """Whether a put ran on the event loop in this turn of it."""
         self._keys: dict[str, str] = {}
         """The key of each active run's newest record written here."""
         self._notes: list[tuple[Any, ...]] = []
@@ -514,9 +518,7 @@ class AgentActor:
         self._keys[run_id] = key
         if store is not None and not durable:
             put = _Put(store, key, previous_key, new, data, info, full)
-            if (tail is None or tail.done()) and len(self._active) <= 1:
-                # No other run here would wait meanwhile: the put (~1 ms, fsyncs) costs less
-                # than a thread hop; with other runs here the puts overlap in threads.
+            if (tail is None or tail.done()) and self._put_inline():
                 write = asyncio.get_running_loop().create_future()
                 try:
                     self._reported(put, put.store_it())
@@ -545,12 +547,31 @@ class AgentActor:
             self._store_known = True
         return self._store
 
+    def _put_inline(self) -> bool:
+        """Whether a put should run on the event loop, blocking it (~0.5-1 ms, fsyncs): when
+        no other put is running and none ran on the loop in this turn of it. A thread hop
+        costs more CPU than the put (records of runs that end one by one, as a fan-out's
+        children do, go this way); puts that come together overlap their fsyncs in threads."""
+        if self._threaded_puts or self._put_this_turn:
+            return False
+        self._put_this_turn = True
+        asyncio.get_running_loop().call_soon(self._next_turn)
+        return True
+
+    def _next_turn(self) -> None:
+        self._put_this_turn = False
+
     async def _put(self, tail: asyncio.Future[Any] | None, put: _Put) -> None:
         """Write a record to the store in a worker thread, after the run's previous write,
         then report it (see :meth:`_reported`)."""
         if tail is not None and not tail.done():
             await asyncio.wait([tail])  # its own waiter sees its failure
-        self._reported(put, await asyncio.to_thread(put.store_it))
+        self._threaded_puts += 1
+        try:
+            fenced = await asyncio.to_thread(put.store_it)
+        finally:
+            self._threaded_puts -= 1
+        self._reported(put, fenced)
 
     def _reported(self, put: _Put, fenced: bool) -> None:
         """Report a stored record to the coordinator (batched).
