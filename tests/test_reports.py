@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -160,5 +161,42 @@ def test_a_lone_put_runs_on_the_loop_and_puts_that_come_together_in_threads(
         assert sorted((note[0], note[1]) for note in notes) == [
             (f"r{i}", seq) for i in range(4) for seq in (1, 2)
         ]
+
+    asyncio.run(main())
+
+
+def test_after_a_slow_put_on_the_loop_puts_go_to_threads_for_a_while(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(actor_module, "_NOTE_WINDOW_S", 0.01)
+    monkeypatch.setattr(actor_module, "_INLINE_PUT_MAX_S", 0.005)
+    monkeypatch.setattr(actor_module, "_SLOW_PUTS_S", 0.2)
+    store = FileStore(tmp_path / "store")
+    threads: list[str] = []
+    real_put = store.put
+
+    def slow_put(key: str, data: bytes) -> None:  # a disk that takes 20 ms per put
+        threads.append(threading.current_thread().name)
+        time.sleep(0.02)
+        real_put(key, data)
+
+    monkeypatch.setattr(store, "put", slow_put)
+
+    async def main() -> None:
+        actor = _actor(_Coordinator())
+        actor.directory._settings = {"durability": "sync", "key": None}
+        actor._store, actor._store_known = store, True
+        loop_thread = threading.current_thread().name
+        for i in range(3):
+            await asyncio.sleep(0)
+            _, write = actor._write(_child(f"r{i}", 0).evolve(epoch=1), "running")
+            await write
+        # the first ran on the loop and was slow: the next ones did not stall the loop
+        assert threads[0] == loop_thread
+        assert all(name != loop_thread for name in threads[1:])
+        await asyncio.sleep(0.25)  # the window passed: a put tries the loop again
+        _, write = actor._write(_child("r3", 0).evolve(epoch=1), "running")
+        assert write.done()
+        assert threads[3] == loop_thread
 
     asyncio.run(main())

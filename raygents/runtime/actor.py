@@ -59,6 +59,11 @@ _RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
 # than a record); a quicker one waits up to _JOURNAL_WAIT_S for company, or for the batch's end.
 _JOURNAL_AT_ONCE_S = 0.01
 _JOURNAL_WAIT_S = 0.05
+# A put on the event loop that took longer than this (a slow disk or a network filesystem)
+# sends the actor's puts to worker threads for _SLOW_PUTS_S, so that a slow store never stalls
+# the other runs on the actor's loop.
+_INLINE_PUT_MAX_S = 0.005
+_SLOW_PUTS_S = 10.0
 _HANDOFF_PARAMS = {
     "type": "object",
     "properties": {},
@@ -172,6 +177,8 @@ class AgentActor:
         """Puts running in worker threads now."""
         self._put_this_turn = False
         """Whether a put ran on the event loop in this turn of it."""
+        self._threads_until = 0.0
+        """Puts go to threads until then (``time.monotonic()``): one on the loop was slow."""
         self._keys: dict[str, str] = {}
         """The key of each active run's newest record written here."""
         self._notes: list[tuple[Any, ...]] = []
@@ -520,11 +527,15 @@ class AgentActor:
             put = _Put(store, key, previous_key, new, data, info, full)
             if (tail is None or tail.done()) and self._put_inline():
                 write = asyncio.get_running_loop().create_future()
+                started = time.monotonic()
                 try:
                     self._reported(put, put.store_it())
                     write.set_result(None)
                 except Exception as exc:
                     write.set_exception(exc)
+                ended = time.monotonic()
+                if ended - started > _INLINE_PUT_MAX_S:
+                    self._threads_until = ended + _SLOW_PUTS_S
             else:
                 write = asyncio.ensure_future(self._put(tail, put))
             self._tails[run_id] = write
@@ -551,8 +562,9 @@ class AgentActor:
         """Whether a put should run on the event loop, blocking it (~0.5-1 ms, fsyncs): when
         no other put is running and none ran on the loop in this turn of it. A thread hop
         costs more CPU than the put (records of runs that end one by one, as a fan-out's
-        children do, go this way); puts that come together overlap their fsyncs in threads."""
-        if self._threaded_puts or self._put_this_turn:
+        children do, go this way); puts that come together overlap their fsyncs in threads,
+        and so do all puts for a while after one on the loop was slow."""
+        if self._threaded_puts or self._put_this_turn or time.monotonic() < self._threads_until:
             return False
         self._put_this_turn = True
         asyncio.get_running_loop().call_soon(self._next_turn)
