@@ -59,9 +59,9 @@ _RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
 # than a record); a quicker one waits up to _JOURNAL_WAIT_S for company, or for the batch's end.
 _JOURNAL_AT_ONCE_S = 0.01
 _JOURNAL_WAIT_S = 0.05
-# A put on the event loop that took longer than this (a slow disk or a network filesystem)
-# sends the actor's puts to worker threads for _SLOW_PUTS_S, so that a slow store never stalls
-# the other runs on the actor's loop.
+# Once puts on the event loop take longer than this on average (a slow disk, a network
+# filesystem), the actor's puts go to worker threads for _SLOW_PUTS_S, so that a slow store
+# does not stall the other runs on the actor's loop.
 _INLINE_PUT_MAX_S = 0.005
 _SLOW_PUTS_S = 10.0
 _HANDOFF_PARAMS = {
@@ -178,7 +178,9 @@ class AgentActor:
         self._put_this_turn = False
         """Whether a put ran on the event loop in this turn of it."""
         self._threads_until = 0.0
-        """Puts go to threads until then (``time.monotonic()``): one on the loop was slow."""
+        """Puts go to threads until then (``time.monotonic()``): those on the loop were slow."""
+        self._inline_put_s = 0.0
+        """A moving average of how long puts on the loop took."""
         self._keys: dict[str, str] = {}
         """The key of each active run's newest record written here."""
         self._notes: list[tuple[Any, ...]] = []
@@ -534,8 +536,7 @@ class AgentActor:
                 except Exception as exc:
                     write.set_exception(exc)
                 ended = time.monotonic()
-                if ended - started > _INLINE_PUT_MAX_S:
-                    self._threads_until = ended + _SLOW_PUTS_S
+                self._timed_inline_put(ended - started, ended)
             else:
                 write = asyncio.ensure_future(self._put(tail, put))
             self._tails[run_id] = write
@@ -563,7 +564,7 @@ class AgentActor:
         no other put is running and none ran on the loop in this turn of it. A thread hop
         costs more CPU than the put (records of runs that end one by one, as a fan-out's
         children do, go this way); puts that come together overlap their fsyncs in threads,
-        and so do all puts for a while after one on the loop was slow."""
+        and so do all puts for a while once those on the loop turn slow."""
         if self._threaded_puts or self._put_this_turn or time.monotonic() < self._threads_until:
             return False
         self._put_this_turn = True
@@ -572,6 +573,14 @@ class AgentActor:
 
     def _next_turn(self) -> None:
         self._put_this_turn = False
+
+    def _timed_inline_put(self, took: float, now: float) -> None:
+        """Follow how long puts on the loop take (a moving average); once they take over
+        ``_INLINE_PUT_MAX_S``, puts go to threads for ``_SLOW_PUTS_S``, then try again."""
+        self._inline_put_s += 0.2 * (took - self._inline_put_s)
+        if self._inline_put_s > _INLINE_PUT_MAX_S:
+            self._threads_until = now + _SLOW_PUTS_S
+            self._inline_put_s = 0.0
 
     async def _put(self, tail: asyncio.Future[Any] | None, put: _Put) -> None:
         """Write a record to the store in a worker thread, after the run's previous write,
