@@ -247,6 +247,20 @@ def register_by_value() -> None:
             cloudpickle.register_pickle_by_value(module)
 
 
+def bare_ray_args(doc: str, n: int) -> Any:
+    """The command line of a bare-Ray measurement (``--n``, the number of calls), and a
+    private local Ray instance for it (2 CPUs, no dashboard, no raygents)."""
+    import argparse
+
+    import ray
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=n)
+    args = ap.parse_args()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    return args
+
+
 def init_raygents(store: str, durability: str = "sync", **kwargs: Any) -> None:
     """A private local Ray instance (2 CPUs, no dashboard) with raygents on it."""
     import raygents as rg

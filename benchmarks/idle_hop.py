@@ -16,24 +16,25 @@ process, pays none.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import os
 import statistics
+import sys
 import threading
 import time
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common as C
 
 GAPS_S = (0.0, 0.001, 0.005, 0.02, 0.1)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=60)
-    args = ap.parse_args()
+    args = C.bare_ray_args(__doc__, 60)
 
     import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 
     @ray.remote(num_cpus=0, max_concurrency=10_000)
     class Stamp:
@@ -69,7 +70,9 @@ def main() -> None:
 
     try:
         measure(from_get, 0.0)  # warm up
-        print("idle gap  | from an asyncio loop: one way, round trip | ray.get: one way, round trip")
+        print(
+            "idle gap  | from an asyncio loop: one way, round trip | ray.get: one way, round trip"
+        )
         for gap in GAPS_S:
             lw, lr = measure(looped, gap)
             gw, gr = measure(from_get, gap)

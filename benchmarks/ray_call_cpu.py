@@ -12,21 +12,21 @@ this much.
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
 import time
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common as C
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=1000)
-    args = ap.parse_args()
+    args = C.bare_ray_args(__doc__, 1000)
 
     import psutil
     import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 
     @ray.remote(num_cpus=0, max_concurrency=10_000)
     class Echo:
