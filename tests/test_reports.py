@@ -1,6 +1,7 @@
 """An agent actor's reports to the coordinator: records it wrote itself and the ends of its
-agent-as-tool children travel together, in batches (no Ray: the actor class in this process,
-a fake coordinator handle)."""
+agent-as-tool children travel together, in batches; and where it puts those records, on its
+event loop or in worker threads (no Ray: the actor class in this process, a fake coordinator
+handle)."""
 
 from __future__ import annotations
 
@@ -165,7 +166,7 @@ def test_a_lone_put_runs_on_the_loop_and_puts_that_come_together_in_threads(
     asyncio.run(main())
 
 
-def test_after_a_slow_put_on_the_loop_puts_go_to_threads_for_a_while(
+def test_once_puts_on_the_loop_turn_slow_they_go_to_threads_for_a_while(
     tmp_path: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(actor_module, "_NOTE_WINDOW_S", 0.01)
@@ -175,10 +176,10 @@ def test_after_a_slow_put_on_the_loop_puts_go_to_threads_for_a_while(
     threads: list[str] = []
     real_put = store.put
 
-    def slow_put(key: str, data: bytes) -> None:  # a disk that takes 20 ms per put (the
-        # moving average of puts on the loop passes 5 ms with the second)
+    def slow_put(key: str, data: bytes) -> None:  # a disk that takes 15 ms per put: the
+        # moving average of puts on the loop passes 5 ms with the second
         threads.append(threading.current_thread().name)
-        time.sleep(0.02)
+        time.sleep(0.015)
         real_put(key, data)
 
     monkeypatch.setattr(store, "put", slow_put)
