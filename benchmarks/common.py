@@ -134,6 +134,16 @@ def noop(i: int) -> str:
     return f"ok {i}"
 
 
+def nap(i: int) -> str:
+    """Sleep 200 ms: a one-CPU tool that leaves the CPU to everything else.
+
+    Args:
+        i: the call's index.
+    """
+    time.sleep(CPU_BURN_S)
+    return f"slept {i}"
+
+
 def burn(i: int) -> str:
     """Burn 200 ms of pure-Python CPU (thread CPU time, so contention does not shorten it).
 
@@ -200,8 +210,8 @@ def rg_model(logic: Callable[[Conv], Decision], latency_s: float) -> Any:
 
 def rg_tools(kind: str) -> list[Any]:
     """raygents tools: ``task`` (trivial, a Ray task with num_cpus=0), ``local`` (trivial, in the
-    agent actor), ``cpu`` (200 ms of CPU, a Ray task with the default num_cpus=1), ``payload``
-    (a Ray task with num_cpus=0)."""
+    agent actor), ``cpu`` (200 ms of CPU, a Ray task with the default num_cpus=1), ``sleep``
+    (200 ms of sleep, likewise), ``payload`` (a Ray task with num_cpus=0)."""
     import raygents as rg
 
     if kind == "task":
@@ -210,6 +220,8 @@ def rg_tools(kind: str) -> list[Any]:
         return [rg.tool(remote=False, name="noop")(noop)]
     if kind == "cpu":
         return [rg.tool(name="burn")(burn)]
+    if kind == "sleep":
+        return [rg.tool(name="nap")(nap)]
     if kind == "stamp":
         return [rg.tool(num_cpus=0, name="stamp")(stamp)]
     if kind == "stamp_local":
@@ -221,6 +233,9 @@ def rg_tools(kind: str) -> list[Any]:
     raise ValueError(kind)
 
 
+_FANOUT_TOOL = {"cpu": "burn", "sleep": "nap"}
+
+
 def rg_fanout_agent(kind: str, name: str, latency_s: float = 0.1) -> Any:
     """The orchestrator of workload 3: its one tool is the agent ``<name>_worker``, which makes
     one call of a ``kind`` tool (:func:`rg_tools`) and answers."""
@@ -229,7 +244,7 @@ def rg_fanout_agent(kind: str, name: str, latency_s: float = 0.1) -> Any:
     worker = rg.Agent(
         f"{name}_worker",
         tools=rg_tools(kind),
-        model=rg_model(ToolTurns(k=1, tool="burn" if kind == "cpu" else "noop"), latency_s),
+        model=rg_model(ToolTurns(k=1, tool=_FANOUT_TOOL.get(kind, "noop")), latency_s),
     )
     return rg.Agent(
         name,
@@ -417,6 +432,10 @@ def floor() -> dict[str, Any]:
         return burn(i)
 
     @ray.remote
+    def nap_task(i: int) -> str:
+        return nap(i)
+
+    @ray.remote
     def pool_task(i: int) -> int:
         return i
 
@@ -437,20 +456,25 @@ def floor() -> dict[str, Any]:
             await asyncio.sleep(latency_s)
             return "done"
 
-        async def child(self, latency_s: float, cpu: bool) -> str:
+        async def child(self, latency_s: float, tool: str) -> str:
             await asyncio.sleep(latency_s)
-            await (cpu_task.remote(0) if cpu else bare_task.remote(0))
+            await {"cpu": cpu_task, "sleep": nap_task}.get(tool, bare_task).remote(0)
             await asyncio.sleep(latency_s)
             return "answer"
 
-        async def fan_out(self, sub: Any, latency_s: float, m: int, cpu: bool) -> str:
+        async def fan_out(self, sub: Any, latency_s: float, m: int, tool: str) -> str:
+            """``tool``: ``cpu`` (200 ms of CPU), ``sleep`` (200 ms of sleep), else trivial."""
             await asyncio.sleep(latency_s)
-            await asyncio.gather(*(sub.child.remote(latency_s, cpu) for _ in range(m)))
+            await asyncio.gather(*(sub.child.remote(latency_s, tool) for _ in range(m)))
             await asyncio.sleep(latency_s)
             return "merged"
 
     _FLOOR.update(
-        bare_task=bare_task, cpu_task=cpu_task, pool_task=pool_task, FloorAgent=FloorAgent
+        bare_task=bare_task,
+        cpu_task=cpu_task,
+        nap_task=nap_task,
+        pool_task=pool_task,
+        FloorAgent=FloorAgent,
     )
     return _FLOOR
 
@@ -530,6 +554,47 @@ def settle(
             return {"waited_s": round(waited, 1), "cpu_percent": busy}
 
 
+def idle_workers() -> int:
+    """How many idle Ray worker processes (``ray::IDLE``) run below this driver."""
+    import psutil
+
+    count = 0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if " ".join(p.cmdline()).startswith("ray::IDLE"):
+                count += 1
+        except psutil.Error:
+            continue
+    return count
+
+
+KEPT_IDLE_WORKERS = 8
+"""Idle workers Ray keeps on the benchmarks' 2-CPU instance: raygents' ``init`` sets
+``num_workers_soft_limit`` to four per CPU, at least 8 (benchmarks/README.md, finding 7)."""
+
+
+def settle_workers(limit: int, max_s: float = 30.0, steady_s: float = 5.0) -> dict[str, Any]:
+    """Wait until at most ``limit`` idle Ray workers are left (at least
+    :data:`KEPT_IDLE_WORKERS`), or their number has not gone down for ``steady_s``, for at
+    most ``max_s``.
+
+    A side whose zero-CPU tasks made Ray start a worker per pending task leaves dozens of
+    idle workers behind, which Ray stops over the next seconds; the next side would
+    otherwise carry their memory and their idle CPU. Returns how long it waited and how many
+    were left."""
+    limit = max(limit, KEPT_IDLE_WORKERS)
+    began = last_drop = time.time()
+    fewest = idle_workers()
+    while True:
+        left = idle_workers()
+        now = time.time()
+        if left < fewest:
+            fewest, last_drop = left, now
+        if left <= limit or now - last_drop >= steady_s or now - began >= max_s:
+            return {"waited_s": round(now - began, 1), "idle_workers": left}
+        time.sleep(0.25)
+
+
 def machine_info() -> dict[str, Any]:
     """What ran the benchmarks."""
     import psutil
@@ -588,6 +653,7 @@ def role(cmdline: str, name: str, me: int, pid: int) -> str:
         ("ray::IDLE", "ray::IDLE worker"),
         ("ray::bare_task", "ray::task worker"),
         ("ray::cpu_task", "ray::task worker"),
+        ("ray::nap_task", "ray::task worker"),
         ("dashboard/agent.py", "ray dashboard agent"),
         ("runtime_env/agent", "ray runtime_env agent"),
         ("log_monitor", "ray log_monitor"),

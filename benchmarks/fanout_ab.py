@@ -1,7 +1,11 @@
 """One fan-out (workload 3, M sub-agents with 200 ms CPU tools) against the Ray floor,
 alternating, with the CPU seconds of every process: for comparing two commits.
 
-    python benchmarks/fanout_ab.py [--m 64] [--reps 3]
+    python benchmarks/fanout_ab.py [--m 64] [--reps 3] [--durability exit] [--tool sleep]
+
+``--tool sleep`` gives the sub-agents 200 ms *sleeping* one-CPU tools instead: the same shape
+without CPU contention, where the CPU columns show what each side costs by itself (with CPU
+tools every CPU second taken from the tools also costs about half a second of wall time).
 
 Run it from each commit's checkout in turn, alternating, since the machine's speed drifts.
 To use another checkout's raygents through ``PYTHONPATH`` instead, run it from a directory
@@ -41,6 +45,12 @@ def main() -> None:
         help="raygents' durability mode (the workload uses sync; exit writes no running "
         "records, which shows what they cost)",
     )
+    ap.add_argument(
+        "--tool",
+        default="cpu",
+        choices=("cpu", "sleep"),
+        help="the sub-agents' tool: 200 ms of CPU (the workload) or 200 ms of sleep",
+    )
     args = ap.parse_args()
 
     import ray
@@ -52,9 +62,9 @@ def main() -> None:
     )
     floor = C.floor()
     orchestrator, sub = floor["FloorAgent"].remote(), floor["FloorAgent"].remote()
-    agent = C.rg_fanout_agent("cpu", "ab")
+    agent = C.rg_fanout_agent(args.tool, "ab")
     sides = {
-        "ray_floor": lambda: ray.get(orchestrator.fan_out.remote(sub, 0.1, args.m, True)),
+        "ray_floor": lambda: ray.get(orchestrator.fan_out.remote(sub, 0.1, args.m, args.tool)),
         "raygents": lambda: rg.run(agent, f"m={args.m}"),
     }
     for run in sides.values():  # warm up: actors, workers
@@ -83,7 +93,7 @@ def main() -> None:
         for side, runs in rows.items()
     }
     print(
-        f"medians of {args.reps} (M = {args.m}, durability {args.durability}, "
+        f"medians of {args.reps} (M = {args.m}, {args.tool} tools, durability {args.durability}, "
         f"raygents from {_checkout(rg.__file__)}):"
     )
     for side, m in med.items():

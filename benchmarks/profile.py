@@ -7,7 +7,8 @@
     python benchmarks/profile.py checkpoint            # 10 local tool turns, model latency 0,
                                                        # sync on the file store (workload 4)
     python benchmarks/profile.py fanout --n 64         # an orchestrator calls N sub-agents
-                                                       # with 200 ms CPU tool tasks (workload 3)
+                                                       # with 200 ms CPU tool tasks (workload 3;
+                                                       # --tool sleep: sleeping tools)
 
 py-spy records the driver, the coordinator and the agent actor(s) (found by their ``ray::``
 process titles) at 100 Hz (``--rate``), on-CPU samples only, into
@@ -98,7 +99,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[Any]]:
         for _ in range(3):
             rg.run(agent, "k=1 turns=10")
     elif args.scenario == "fanout":
-        agent = C.rg_fanout_agent("cpu", "prof_fo", latency)
+        agent = C.rg_fanout_agent(args.tool, "prof_fo", latency)
         rg.run(agent, "m=2")
     elif args.scenario == "resume":
         from workloads.suspend import phase
@@ -143,6 +144,12 @@ def main() -> None:
         "files get a -gil suffix",
     )
     ap.add_argument("--rate", type=int, default=100, help="samples per second")
+    ap.add_argument(
+        "--tool",
+        default="cpu",
+        choices=("cpu", "sleep"),
+        help="fanout: the sub-agents' tool, 200 ms of CPU or of sleep (no CPU contention)",
+    )
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 

@@ -91,6 +91,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         )
 
     rows: list[dict[str, Any]] = []
+    pool: int | None = None
     ms = (1, 8) if mode == "smoke" else MS
     for tool in ("trivial", "cpu"):
         kinds = {"raygents_task": "task" if tool == "trivial" else "cpu"}
@@ -105,11 +106,14 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             side: (lambda m, a=a: rg.run(a, f"m={m}")) for side, a in rg_agents.items()
         }
         sides["sdk"] = lambda m, a=sdk_agent: sdk_loop.run(Runner.run(a, f"m={m}"))
-        sides["ray_floor"] = lambda m, cpu=cpu: ray.get(
-            floor_orch.fan_out.remote(floor_sub, LATENCY_S, m, cpu)
+        sides["ray_floor"] = lambda m, tool=tool: ray.get(
+            floor_orch.fan_out.remote(floor_sub, LATENCY_S, m, tool)
         )
         for fn in sides.values():  # warm up: actors, workers
             fn(2)
+        if pool is None:  # the idle workers Ray keeps
+            time.sleep(2.0)
+            pool = C.idle_workers()
         for m in ms:
             C.log(f"fanout: tool={tool} M={m}")
             times: dict[str, list[float]] = {s: [] for s in sides}
@@ -124,10 +128,15 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             ]
             n = reps(m, tool)
             load0 = C.load()
+            waits: list[float] = []
             for rep in range(n):
                 order = names[rep % len(names) :] + names[: rep % len(names)]
                 for side in order:
                     if cpu:
+                        # without the idle workers the trivial cases' zero-CPU tasks left,
+                        # on a quiet machine
+                        waits.append(C.settle_workers(pool)["waited_s"])
+                        waits.append(C.settle(max_s=30.0, window_s=1.0)["waited_s"])
                         C.warm_pool(max(m, 8))
                     with (
                         C.Sampler(interval_s=0.5, pss=False)
@@ -147,6 +156,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                 "reps": n,
                 "load_before": load0,
                 "load_after": C.load(),
+                "settle_s": {"runs": len(waits) // 2, "total": round(sum(waits), 1)},
                 "ideal_2core_s": ideal(m, tool, 2),
                 "ideal_1core_s": ideal(m, tool, 1),
                 "sides": {},

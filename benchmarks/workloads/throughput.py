@@ -74,6 +74,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         fn(10)
     time.sleep(2.0)
     idle_warm = C.idle_footprint()
+    pool = idle_warm["by_role"].get("ray::IDLE worker", {}).get("count", 0)
 
     def skip(side: str, n: int) -> str | None:
         if mode not in ("quick", "smoke"):
@@ -94,16 +95,23 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         for rep in range(reps[n]):
             order = names[rep % len(names) :] + names[: rep % len(names)]
             for side in order:
+                # neither the idle workers another side's tasks left behind nor the CPU of
+                # their ending must count here
+                settled = C.settle_workers(pool)
+                settled["quiet"] = C.settle(max_s=30.0, window_s=1.0)
                 with C.Sampler(interval_s=0.5) as sampler:
                     out = sides[side](n)
                 out["sampler"] = sampler.report
+                out["settled"] = settled
                 out["load"] = C.load()
                 per_side[side].append(out)
                 C.log(
                     f"  {side}: {n / out['wall_s']:.1f} runs/s, wall {out['wall_s']:.2f} s, "
                     f"start {out['start_s']:.2f} s, errors {len(out['errors'])}, "
                     f"peak PSS {sampler.report.get('peak_total_pss_mb')} MB, "
-                    f"load {out['load']['loadavg'][0]:.1f}"
+                    f"load {out['load']['loadavg'][0]:.1f}, after {settled['waited_s']} s "
+                    f"waiting for {settled['idle_workers']} idle workers and "
+                    f"{settled['quiet']['waited_s']} s for a quiet machine"
                 )
                 time.sleep(1.0)
         row: dict[str, Any] = {"n": n, "reps": reps[n], "sides": {}}
@@ -128,6 +136,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                 "processes_by_role": best["sampler"].get("by_role"),
                 "processes": best["sampler"].get("processes"),
                 "load": [o["load"] for o in outs],
+                "settled": [o["settled"] for o in outs],
             }
         for side in ("raygents_task", "raygents_local", "ray_floor"):
             if "runs_per_s" in row["sides"][side]:
