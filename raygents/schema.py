@@ -117,9 +117,25 @@ def type_name(tp: Any) -> str:
     return name.lower()
 
 
+_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
+"""Validators of recently used schemas, by the schema's id (the entry keeps it alive)."""
+_MAX_VALIDATORS = 256
+
+
 def schema_errors(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
-    """Validate ``value`` against ``schema``; return ``(json pointer path, message)`` pairs."""
-    validator = jsonschema.Draft202012Validator(schema)
+    """Validate ``value`` against ``schema``; return ``(json pointer path, message)`` pairs.
+
+    A tool's schema is validated against at every call, and building its validator costs more
+    than the validation: the validators of the last schemas used are kept.
+    """
+    cached = _VALIDATORS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        validator = cached[1]
+    else:
+        validator = jsonschema.Draft202012Validator(schema)
+        if len(_VALIDATORS) >= _MAX_VALIDATORS:
+            _VALIDATORS.pop(next(iter(_VALIDATORS)), None)
+        _VALIDATORS[id(schema)] = (schema, validator)
     out = []
     for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
         path = "/" + "/".join(str(p) for p in err.absolute_path)

@@ -257,3 +257,27 @@ def test_on_results_checks_the_result_count() -> None:
 
 def test_output_error_accepts_valid_json() -> None:
     assert loop.output_error("r", SCHEMA, json.dumps({"n": 1})) is None
+
+
+def test_argument_errors_use_each_schema_as_it_is() -> None:
+    """Validators are kept per schema object: another schema, or one that is gone, is never
+    checked with a validator built for a different one."""
+    from raygents import schema
+
+    ints = ToolSpec(
+        name="f",
+        description="",
+        parameters={"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+    )
+    strs = ToolSpec(
+        name="f",
+        description="",
+        parameters={"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]},
+    )
+    for _ in range(2):
+        assert loop.argument_error(ints, '{"x": 1}') is None
+        assert "/x" in (loop.argument_error(strs, '{"x": 1}') or "")
+        assert loop.argument_error(strs, '{"x": "a"}') is None
+    for n in range(schema._MAX_VALIDATORS + 10):  # the cache stays bounded
+        assert schema.schema_errors({"type": "object", "maxProperties": n}, {}) == []
+    assert len(schema._VALIDATORS) <= schema._MAX_VALIDATORS

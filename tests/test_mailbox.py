@@ -7,7 +7,7 @@ from typing import Any
 
 import ray.exceptions
 
-from raygents.runtime.mailbox import ActorRestarted, Mailboxes
+from raygents.runtime.mailbox import ActorRestarted, Mailboxes, pack, unpack
 
 
 class _Id:
@@ -71,14 +71,14 @@ def test_items_reach_their_runs_in_order() -> None:
         boxes.accepted(actor, b, "i1")
         taker, take = await actor.next_take()
         assert taker == caller
-        take.set_result(("i1", [("a", [1]), ("b", [2]), ("a", [3]), ("gone", [4])]))
+        take.set_result(("i1", pack([("a", [1]), ("b", [2]), ("a", [3]), ("gone", [4])])))
         await _settle()
         assert [a.items.get_nowait(), a.items.get_nowait()] == [[1], [3]]
         assert b.items.get_nowait() == [2]
         assert len(actor.takes) == 2  # runs are still registered: it takes again
         boxes.close(actor, "a")
         boxes.close(actor, "b")
-        (await actor.next_take())[1].set_result(("i1", []))
+        (await actor.next_take())[1].set_result(("i1", pack([])))
         await _settle()
         assert len(actor.takes) == 2  # nothing to wait for: the poller ended
         again, _ = boxes.open(actor, "c")  # a new poller, with a caller id of its own
@@ -95,19 +95,19 @@ def test_a_new_incarnation_fails_the_runs_the_old_one_accepted() -> None:
         boxes.accepted(actor, old, "i1")  # before take 1 is sent
         _, take1 = await actor.next_take()
         _, new = boxes.open(actor, "new")
-        take1.set_result(("i1", []))  # answered by the incarnation that has "old"
+        take1.set_result(("i1", pack([])))  # answered by the incarnation that has "old"
         await _settle()
         assert old.items.empty()
         boxes.accepted(actor, new, "i2")  # take 2 is in flight: answered by i2 or not
         _, take2 = await actor.next_take()
-        take2.set_result(("i2", []))
+        take2.set_result(("i2", pack([])))
         await _settle()
         assert isinstance(old.items.get_nowait(), ActorRestarted)
         assert new.items.empty()  # accepted while take 2 was in flight: no verdict from it
         _, take3 = await actor.next_take()
         # each take names the newest incarnation seen, so a restarted actor answers at once
         assert actor.known == ["i1", "i1", "i2"]
-        take3.set_result(("i2", [("new", ["ok"])]))
+        take3.set_result(("i2", pack([("new", ["ok"])])))
         await _settle()
         assert new.items.get_nowait() == ["ok"]
         boxes.stop()
@@ -121,7 +121,7 @@ def test_a_failed_take_fails_accepted_runs_not_those_on_their_way() -> None:
         _, here = boxes.open(actor, "here")
         _, take1 = await actor.next_take()
         boxes.accepted(actor, here, "i1")
-        take1.set_result(("i1", []))
+        take1.set_result(("i1", pack([])))
         await _settle()
         _, on_way = boxes.open(actor, "on_way")  # its start is still in flight
         _, take2 = await actor.next_take()
@@ -265,6 +265,13 @@ def test_a_cancelled_start_leaves_the_others_of_its_turn_alone() -> None:
 # --- the actor's side: outboxes ------------------------------------------------------------
 
 
+async def _take(actor: Any, *args: Any) -> tuple[str, list[tuple[str, Any]]]:
+    """A real actor's take, its items unpacked as the caller's mailbox does."""
+    instance, blob = await actor.take(*args)
+    assert isinstance(blob, bytes)
+    return instance, unpack(blob)
+
+
 def _actor() -> Any:
     import raygents as rg
     from raygents.runtime.actor import AgentActor
@@ -277,15 +284,15 @@ def _actor() -> Any:
 def test_a_take_waits_for_items_and_hands_each_over_once() -> None:
     async def scenario() -> None:
         actor = _actor()
-        me, _ = await actor.take("c", 0.01)  # nothing: it waited, then answered empty
-        taking = asyncio.ensure_future(actor.take("c", 5.0, me))
+        me, _ = await _take(actor, "c", 0.01)  # nothing: it waited, then answered empty
+        taking = asyncio.ensure_future(_take(actor, "c", 5.0, me))
         await _settle()
         assert not taking.done()
         outbox = actor._outbox("c")
         outbox.post("r1", ["e1"])
         outbox.post("r2", ["e2"])
         assert await asyncio.wait_for(taking, 1.0) == (me, [("r1", ["e1"]), ("r2", ["e2"])])
-        assert await actor.take("c", 0.01, me) == (me, [])
+        assert await _take(actor, "c", 0.01, me) == (me, [])
         assert "c" not in actor._outboxes  # no runs, nothing left: forgotten
 
     asyncio.run(scenario())
@@ -299,10 +306,10 @@ def test_events_of_runs_that_do_not_stream_wait_for_company() -> None:
         from raygents.runtime import actor as actor_module
 
         actor = _actor()
-        me, _ = await actor.take("c", 0.01)
+        me, _ = await _take(actor, "c", 0.01)
         outbox = actor._outbox("c")
         outbox.post("r1", ["lazy 1"], urgent=False)
-        taking = asyncio.ensure_future(actor.take("c", 5.0, me))
+        taking = asyncio.ensure_future(_take(actor, "c", 5.0, me))
         await asyncio.sleep(actor_module._LAZY_EVENTS_S / 5)
         assert not taking.done()
         outbox.post("r2", ["lazy 2"], urgent=False)
@@ -316,7 +323,7 @@ def test_events_of_runs_that_do_not_stream_wait_for_company() -> None:
         outbox.post("r2", ["lazy 3"], urgent=False)
         loop = asyncio.get_running_loop()
         began = loop.time()
-        taking = asyncio.ensure_future(actor.take("c", 5.0, me))
+        taking = asyncio.ensure_future(_take(actor, "c", 5.0, me))
         await asyncio.sleep(0.01)
         outbox.post("r2", ["lazy 4"], urgent=False)  # joins; does not push the deadline
         assert await asyncio.wait_for(taking, 2.0) == (me, [("r2", ["lazy 3"]), ("r2", ["lazy 4"])])
@@ -330,7 +337,7 @@ def test_events_of_runs_that_do_not_stream_wait_for_company() -> None:
 def test_a_take_from_a_caller_that_saw_another_incarnation_returns_at_once() -> None:
     async def scenario() -> None:
         actor = _actor()
-        me, items = await asyncio.wait_for(actor.take("c", 30.0, "an-older-one"), 1.0)
+        me, items = await asyncio.wait_for(_take(actor, "c", 30.0, "an-older-one"), 1.0)
         assert me != "an-older-one" and items == []
 
     asyncio.run(scenario())
@@ -364,9 +371,21 @@ def test_a_run_whose_task_raises_still_sends_a_failed_outcome() -> None:
         actor._run = broken
         state = RunState(run_id="r1", agent_name="outboxed", messages=to_messages("hi"))
         me = await actor.start([Envelope(state, "fp", None)], "c")
-        _, items = await actor.take("c", 2.0, me)
+        _, items = await _take(actor, "c", 2.0, me)
         [(run_id, outcome)] = items
         assert run_id == "r1" and isinstance(outcome, Outcome) and outcome.kind == "failed"
         assert "boom" in str(outcome.error)
 
     asyncio.run(scenario())
+
+
+class _Local(Exception):
+    """Defined in a test module that a worker may lack: still packed (through cloudpickle)."""
+
+
+def test_pack_falls_back_to_cloudpickle_for_what_pickle_refuses() -> None:
+    local = type("Dynamic", (_Local,), {})  # a class the standard pickler cannot name
+    items = [("r1", ["e1"]), ("r2", [local("boom")])]
+    [first, (run_id, [error])] = unpack(pack(items))
+    assert first == ("r1", ["e1"]) and run_id == "r2"
+    assert type(error).__name__ == "Dynamic" and error.args == ("boom",)

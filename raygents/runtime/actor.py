@@ -28,6 +28,7 @@ from raygents.models.base import Model, resolve_model
 from raygents.runtime.children import run_child
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken
+from raygents.runtime.mailbox import pack
 from raygents.runtime.tasks import StepResult, run_tool
 from raygents.schema import type_name, type_schema
 from raygents.sessions import load_session, save_session
@@ -220,10 +221,9 @@ class AgentActor:
         self._relays.add(relay)
         relay.add_done_callback(self._relays.discard)
 
-    async def take(
-        self, caller: str, wait_s: float, known: str | None = None
-    ) -> tuple[str, list[tuple[str, _Item]]]:
-        """What ``caller``'s runs sent since its last take, as ``(run_id, item)`` pairs.
+    async def take(self, caller: str, wait_s: float, known: str | None = None) -> tuple[str, bytes]:
+        """What ``caller``'s runs sent since its last take, as ``(run_id, item)`` pairs packed
+        in bytes (:func:`~raygents.runtime.mailbox.unpack` reads them).
 
         Waits up to ``wait_s`` for something that must go (see :class:`_Outbox`), unless the
         caller last saw another incarnation (``known``) of this actor. Also returns this
@@ -238,7 +238,7 @@ class AgentActor:
         outbox.taken = time.monotonic()
         if not outbox.runs and not outbox.items:
             self._outboxes.pop(caller, None)
-        return self._incarnation, items
+        return self._incarnation, pack(items)
 
     def _outbox(self, caller: str) -> _Outbox:
         outbox = self._outboxes.get(caller)
