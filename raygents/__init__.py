@@ -7,59 +7,118 @@ starts nothing and reads no environment; ``run`` / ``start`` connect to Ray on f
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools, handoff
-from raygents.approvals import Approval, ApprovalDecision, PendingApproval
-from raygents.errors import (
-    SUSPEND_FOR_CHECKPOINT,
-    ApprovalDecisionsMismatch,
-    CheckpointCorrupt,
-    CheckpointError,
-    InputGuardrailTripped,
-    MaxToolDepthExceeded,
-    MaxTurnsExceeded,
-    ModelError,
-    OutputGuardrailTripped,
-    OutputValidationError,
-    RaygentsError,
-    RunInterrupted,
-    RunNotFound,
-    SuspendedError,
-    ToolNotFound,
-    UserError,
-)
-from raygents.events import RunEvent
-from raygents.guardrails import (
-    GuardrailResult,
-    InputGuardrail,
-    OutputGuardrail,
-    input_guardrail,
-    output_guardrail,
-)
-from raygents.hooks import RunHooks
-from raygents.mcp import MCPServerStdio, MCPServerStreamableHTTP
-from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
-from raygents.models.base import Model, ModelSettings
-from raygents.result import RunResult, TypedResult
-from raygents.runtime.client import init, shutdown
-from raygents.runtime.coordinator import RunInfo
-from raygents.runtime.handle import RunHandle, RunStatus
-from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
-from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
-from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
-
 if TYPE_CHECKING:
+    from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools, handoff
+    from raygents.approvals import Approval, ApprovalDecision, PendingApproval
+    from raygents.errors import (
+        SUSPEND_FOR_CHECKPOINT,
+        ApprovalDecisionsMismatch,
+        CheckpointCorrupt,
+        CheckpointError,
+        InputGuardrailTripped,
+        MaxToolDepthExceeded,
+        MaxTurnsExceeded,
+        ModelError,
+        OutputGuardrailTripped,
+        OutputValidationError,
+        RaygentsError,
+        RunInterrupted,
+        RunNotFound,
+        SuspendedError,
+        ToolNotFound,
+        UserError,
+    )
+    from raygents.events import RunEvent
+    from raygents.guardrails import (
+        GuardrailResult,
+        InputGuardrail,
+        OutputGuardrail,
+        input_guardrail,
+        output_guardrail,
+    )
+    from raygents.hooks import RunHooks
+    from raygents.mcp import MCPServerStdio, MCPServerStreamableHTTP
+    from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+    from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
+    from raygents.result import RunResult, TypedResult
+    from raygents.runtime.client import init, shutdown
+    from raygents.runtime.coordinator import RunInfo
+    from raygents.runtime.handle import RunHandle, RunStatus
+    from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
+    from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
+    from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
+
+# Where each public name lives. They are imported on first use: a Ray worker that only runs
+# tool tasks loads the few modules those need (tools, messages), not the driver's runtime, the
+# agent loop or the OpenAI client, and so starts faster (``benchmarks/tool_workers.py``).
+_HOMES = {
+    "raygents.agent": ("Agent", "Handoff", "HandoffInputData", "StopAtTools", "handoff"),
+    "raygents.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
+    "raygents.errors": (
+        "SUSPEND_FOR_CHECKPOINT",
+        "ApprovalDecisionsMismatch",
+        "CheckpointCorrupt",
+        "CheckpointError",
+        "InputGuardrailTripped",
+        "MaxToolDepthExceeded",
+        "MaxTurnsExceeded",
+        "ModelError",
+        "OutputGuardrailTripped",
+        "OutputValidationError",
+        "RaygentsError",
+        "RunInterrupted",
+        "RunNotFound",
+        "SuspendedError",
+        "ToolNotFound",
+        "UserError",
+    ),
+    "raygents.events": ("RunEvent",),
+    "raygents.guardrails": (
+        "GuardrailResult",
+        "InputGuardrail",
+        "OutputGuardrail",
+        "input_guardrail",
+        "output_guardrail",
+    ),
+    "raygents.hooks": ("RunHooks",),
+    "raygents.mcp": ("MCPServerStdio", "MCPServerStreamableHTTP"),
+    "raygents.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
+    "raygents.models.base": ("Model", "ModelSettings"),
+    "raygents.models.openai": ("OpenAIChatModel",),
+    "raygents.result": ("RunResult", "TypedResult"),
+    "raygents.runtime.client": ("init", "shutdown"),
+    "raygents.runtime.coordinator": ("RunInfo",),
+    "raygents.runtime.handle": ("RunHandle", "RunStatus"),
+    "raygents.runtime.runs": (
+        "attach",
+        "resume",
+        "run",
+        "run_streamed",
+        "run_typed",
+        "runs",
+        "start",
+    ),
+    "raygents.sessions": ("MemorySession", "Session", "SQLiteSession", "StoreSession"),
+    "raygents.tools": ("RunContext", "Tool", "ToolContext", "ToolResult", "tool"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    # The OpenAI client is imported on first use: Ray workers that only run tools skip it.
-    if name == "OpenAIChatModel":
-        from raygents.models.openai import OpenAIChatModel
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raygents' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup finds it without coming here
+    return value
 
-        return OpenAIChatModel
-    raise AttributeError(f"module 'raygents' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [

@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import jsonschema
 from pydantic import BaseModel, TypeAdapter, create_model
 
 __all__ = [
@@ -132,6 +131,8 @@ def schema_errors(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
     if cached is not None and cached[0] is schema:
         validator = cached[1]
     else:
+        import jsonschema  # (on first use: Ray workers that only run tools never need it)
+
         validator = jsonschema.Draft202012Validator(schema)
         if len(_VALIDATORS) >= _MAX_VALIDATORS:
             _VALIDATORS.pop(next(iter(_VALIDATORS)), None)

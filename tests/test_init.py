@@ -1,0 +1,62 @@
+"""The public API in ``raygents/__init__.py``: every name resolves, and importing costs only
+what is used (a Ray worker that runs tool tasks loads none of the driver's runtime)."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import raygents
+
+
+def test_every_public_name_resolves_to_its_module() -> None:
+    assert sorted(raygents.__all__) == sorted(raygents._HOME)
+    for name in raygents.__all__:
+        value = getattr(raygents, name)
+        module = importlib.import_module(raygents._HOME[name])
+        assert value is getattr(module, name)
+    assert set(raygents.__all__) <= set(dir(raygents))
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        raygents.no_such_thing  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from raygents import no_such_thing", {})
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return set(out.split())
+
+
+def test_import_raygents_loads_nothing_else_of_it() -> None:
+    loaded = _modules_after("import raygents")
+    assert {m for m in loaded if m.startswith("raygents")} == {"raygents"}
+    assert "ray" not in loaded and "openai" not in loaded
+
+
+def test_a_tool_worker_loads_only_what_tool_tasks_need() -> None:
+    """What a Ray worker imports to run a tool task: the remote function's module and the
+    tool's class, not the agent loop, the driver's runtime or the OpenAI client."""
+    loaded = _modules_after("import raygents.runtime.tasks, raygents.tools")
+    for heavy in (
+        "raygents.agent",
+        "raygents.runtime.actor",
+        "raygents.runtime.client",
+        "raygents.runtime.coordinator",
+        "raygents.guardrails",
+        "raygents.sessions",
+        "raygents.mcp",
+        "openai",
+    ):
+        assert heavy not in loaded, heavy
