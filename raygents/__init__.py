@@ -10,27 +10,30 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# The errors (one small module with no imports) load with the package: they are what
+# callers catch, and the other names are looked up on first use.
+from raygents.errors import (
+    SUSPEND_FOR_CHECKPOINT,
+    ApprovalDecisionsMismatch,
+    CheckpointCorrupt,
+    CheckpointError,
+    InputGuardrailTripped,
+    MaxToolDepthExceeded,
+    MaxTurnsExceeded,
+    ModelError,
+    OutputGuardrailTripped,
+    OutputValidationError,
+    RaygentsError,
+    RunInterrupted,
+    RunNotFound,
+    SuspendedError,
+    ToolNotFound,
+    UserError,
+)
+
 if TYPE_CHECKING:
     from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools, handoff
     from raygents.approvals import Approval, ApprovalDecision, PendingApproval
-    from raygents.errors import (
-        SUSPEND_FOR_CHECKPOINT,
-        ApprovalDecisionsMismatch,
-        CheckpointCorrupt,
-        CheckpointError,
-        InputGuardrailTripped,
-        MaxToolDepthExceeded,
-        MaxTurnsExceeded,
-        ModelError,
-        OutputGuardrailTripped,
-        OutputValidationError,
-        RaygentsError,
-        RunInterrupted,
-        RunNotFound,
-        SuspendedError,
-        ToolNotFound,
-        UserError,
-    )
     from raygents.events import RunEvent
     from raygents.guardrails import (
         GuardrailResult,
@@ -58,24 +61,6 @@ if TYPE_CHECKING:
 _HOMES = {
     "raygents.agent": ("Agent", "Handoff", "HandoffInputData", "StopAtTools", "handoff"),
     "raygents.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
-    "raygents.errors": (
-        "SUSPEND_FOR_CHECKPOINT",
-        "ApprovalDecisionsMismatch",
-        "CheckpointCorrupt",
-        "CheckpointError",
-        "InputGuardrailTripped",
-        "MaxToolDepthExceeded",
-        "MaxTurnsExceeded",
-        "ModelError",
-        "OutputGuardrailTripped",
-        "OutputValidationError",
-        "RaygentsError",
-        "RunInterrupted",
-        "RunNotFound",
-        "SuspendedError",
-        "ToolNotFound",
-        "UserError",
-    ),
     "raygents.events": ("RunEvent",),
     "raygents.guardrails": (
         "GuardrailResult",

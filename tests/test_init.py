@@ -13,10 +13,12 @@ import raygents
 
 
 def test_every_public_name_resolves_to_its_module() -> None:
-    assert sorted(raygents.__all__) == sorted(raygents._HOME)
+    from raygents import errors
+
+    assert sorted(raygents.__all__) == sorted([*raygents._HOME, *errors.__all__])
     for name in raygents.__all__:
         value = getattr(raygents, name)
-        module = importlib.import_module(raygents._HOME[name])
+        module = importlib.import_module(raygents._HOME.get(name, "raygents.errors"))
         assert value is getattr(module, name)
     assert set(raygents.__all__) <= set(dir(raygents))
 
@@ -39,9 +41,9 @@ def _modules_after(code: str) -> set[str]:
     return set(out.split())
 
 
-def test_import_raygents_loads_nothing_else_of_it() -> None:
+def test_import_raygents_loads_only_its_errors() -> None:
     loaded = _modules_after("import raygents")
-    assert {m for m in loaded if m.startswith("raygents")} == {"raygents"}
+    assert {m for m in loaded if m.startswith("raygents")} == {"raygents", "raygents.errors"}
     assert "ray" not in loaded and "openai" not in loaded
 
 
