@@ -8,6 +8,7 @@ starts nothing and reads no environment; ``run`` / ``start`` connect to Ray on f
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 # The errors (one small module with no imports) load with the package: they are what
@@ -95,9 +96,12 @@ _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 def __getattr__(name: str) -> Any:
     module = _HOME.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif not name.startswith("__") and importlib.util.find_spec(f"raygents.{name}") is not None:
+        value = importlib.import_module(f"raygents.{name}")  # ``raygents.testing.text``...
+    else:
         raise AttributeError(f"module 'raygents' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # the next lookup finds it without coming here
     return value
 

@@ -30,6 +30,15 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         exec("from raygents import no_such_thing", {})
 
 
+def test_submodules_are_attributes_too() -> None:
+    """As when the package imported everything at once: ``raygents.testing.text(...)``."""
+    loaded = _modules_after(
+        "import raygents\nassert raygents.testing.text('x').message.content == 'x'\n"
+        "assert raygents.runtime.tasks.execute_tool"
+    )
+    assert "raygents.testing" in loaded
+
+
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
