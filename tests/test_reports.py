@@ -176,8 +176,8 @@ def test_once_puts_on_the_loop_turn_slow_they_go_to_threads_for_a_while(
     threads: list[str] = []
     real_put = store.put
 
-    def slow_put(key: str, data: bytes) -> None:  # a disk that takes 15 ms per put: the
-        # moving average of puts on the loop passes 5 ms with the second
+    def slow_put(key: str, data: bytes) -> None:  # a disk that takes 15 ms per put: two
+        # of the last three puts on the loop are slow with the second
         threads.append(threading.current_thread().name)
         time.sleep(0.015)
         real_put(key, data)
@@ -200,5 +200,35 @@ def test_once_puts_on_the_loop_turn_slow_they_go_to_threads_for_a_while(
         _, write = actor._write(_child("r4", 0).evolve(epoch=1), "running")
         assert write.done()
         assert threads[4] == loop_thread
+
+    asyncio.run(main())
+
+
+def test_a_single_slow_put_keeps_puts_on_the_loop(tmp_path: Any, monkeypatch: Any) -> None:
+    """One stall of a shared disk is not a slow store: the puts after it stay on the loop."""
+    monkeypatch.setattr(actor_module, "_NOTE_WINDOW_S", 0.01)
+    monkeypatch.setattr(actor_module, "_INLINE_PUT_MAX_S", 0.005)
+    store = FileStore(tmp_path / "store")
+    threads: list[str] = []
+    real_put = store.put
+
+    def put(key: str, data: bytes) -> None:
+        threads.append(threading.current_thread().name)
+        if len(threads) in (2, 5):  # two stalls, three puts apart
+            time.sleep(0.03)
+        real_put(key, data)
+
+    monkeypatch.setattr(store, "put", put)
+
+    async def main() -> None:
+        actor = _actor(_Coordinator())
+        actor.directory._settings = {"durability": "sync", "key": None}
+        actor._store, actor._store_known = store, True
+        for i in range(7):
+            await asyncio.sleep(0)
+            _, write = actor._write(_child(f"r{i}", 0).evolve(epoch=1), "running")
+            assert write.done()  # written on the loop, at once
+            await write
+        assert threads == [threading.current_thread().name] * 7
 
     asyncio.run(main())

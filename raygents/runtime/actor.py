@@ -9,6 +9,7 @@ import logging
 import time
 import traceback
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -60,9 +61,9 @@ _RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
 # than a record); a quicker one waits up to _JOURNAL_WAIT_S for company, or for the batch's end.
 _JOURNAL_AT_ONCE_S = 0.01
 _JOURNAL_WAIT_S = 0.05
-# Once puts on the event loop take longer than this on average (a slow disk, a network
-# filesystem), the actor's puts go to worker threads for _SLOW_PUTS_S, so that a slow store
-# does not stall the other runs on the actor's loop.
+# Once two of the last three puts on the event loop took longer than this (a slow disk, a
+# network filesystem; not one stall of a shared disk), the actor's puts go to worker threads
+# for _SLOW_PUTS_S, so that a slow store does not stall the other runs on the actor's loop.
 _INLINE_PUT_MAX_S = 0.005
 _SLOW_PUTS_S = 10.0
 _HANDOFF_PARAMS = {
@@ -180,8 +181,8 @@ class AgentActor:
         """Whether a put ran on the event loop in this turn of it."""
         self._threads_until = 0.0
         """Puts go to threads until then (``time.monotonic()``): those on the loop were slow."""
-        self._inline_put_s = 0.0
-        """A moving average of how long puts on the loop took."""
+        self._slow_inline_puts: deque[bool] = deque(maxlen=3)
+        """Whether each of the last puts on the loop was slow."""
         self._keys: dict[str, str] = {}
         """The key of each active run's newest record written here."""
         self._notes: list[tuple[Any, ...]] = []
@@ -575,12 +576,13 @@ class AgentActor:
         self._put_this_turn = False
 
     def _timed_inline_put(self, took: float, now: float) -> None:
-        """Follow how long puts on the loop take (a moving average); once they take over
-        ``_INLINE_PUT_MAX_S``, puts go to threads for ``_SLOW_PUTS_S``, then try again."""
-        self._inline_put_s += 0.2 * (took - self._inline_put_s)
-        if self._inline_put_s > _INLINE_PUT_MAX_S:
+        """Follow how long puts on the loop take; once two of the last three took over
+        ``_INLINE_PUT_MAX_S``, puts go to threads for ``_SLOW_PUTS_S``, then try again (a single
+        slow put is a stall of a shared disk, not a slow store)."""
+        self._slow_inline_puts.append(took > _INLINE_PUT_MAX_S)
+        if sum(self._slow_inline_puts) >= 2:
             self._threads_until = now + _SLOW_PUTS_S
-            self._inline_put_s = 0.0
+            self._slow_inline_puts.clear()
 
     async def _put(self, tail: asyncio.Future[Any] | None, put: _Put) -> None:
         """Write a record to the store in a worker thread, after the run's previous write,
