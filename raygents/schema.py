@@ -11,6 +11,8 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, create_model
 
 __all__ = [
+    "ArgFields",
+    "args_model",
     "function_parameters",
     "parse_docstring",
     "schema_errors",
@@ -177,9 +179,22 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), args
 
 
+ArgFields = dict[str, tuple[Any, Any, "str | None"]]
+"""A function's arguments as :func:`args_model` takes them: name to (annotation, default or
+``...``, description)."""
+
+
+def args_model(name: str, fields: ArgFields) -> type[BaseModel]:
+    """The pydantic model that parses arguments described by ``fields``."""
+    from pydantic import Field
+
+    specs = {n: (a, Field(default, description=doc)) for n, (a, default, doc) in fields.items()}
+    return create_model(name, **specs)  # type: ignore[call-overload,no-any-return]
+
+
 def function_parameters(
     fn: Callable[..., Any], *, skip_first: bool
-) -> tuple[dict[str, Any], type[BaseModel], dict[str, str]]:
+) -> tuple[dict[str, Any], type[BaseModel], ArgFields, dict[str, str]]:
     """Build the strict parameters schema and a pydantic model for a function's arguments.
 
     Args:
@@ -187,8 +202,9 @@ def function_parameters(
         skip_first: leave out the first parameter (the tool context).
 
     Returns:
-        The strict schema, the pydantic model that parses arguments, and the description taken
-        from the docstring (under key ``""``) with the per-argument descriptions.
+        The strict schema, the pydantic model that parses arguments (``args_model(f"{name}_args",
+        fields)``), its fields, and the description taken from the docstring (under key ``""``)
+        with the per-argument descriptions.
     """
     sig = inspect.signature(fn)
     try:
@@ -196,23 +212,21 @@ def function_parameters(
     except Exception:  # annotations that cannot be evaluated: fall back to raw ones
         hints = inspect.get_annotations(fn)
     description, arg_docs = parse_docstring(fn.__doc__)
-    fields: dict[str, Any] = {}
+    fields: ArgFields = {}
     params = list(sig.parameters.values())[1 if skip_first else 0 :]
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise TypeError(f"tool {fn.__name__!r} cannot take *args or **kwargs ({p.name!r})")
         annotation = hints.get(p.name, Any)
         default = ... if p.default is inspect.Parameter.empty else p.default
-        from pydantic import Field
-
-        fields[p.name] = (annotation, Field(default, description=arg_docs.get(p.name)))
-    model = create_model(f"{fn.__name__}_args", **fields)
+        fields[p.name] = (annotation, default, arg_docs.get(p.name))
+    model = args_model(f"{fn.__name__}_args", fields)
     schema = strict_schema(model.model_json_schema())
     for name, prop in schema.get("properties", {}).items():
         if prop.get("description") is None:
             prop.pop("description", None)
         _ = name
-    return schema, model, {"": description, **arg_docs}
+    return schema, model, fields, {"": description, **arg_docs}
 
 
 def drop_defaulted_nulls(value: Any, schema: dict[str, Any]) -> Any:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from raygents.errors import UserError
 from raygents.messages import ToolSpec, Usage
-from raygents.schema import drop_defaulted_nulls, function_parameters
+from raygents.schema import args_model, drop_defaulted_nulls, function_parameters
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
@@ -146,16 +146,32 @@ class FunctionTool(Tool):
         params = list(inspect.signature(fn).parameters.values())
         self.takes_context = bool(params) and _is_context_param(fn, params[0])
         try:
-            schema, model, docs = function_parameters(fn, skip_first=self.takes_context)
+            schema, model, fields, docs = function_parameters(fn, skip_first=self.takes_context)
         except Exception as exc:
             raise UserError(f"cannot build a schema for tool {self.name!r}: {exc}") from exc
         self.parameters = schema
-        self.args_model: type[BaseModel] = model
+        self._arg_fields = fields
+        self._args_model: type[BaseModel] | None = model
         self.raw_schema = model.model_json_schema()
         self.description = description if description is not None else docs[""]
         for field in dataclasses.fields(options):
             setattr(self, field.name, getattr(options, field.name))
         self.__wrapped__ = fn
+
+    @property
+    def args_model(self) -> type[BaseModel]:
+        """The pydantic model that parses the arguments."""
+        if self._args_model is None:
+            self._args_model = args_model(f"{self.fn.__name__}_args", self._arg_fields)
+        return self._args_model
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The arguments' model is a class made at run time: cloudpickle would copy it whole
+        # (most of a graph snapshot's bytes and time); the process that loads the tool builds
+        # it again from its fields on first use.
+        state = self.__dict__.copy()
+        state["_args_model"] = None
+        return state
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
         """Parse the arguments, call the function, and turn its return value into a result."""

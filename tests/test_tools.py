@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Annotated
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+from ray import cloudpickle
 
 import raygents as rg
 from raygents.agent import agent_graph, handoff_section
@@ -57,6 +59,31 @@ def test_execute_parses_arguments_and_applies_defaults_for_nulls() -> None:
 def test_execute_reports_invalid_arguments_as_error_results() -> None:
     result = asyncio.run(place.execute(CTX, json.dumps({"name": "p", "at": {"x": "far"}})))
     assert result.is_error and result.content.startswith('Invalid parameters for tool "place"')
+
+
+def test_a_pickled_tool_builds_its_arguments_model_again() -> None:
+    @rg.tool
+    def bounded(n: Annotated[int, Field(ge=1)], at: Point, label: str = "x") -> str:
+        return f"{n} {at.x} {label}"
+
+    place.args_model  # noqa: B018 (built)
+    for t in (place, bounded):
+        blob = cloudpickle.dumps(t)
+        assert b"ModelMetaclass" not in blob  # its model, a class made at run time, is not copied
+        assert cloudpickle.dumps(t) == blob  # (graph fingerprints hash these bytes)
+    loaded = cloudpickle.loads(cloudpickle.dumps(bounded))
+    assert loaded.args_model.model_json_schema() == bounded.args_model.model_json_schema()
+    ok = asyncio.run(loaded.execute(CTX, json.dumps({"n": 2, "at": {"x": 3}, "label": None})))
+    assert ok.content == "2 3 x" and not ok.is_error
+    bad = asyncio.run(loaded.execute(CTX, json.dumps({"n": 0, "at": {"x": 3}, "label": "y"})))
+    assert bad.is_error and "greater than or equal to 1" in bad.content
+    again = cloudpickle.loads(cloudpickle.dumps(place))
+    out = asyncio.run(
+        again.execute(
+            CTX, json.dumps({"name": "p", "at": {"x": 1, "y": None}, "tags": None, "note": None})
+        )
+    )
+    assert json.loads(out.content)["at"] == {"x": 1, "y": 0}
 
 
 def test_async_tools_and_custom_names() -> None:
