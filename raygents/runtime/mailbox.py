@@ -38,6 +38,7 @@ LOST = (
 )
 """Ray errors that mean "the actor (or its node) is gone or unreachable", not "the call failed"."""
 _TAKE_WAIT_S = 5.0  # how long one take waits at the actor for something to send
+_TAKE_AGAIN_S = 0.001  # after a take that brought items, the wait before the next one
 _RETRY_S = 0.2  # pause before taking again after the actor was unreachable
 
 
@@ -223,24 +224,29 @@ class Mailboxes:
                             )
                         )
                     return
-                box.instance = instance
-                for run_id, item in items:
-                    target = box.runs.get(run_id)
-                    if target is not None:  # else: the run was lost, recovered elsewhere
-                        target.items.put_nowait(item)
-                for run in _accepted_before(box, number, unless=instance):
-                    run.items.put_nowait(
-                        ActorRestarted(
-                            "the agent actor was restarted while it had the run",
-                            run_id=run.run_id,
-                        )
-                    )
+                _deliver(box, number, instance, items)
                 if not box.runs and not items:
                     return
+                if items:  # their runs go on before the next take is sent (~0.5 ms)
+                    await asyncio.sleep(_TAKE_AGAIN_S)
         finally:
             with contextlib.suppress(KeyError):
                 if self._boxes[key] is box:
                     del self._boxes[key]
+
+
+def _deliver(box: _Box, number: int, instance: str, items: list[tuple[str, Any]]) -> None:
+    """Hand take ``number``'s items to their runs; fail the runs that another incarnation of
+    the actor than ``instance``, the one that answered, had accepted."""
+    box.instance = instance
+    for run_id, item in items:
+        target = box.runs.get(run_id)
+        if target is not None:  # else: the run was lost, recovered elsewhere
+            target.items.put_nowait(item)
+    for run in _accepted_before(box, number, unless=instance):
+        run.items.put_nowait(
+            ActorRestarted("the agent actor was restarted while it had the run", run_id=run.run_id)
+        )
 
 
 def _accepted_before(box: _Box, number: int, unless: str | None = None) -> list[RunBox]:
