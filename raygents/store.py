@@ -233,6 +233,22 @@ class FileStore(Store):
         """Whether ``key`` exists (reads nothing)."""
         return self._root.joinpath(*validate_key(key).split("/")).is_file()
 
+    def make_dir(self, prefix: str) -> None:
+        """Create (durably) the directory that the keys under ``prefix`` go into, as the first
+        put there would; a put there then only writes its file."""
+        with self._os_errors("write", prefix):
+            self._make_dirs(self._dir_of(prefix))
+
+    def remove_empty_dir(self, prefix: str) -> None:
+        """Remove the directory of ``prefix`` if it is empty (one :meth:`make_dir` made for
+        keys that never came), and the directories above it left empty, as deletes do."""
+        self._prune(self._dir_of(prefix))
+
+    def _dir_of(self, prefix: str) -> Path:
+        if not prefix.endswith("/"):
+            raise ValueError(f"a directory prefix ends with '/', got {prefix!r}")
+        return self._root.joinpath(*validate_key(prefix[:-1]).split("/"))
+
     def put_if_dir(self, key: str, data: bytes) -> bool:
         """:meth:`put`, but only into a directory that exists; False (nothing written) if the
         key's directory is gone, e.g. a run's records were deleted when it completed."""
@@ -379,13 +395,18 @@ class FileStore(Store):
                 path = self._root.joinpath(*key.split("/"))
                 with suppress(FileNotFoundError, NotADirectoryError):
                     path.unlink()
-                for parent in path.parents:  # drop directories left empty, up to the root
-                    if parent == self._root:
-                        break
-                    try:
-                        parent.rmdir()
-                    except OSError:
-                        break
+                self._prune(path.parent)
+
+    def _prune(self, directory: Path) -> None:
+        """Remove ``directory`` and the directories above it while they are empty, up to the
+        root."""
+        for path in (directory, *directory.parents):
+            if path == self._root:
+                break
+            try:
+                path.rmdir()
+            except OSError:  # not empty, or gone
+                break
 
     def _make_dirs(self, directory: Path) -> None:
         for attempt in range(_DIR_ATTEMPTS):

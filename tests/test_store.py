@@ -374,6 +374,29 @@ def test_file_store_ignores_stray_files_and_removes_empty_dirs(tmp_path: Path) -
     assert tmp_path.is_dir()
 
 
+def test_file_store_makes_a_directory_ahead_of_its_first_put(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.make_dir("runs/r/")
+    assert (tmp_path / "runs" / "r").is_dir() and store.list() == []
+    store.make_dir("runs/r/")  # (already there)
+    store.put("runs/r/1", b"x")
+    store.remove_empty_dir("runs/r/")  # not empty: stays
+    assert store.get("runs/r/1") == b"x"
+    store.delete(["runs/r/1"])
+    assert not (tmp_path / "runs").exists()
+    store.make_dir("runs/q/")
+    store.make_dir("runs/s/")
+    store.remove_empty_dir("runs/q/")  # the keys never came: it goes, runs/ stays for s
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["s"]
+    store.remove_empty_dir("runs/s/")
+    store.remove_empty_dir("runs/s/")  # (already gone)
+    assert list(tmp_path.iterdir()) == [] and tmp_path.is_dir()
+    with pytest.raises(ValueError):
+        store.make_dir("runs/r")
+    with pytest.raises(UserError):
+        store.make_dir("../r/")
+
+
 def test_file_store_puts_survive_deletes_removing_their_directories(tmp_path: Path) -> None:
     """Deleting a run's last records removes ``runs/`` itself when it is left empty; a put of
     another run's first record at that moment must still land."""

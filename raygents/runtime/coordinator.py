@@ -494,6 +494,8 @@ class Coordinator:
             keys = [void] if void in keys and void not in checkpoint.chain(keys) else []
         if keys:
             self.store.delete(keys)
+        elif done and isinstance(self.store, FileStore):  # its agent actor made it a directory
+            self.store.remove_empty_dir(checkpoint.run_prefix(run_id))
 
     async def apply(self, notes: list[tuple[str, tuple[Any, ...]]]) -> None:
         """What a driver noted about its runs, in order: claims of generated run ids (their

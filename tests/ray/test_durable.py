@@ -218,6 +218,30 @@ def test_completed_children_end_in_the_run_table_and_their_records_go(
     assert len(ledger(book)) == 6
 
 
+def test_a_run_with_tools_has_a_directory_for_its_records_and_leaves_none(
+    store: str, tmp_path: Path
+) -> None:
+    """The agent actor makes a fresh run's directory while its first model call runs (its first
+    record goes there); a run that ends without a record has it removed."""
+    agent = rg.Agent(
+        "answers_at_once",
+        tools=[ledger_tool("work")],
+        model=FunctionModel(lambda request: text("no tools needed"), latency_s=1.0),
+    )
+    handle = rg.start(agent, "go")
+    folder = tmp_path / "ckpt" / "runs" / handle.run_id
+    deadline = time.monotonic() + 0.9
+    while not folder.is_dir():
+        assert time.monotonic() < deadline, "no directory made during the model call"
+        time.sleep(0.01)
+    assert list(folder.iterdir()) == []
+    assert handle.result(timeout_s=60).final_output == "no tools needed"
+    deadline = time.monotonic() + 10
+    while folder.exists():
+        assert time.monotonic() < deadline, "the empty directory stayed"
+        time.sleep(0.05)
+
+
 @rg.tool(num_cpus=0, needs_approval=True)
 def delete_all(target: str) -> str:
     """Delete everything in a target."""
