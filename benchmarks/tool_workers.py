@@ -38,7 +38,7 @@ def _burst(side: str, w: int) -> dict[str, Any]:
     import ray
 
     import raygents as rg
-    from raygents.runtime.tasks import remote_tool
+    from raygents.runtime.tasks import remote_tool, submit_tool
     from raygents.tools import ToolContext
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -54,7 +54,7 @@ def _burst(side: str, w: int) -> dict[str, Any]:
                 ctx = ToolContext(
                     run_id="run-burst", call_id=f"c{i}", tool_name="_nap", agent_name="burst"
                 )
-                return remote.remote(ctx, f'{{"i": {i}}}')
+                return submit_tool(remote, ctx, f'{{"i": {i}}}')
 
         with C.Sampler(interval_s=0.25) as sampler:
             began = time.perf_counter()

@@ -17,16 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import pickle
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 import ray.exceptions
-from ray import cloudpickle
 
 from raygents.errors import RaygentsError
+from raygents.runtime import wire
 
 __all__ = ["LOST", "ActorRestarted", "Mailboxes", "RunBox", "pack", "unpack"]
 
@@ -46,20 +45,16 @@ def pack(items: list[tuple[str, Any]]) -> bytes:
     """A take's items as bytes, for :func:`unpack` in the caller.
 
     Events and outcomes are raygents' own types, which the standard pickler handles at about
-    half the CPU of the cloudpickle Ray would use (whose pickler runs Python code for every
-    object); the reply is then plain bytes to Ray. Whatever the standard pickler refuses (an
-    error holding a value of a class defined in ``__main__``) goes through cloudpickle.
+    half the CPU of the cloudpickle Ray would use (see :mod:`raygents.runtime.wire`); whatever
+    it refuses (an error holding a value of a class defined in ``__main__``) goes through
+    cloudpickle.
     """
-    try:
-        return pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        blob: bytes = cloudpickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-untyped-call]
-        return blob
+    return wire.dumps(items)
 
 
 def unpack(blob: bytes) -> list[tuple[str, Any]]:
     """The items of a take's reply made by :func:`pack`."""
-    items: list[tuple[str, Any]] = pickle.loads(blob)
+    items: list[tuple[str, Any]] = wire.loads(blob)
     return items
 
 

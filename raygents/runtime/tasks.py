@@ -13,9 +13,18 @@ import ray
 import ray.exceptions
 
 from raygents.messages import Usage
+from raygents.runtime import wire
 from raygents.tools import FunctionTool, Tool, ToolContext, ToolResult, to_tool_result
 
-__all__ = ["StepResult", "TaskReport", "execute_tool", "remote_tool", "run_tool", "tool_error"]
+__all__ = [
+    "StepResult",
+    "TaskReport",
+    "execute_tool",
+    "remote_tool",
+    "run_tool",
+    "submit_tool",
+    "tool_error",
+]
 
 
 @dataclass
@@ -75,12 +84,17 @@ def _describe(exc: BaseException) -> str:
 
 
 def remote_tool(tool: Tool) -> Any:
-    """A Ray remote function that runs ``tool``, with its resources and a readable name."""
+    """A Ray remote function that runs ``tool``, with its resources and a readable name.
 
-    def run_tool(ctx: ToolContext, arguments: str) -> TaskReport:
+    It takes the call packed by :func:`submit_tool` and returns its :class:`TaskReport`
+    packed the same way (:mod:`raygents.runtime.wire`).
+    """
+
+    def run_tool(call: bytes) -> bytes:
         started = time.perf_counter()
+        ctx, arguments = wire.loads(call)
         result = execute_tool(tool, ctx, arguments)
-        return TaskReport(result, time.perf_counter() - started, os.getpid())
+        return wire.dumps(TaskReport(result, time.perf_counter() - started, os.getpid()))
 
     options: dict[str, Any] = {"name": f"tool:{tool.name}"}
     if tool.num_cpus is not None:
@@ -109,9 +123,9 @@ async def run_tool(
     task = cache.get(tool.name)
     if task is None:
         task = cache[tool.name] = remote_tool(tool)
-    ref = task.remote(ctx, arguments)
+    ref = submit_tool(task, ctx, arguments)
     try:
-        report: TaskReport = await asyncio.wait_for(_await(ref), tool.timeout_s)
+        blob = await asyncio.wait_for(_await(ref), tool.timeout_s)
     except asyncio.TimeoutError:
         ray.cancel(ref)
         return StepResult(tool_error(tool.name, f"timed out after {tool.timeout_s} s"))
@@ -122,7 +136,17 @@ async def run_tool(
     except ray.exceptions.RayError as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         return StepResult(tool_error(tool.name, f"{type(exc).__name__}: {first_line}"))
+    try:
+        report: TaskReport = wire.loads(blob)
+    except Exception as exc:  # e.g. data of a class this process cannot import
+        return StepResult(tool_error(tool.name, f"cannot load its result: {_describe(exc)}"))
     return StepResult(report.result, data={"worker_pid": report.pid, "run_s": report.seconds})
+
+
+def submit_tool(task: Any, ctx: ToolContext, arguments: str) -> Any:
+    """Submit one call to a :func:`remote_tool` function; its ``ObjectRef`` (of the packed
+    :class:`TaskReport`)."""
+    return task.remote(wire.dumps((ctx, arguments)))
 
 
 async def _await(ref: Any) -> Any:

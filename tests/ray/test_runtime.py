@@ -96,6 +96,26 @@ def test_tool_calls_run_as_named_ray_tasks_in_worker_processes() -> None:
     assert any(n.startswith("agent:runner@") for n in names)
 
 
+def test_a_context_only_cloudpickle_can_carry_reaches_tool_tasks() -> None:
+    """A tool call goes to its task pickled by raygents; a context the standard pickler
+    refuses (an instance of a class defined in a function) goes through cloudpickle."""
+
+    class Tenant:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    @rg.tool(num_cpus=0)
+    def tenant_of(ctx: rg.ToolContext) -> str:
+        """Name the run's tenant."""
+        return f"{type(ctx.context).__name__} {ctx.context.name} in {os.getpid()}"
+
+    model = ScriptedModel([calls(("tenant_of", {})), text("done")])
+    agent = rg.Agent("tenants", tools=[tenant_of], model=model)
+    result = rg.run(agent, "go", context=Tenant("t2"))
+    kind, name, _, pid = tool_messages(result)[0].split()
+    assert (kind, name) == ("Tenant", "t2") and int(pid) != os.getpid()
+
+
 def test_parallel_tool_calls_overlap_and_keep_call_order() -> None:
     batch = calls(*[call("nap", {"seconds": 1.0}, id=f"c{i}") for i in range(4)])
     model = ScriptedModel([batch, text("rested")])
