@@ -210,13 +210,11 @@ def test_a_single_slow_put_keeps_puts_on_the_loop(tmp_path: Any, monkeypatch: An
     monkeypatch.setattr(actor_module, "_INLINE_PUT_MAX_S", 0.005)
     store = FileStore(tmp_path / "store")
     threads: list[str] = []
-    real_put = store.put
 
-    def put(key: str, data: bytes) -> None:
+    def put(key: str, data: bytes) -> None:  # (no disk: its own stalls would count)
         threads.append(threading.current_thread().name)
         if len(threads) in (2, 5):  # two stalls, three puts apart
             time.sleep(0.03)
-        real_put(key, data)
 
     monkeypatch.setattr(store, "put", put)
 
@@ -230,5 +228,25 @@ def test_a_single_slow_put_keeps_puts_on_the_loop(tmp_path: Any, monkeypatch: An
             assert write.done()  # written on the loop, at once
             await write
         assert threads == [threading.current_thread().name] * 7
+
+    asyncio.run(main())
+
+
+def test_a_lone_runs_directory_is_made_ahead_not_those_of_runs_that_come_together(
+    tmp_path: Any,
+) -> None:
+    store = FileStore(tmp_path / "store")
+
+    async def main() -> None:
+        actor = _actor(_Coordinator())
+        actor.directory._settings = {"durability": "sync", "key": None}
+        actor._store, actor._store_known = store, True
+        actor._active = {"alone": object()}  # type: ignore[dict-item]
+        actor._make_run_dir("alone")
+        assert (tmp_path / "store" / "runs" / "alone").is_dir()
+        await asyncio.sleep(0)
+        actor._active = {"a": object(), "b": object()}  # type: ignore[dict-item]
+        actor._make_run_dir("a")  # (its first put makes it, in a thread with the others)
+        assert not (tmp_path / "store" / "runs" / "a").exists()
 
     asyncio.run(main())

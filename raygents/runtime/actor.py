@@ -554,9 +554,14 @@ class AgentActor:
     def _make_run_dir(self, run_id: str) -> None:
         """Make a fresh run's directory in the store while its first model call runs, so that
         its first record (the intent of its first tool batch) only writes a file (0.6 ms less
-        here). The coordinator removes the directory if the run completes without records."""
+        here). The coordinator removes the directory if the run completes without records.
+
+        Only for a run alone on the actor: the directories of runs that come together (a
+        fan-out's children, a burst) are made by their first puts, whose fsyncs overlap in
+        threads, instead of one after the other on the loop.
+        """
         store = self._direct_store()
-        if store is None or not self._put_inline():
+        if store is None or len(self._active) > 1 or not self._put_inline():
             return
         with contextlib.suppress(CheckpointError):  # (the first put tries again, and says why)
             store.make_dir(checkpoint.run_prefix(run_id))
