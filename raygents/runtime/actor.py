@@ -29,6 +29,7 @@ from raygents.models.base import Model, resolve_model
 from raygents.runtime.children import run_child
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken
+from raygents.runtime.liveness import Beater
 from raygents.runtime.mailbox import pack
 from raygents.runtime.tasks import StepResult, run_tool
 from raygents.schema import type_name, type_schema
@@ -194,6 +195,7 @@ class AgentActor:
         """Tells this incarnation of the actor from the next one, should Ray restart it."""
         self._outboxes: dict[str, _Outbox] = {}
         self._relays: set[asyncio.Future[None]] = set()
+        self._beater: Beater | None = None
 
     # --- public actor methods -----------------------------------------------------------
     async def start(self, envelopes: list[Envelope], caller: str) -> str:
@@ -320,6 +322,21 @@ class AgentActor:
 
         return os.getpid()
 
+    def _start_beats(self) -> Beater | None:
+        """Beat to the coordinator while runs are here (see :mod:`~raygents.runtime.liveness`);
+        not outside a Ray actor (an actor built directly, in tests)."""
+        actor_id = ray.get_runtime_context().get_actor_id()
+        if actor_id is None:
+            return None
+        coordinator = self.directory.coordinator()
+        every = float(self.directory.cached_settings()["recovery"].get("heartbeat_s", 2.0))
+        return Beater(
+            asyncio.get_running_loop(),
+            lambda lag: coordinator.beat.remote(actor_id, lag),
+            every,
+            lambda: bool(self._active),
+        ).start()
+
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         outcome = await self._outcome(envelope, token, emit)
@@ -445,6 +462,8 @@ class AgentActor:
         """Activate the agent for this envelope and choose the first action."""
         state = envelope.state
         await self.directory.settings()
+        if self._beater is None:
+            self._beater = self._start_beats()
         await self.resolve_tools()
         view = await self._view(state, envelope.context)
         if envelope.activate:

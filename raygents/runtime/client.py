@@ -269,8 +269,10 @@ def init(
             ``sigterm_grace_s`` for their checkpoints), then exit.
         max_attempts: how often a run whose agent actor died (or went stale) is dispatched
             again from its newest checkpoint before it fails.
-        heartbeat_s: how often drivers and actors ping the agent actors their runs are on.
-        stale_after_s: an actor that does not answer a ping for this long is replaced.
+        heartbeat_s: how often drivers and actors ping the agent actors their runs are on
+            (and how often agent actors with runs send the coordinator a beat).
+        stale_after_s: an actor that does not answer a ping for this long, and sent no beat
+            for as long (or one saying its event loop was stuck that long), is replaced.
         actor_options: Ray actor options for every agent actor, e.g.
             ``{"resources": {"cpu_nodes": 0.01}}`` to keep agents on some nodes.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to

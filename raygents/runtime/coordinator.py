@@ -20,6 +20,7 @@ import ray
 from raygents import checkpoint
 from raygents.errors import CheckpointError, RaygentsError
 from raygents.runtime.actor import AgentActor
+from raygents.runtime.liveness import Beats
 from raygents.store import FileStore, Store, open_store
 
 __all__ = ["Coordinator", "RunInfo"]
@@ -132,6 +133,7 @@ class Coordinator:
         self.sessions: dict[str, str] = {}
         self.tokens: dict[str, Any] = {}
         self.directory: Any = None
+        self.beats = Beats()
         self.generation = 0
         self.recovery = dict(recovery or {})
         self.actor_options = dict(actor_options or {})
@@ -154,6 +156,7 @@ class Coordinator:
             if fp != graph_fp and name in replicas:
                 for handle in handles:
                     handle.retire.remote()
+                    self.beats.forget(handle._actor_id.hex())
                 del self.actors[(fp, name)]
 
     def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
@@ -578,6 +581,7 @@ class Coordinator:
         if handles is None:
             return
         stale_id = stale._actor_id.hex()
+        self.beats.forget(stale_id)
         fresh = [h for h in handles if h._actor_id.hex() != stale_id]
         if len(fresh) == len(handles):
             return  # already replaced by an earlier report of the same actor
@@ -612,6 +616,14 @@ class Coordinator:
     def ping(self) -> bool:
         """Liveness check."""
         return True
+
+    def beat(self, actor_id: str, lag: float) -> None:
+        """An agent actor's beat (see :mod:`raygents.runtime.liveness`)."""
+        self.beats.beat(actor_id, lag)
+
+    def beat_of(self, actor_id: str) -> tuple[float, float] | None:
+        """``(age, loop lag)`` of an agent actor's newest beat, or ``None``."""
+        return self.beats.of(actor_id)
 
     def settings(self) -> dict[str, Any]:
         """What agent actors need to write checkpoints (``direct``: actors on ``node`` write

@@ -163,16 +163,47 @@ class Directory:
                 if watch.users <= 0:
                     return
                 try:
-                    await asyncio.wait_for(_ping(actor), limit)
-                except asyncio.TimeoutError:
+                    answered = await self._answers(watch, key, actor, every, limit)
+                except ray.exceptions.RayError:
+                    continue  # dead or restarting: the run's own call reports that
+                if not answered:
                     if not watch.stale.done():
                         watch.stale.set_result(None)
                     return
-                except ray.exceptions.RayError:
-                    continue  # dead or restarting: the run's own call reports that
         finally:
             if self._watches.get(key) is watch:
                 del self._watches[key]
+
+    async def _answers(
+        self, watch: _Watch, key: str, actor: Any, every: float, limit: float
+    ) -> bool:
+        """Ping ``actor``: whether it answers, or, while the answer is late, whether it
+        still beats (see :mod:`raygents.runtime.liveness`), checked every ``every`` seconds
+        once the ping is ``limit`` seconds old, as long as runs use the actor."""
+        ping = asyncio.ensure_future(_ping(actor))
+        try:
+            wait = limit
+            while True:
+                done, _ = await asyncio.wait([ping], timeout=wait)
+                if done:
+                    ping.result()
+                    return True
+                if watch.users <= 0:
+                    return True
+                if not await self._beats(key, limit):
+                    return False
+                wait = every
+        finally:
+            ping.cancel()
+
+    async def _beats(self, key: str, limit: float) -> bool:
+        """Whether actor ``key`` sent the coordinator a beat in the last ``limit`` seconds,
+        with its event loop not wedged that long."""
+        try:
+            found = await asyncio.wait_for(self.coordinator().beat_of.remote(key), limit)
+        except (asyncio.TimeoutError, ray.exceptions.RayError):
+            return False
+        return found is not None and found[0] <= limit and found[1] <= limit
 
 
 @dataclass
