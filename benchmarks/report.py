@@ -105,7 +105,7 @@ def throughput(w: dict[str, Any]) -> list[str]:
         f"after warm-up ({warm.get('processes')} processes).",
         "",
         "| N | side | runs/s p50 [min-max] | vs SDK | latency p50 / p99 ms | time to start all, s | "  # noqa: E501
-        "CPU s (all processes) | peak PSS MB (all) | errors |",
+        "CPU s (all processes) | peak PSS MB (all) | errors (runs recovered) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in w["rows"]:
@@ -113,12 +113,13 @@ def throughput(w: dict[str, Any]) -> list[str]:
             if not s.get("runs_per_s", {}).get("n"):
                 out.append(f"| {r['n']} | {side} | {s.get('skipped', 'skipped')} | | | | | | |")
                 continue
+            recovered = f" ({s['recovered']})" if "recovered" in s else ""
             out.append(
                 f"| {r['n']} | {side} | {_rng(s['runs_per_s'])} | "
                 f"{_f(s.get('ratio_vs_sdk_runs_per_s'), 2) if side != 'sdk' else ''} | "
                 f"{_f(s['latency_p50_ms'], 0)} / {_f(s['latency_p99_ms'], 0)} | "
                 f"{_f(s['start_all_s']['p50'], 2)} | {_f(s['cpu_s_total']['p50'], 1)} | "
-                f"{_f(s['peak_total_pss_mb'], 0)} | {s['errors']} |"
+                f"{_f(s['peak_total_pss_mb'], 0)} | {s['errors']}{recovered} |"
             )
     big = next((r for r in w["rows"] if r["n"] == max(x["n"] for x in w["rows"])), None)
     if big:

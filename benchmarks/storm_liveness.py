@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import logging
 import os
 import sys
 import tempfile
@@ -37,16 +36,6 @@ sys.path.insert(0, BENCH_DIR)
 
 import common as C  # noqa: E402
 from workloads import harness as H  # noqa: E402
-
-
-class _Recovered(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "recovered" in record.getMessage():
-            self.count += 1
 
 
 def raygents_side(n: int, reps: int, stale_s: float) -> None:
@@ -65,8 +54,6 @@ def raygents_side(n: int, reps: int, stale_s: float) -> None:
         return answer
 
     directory._ping = timed_ping  # type: ignore[assignment]
-    recovered = _Recovered()
-    logging.getLogger("raygents").addHandler(recovered)
     C.init_raygents(
         store=f"file://{tempfile.mkdtemp(prefix='rgstorm-')}/store",
         durability="sync",
@@ -76,7 +63,6 @@ def raygents_side(n: int, reps: int, stale_s: float) -> None:
     H.rg_batch(agent, [f"k=4 warm {i}" for i in range(10)])
     for rep in range(reps):
         pings.clear()
-        recovered.count = 0
         t0 = time.monotonic()
         out = H.rg_batch(agent, [f"k=4 run {i}" for i in range(n)])
         late = [
@@ -84,7 +70,7 @@ def raygents_side(n: int, reps: int, stale_s: float) -> None:
         ]
         print(
             f"raygents rep {rep}: wall {out['wall_s']:.1f} s, errors {len(out['errors'])}, "
-            f"recovered {recovered.count} of {n}, load {os.getloadavg()[0]:.1f}; "
+            f"recovered {out['recovered']} of {n}, load {os.getloadavg()[0]:.1f}; "
             f"pings (sent at: latency) {late}",
             flush=True,
         )

@@ -3,9 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+
+class RecoveryCount(logging.Handler):
+    """Counts raygents' ``run ... recovered`` log lines (a run dispatched again after its
+    agent actor died or was judged stale) while attached to the ``raygents`` logger."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "recovered" in record.getMessage():
+            self.count += 1
+
+    def __enter__(self) -> RecoveryCount:
+        self.count = 0
+        logging.getLogger("raygents").addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("raygents").removeHandler(self)
 
 
 async def _rg_batch_async(agent: Any, inputs: list[str], **options: Any) -> dict[str, Any]:
@@ -39,8 +61,11 @@ async def _rg_batch_async(agent: Any, inputs: list[str], **options: Any) -> dict
 def rg_batch(agent: Any, inputs: list[str], **options: Any) -> dict[str, Any]:
     """Start one raygents run per input (as a user would: ``raygents.start`` one after the
     other) and wait for them all; wall time, time to start them, per-run latency (start call
-    to result), errors."""
-    return asyncio.run(_rg_batch_async(agent, inputs, **options))
+    to result), errors, and how many runs were recovered."""
+    with RecoveryCount() as recovered:
+        out = asyncio.run(_rg_batch_async(agent, inputs, **options))
+    out["recovered"] = recovered.count
+    return out
 
 
 async def sdk_batch_async(agent: Any, inputs: list[str], max_turns: int = 10) -> dict[str, Any]:

@@ -108,6 +108,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                 C.log(
                     f"  {side}: {n / out['wall_s']:.1f} runs/s, wall {out['wall_s']:.2f} s, "
                     f"start {out['start_s']:.2f} s, errors {len(out['errors'])}, "
+                    f"recovered {out.get('recovered', '-')}, "
                     f"peak PSS {sampler.report.get('peak_total_pss_mb')} MB, "
                     f"load {out['load']['loadavg'][0]:.1f}, after {settled['waited_s']} s "
                     f"waiting for {settled['idle_workers']} idle workers and "
@@ -130,6 +131,11 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                 "start_all_s": C.summary([o["start_s"] for o in outs]),
                 "errors": sum(len(o["errors"]) for o in outs),
                 "error_sample": next((o["errors"][0] for o in outs if o["errors"]), None),
+                **(
+                    {"recovered": sum(o["recovered"] for o in outs)}
+                    if "recovered" in outs[0]
+                    else {}
+                ),
                 "cpu_s_total": C.summary([o["sampler"].get("cpu_s_total", 0) for o in outs]),
                 "peak_total_pss_mb": max(o["sampler"].get("peak_total_pss_mb", 0) for o in outs),
                 "peak_total_rss_mb": max(o["sampler"].get("peak_total_rss_mb", 0) for o in outs),
