@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import os
 import signal
 import socket
@@ -281,6 +282,7 @@ def init(
     global _runtime
     if durability not in ("sync", "async", "exit"):
         raise UserError(f"durability must be 'sync', 'async' or 'exit', got {durability!r}")
+    _check_recovery(max_attempts, heartbeat_s, stale_after_s, sigterm_grace_s)
     from raygents.store import default_store_url, open_store
 
     store_url = store or os.environ.get("RAYGENTS_STORE") or default_store_url()
@@ -321,6 +323,28 @@ def init(
         )
     if handle_sigterm:
         _install_sigterm(sigterm_grace_s)
+
+
+def _check_recovery(
+    max_attempts: int, heartbeat_s: float, stale_after_s: float, sigterm_grace_s: float
+) -> None:
+    """Refuse recovery settings no run could work with, before anything starts."""
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise UserError(f"max_attempts must be an int of at least 1, got {max_attempts!r}")
+    for name, value, zero_ok in (
+        ("heartbeat_s", heartbeat_s, False),
+        ("stale_after_s", stale_after_s, False),
+        ("sigterm_grace_s", sigterm_grace_s, True),
+    ):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or math.isnan(value) or value < 0 or (value == 0 and not zero_ok):
+            what = "a number of seconds, at least 0" if zero_ok else "a positive number of seconds"
+            raise UserError(f"{name} must be {what}, got {value!r}")
+    if stale_after_s < heartbeat_s:
+        raise UserError(
+            f"stale_after_s ({stale_after_s!r}) must be at least heartbeat_s ({heartbeat_s!r}): "
+            "an actor is pinged every heartbeat_s"
+        )
 
 
 def _install_sigterm(grace_s: float) -> None:

@@ -440,6 +440,24 @@ def test_bad_run_arguments_fail_fast(kwargs: dict, match: str) -> None:
         rg.start(rg.Agent("bad", model=ScriptedModel([])), "x", **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"heartbeat_s": 0}, "heartbeat_s must be a positive number"),
+        ({"heartbeat_s": float("nan")}, "heartbeat_s must be a positive"),
+        ({"stale_after_s": -1.0}, "stale_after_s must be a positive"),
+        ({"stale_after_s": "30"}, "stale_after_s must be a positive"),
+        ({"heartbeat_s": 5.0, "stale_after_s": 2.0}, "must be at least heartbeat_s"),
+        ({"max_attempts": 0}, "max_attempts must be an int of at least 1"),
+        ({"max_attempts": 2.5}, "max_attempts"),
+        ({"sigterm_grace_s": -1}, "sigterm_grace_s must be a number of seconds, at least 0"),
+    ],
+)
+def test_bad_recovery_settings_fail_fast(kwargs: dict, match: str) -> None:
+    with pytest.raises(rg.UserError, match=match):
+        rg.init(**kwargs)
+
+
 def test_empty_input_is_rejected() -> None:
     with pytest.raises(rg.UserError, match="empty"):
         rg.start(rg.Agent("empty", model=ScriptedModel([])), [])
