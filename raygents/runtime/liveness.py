@@ -52,17 +52,13 @@ class Beater:
         self._busy = busy
         self._asked: float | None = None
         """When the loop was asked to run a callback that has not run yet."""
-        self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="raygents-beat", daemon=True)
+        """Lives as long as the actor's process, or until the loop is closed."""
 
     def start(self) -> Beater:
         """Start the thread; returns the beater."""
         self.thread.start()
         return self
-
-    def stop(self) -> None:
-        """End the thread (it sends nothing more)."""
-        self._stop.set()
 
     def lag(self) -> float:
         """How long the loop has left the callback asked for earlier waiting; asks for a new
@@ -80,7 +76,8 @@ class Beater:
 
     def _run(self) -> None:
         sent: list[Any] = []
-        while not self._stop.wait(self._every_s):
+        while True:
+            time.sleep(self._every_s)
             if sent:
                 done, sent = ray.wait(sent, num_returns=len(sent), timeout=0)
                 for ref in done:
