@@ -220,6 +220,7 @@ def _wait_until_free(namespace: str, coordinator: Any, timeout_s: float) -> None
 
 _runtime: Runtime | None = None
 _IDLE_WORKERS_PER_CPU = 4
+_CPUS_PER_WORKER_START = 2
 _NOTE_WINDOW_S = 0.005
 _lock = threading.Lock()
 _previous_sigterm: Any = None
@@ -230,12 +231,23 @@ def _local_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
 
     Ray keeps only as many idle worker processes as there are free CPUs and kills the rest
     after a second; tool tasks with fractional or zero CPUs then start (and import) a new
-    worker for most calls. A local instance keeps up to four idle workers per CPU instead
-    (``_system_config["num_workers_soft_limit"]`` wins if given).
+    worker for most calls. A local instance keeps up to four idle workers per CPU instead.
+
+    Ray also starts workers for zero-CPU tasks as fast as they are asked for: each caller
+    keeps up to ten requests for a worker open, the node starts as many workers at once as it
+    has CPUs, and every start costs about half a CPU second. A burst of tool tasks then
+    starts a worker for most of them, and the starts take the CPUs from the work already
+    running. A local instance starts at most one worker at a time per two CPUs, and a caller
+    asks for at most as many new workers at once; a burst reuses the workers it has in the
+    meantime (benchmarks/README.md, finding 17). Any of these keys given in
+    ``_system_config`` wins.
     """
-    cpus = kwargs.get("num_cpus") or os.cpu_count() or 1
+    cpus = int(kwargs.get("num_cpus") or os.cpu_count() or 1)
+    starts = max(1, cpus // _CPUS_PER_WORKER_START)
     system = dict(kwargs.get("_system_config") or {})
-    system.setdefault("num_workers_soft_limit", max(8, _IDLE_WORKERS_PER_CPU * int(cpus)))
+    system.setdefault("num_workers_soft_limit", max(8, _IDLE_WORKERS_PER_CPU * cpus))
+    system.setdefault("worker_maximum_startup_concurrency", starts)
+    system.setdefault("max_pending_lease_requests_per_scheduling_category", min(10, starts))
     return {**kwargs, "_system_config": system}
 
 

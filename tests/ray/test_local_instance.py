@@ -65,3 +65,35 @@ def test_idle_tool_workers_stay_warm(tmp_path: Path) -> None:
     # More idle workers than CPUs (2) outlive Ray's default of one per CPU.
     assert len(report["workers"]) > 2, report
     assert report["alive"] == report["workers"], "idle tool workers were killed"
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("cpus", "soft_limit", "starts", "leases"),
+    [(1, 8, 1, 1), (2, 8, 1, 1), (3, 12, 1, 1), (16, 64, 8, 8), (64, 256, 32, 10)],
+)
+def test_local_instance_starts_workers_a_few_at_a_time(
+    cpus: int, soft_limit: int, starts: int, leases: int
+) -> None:
+    from raygents.runtime.client import _local_defaults
+
+    got = _local_defaults({"num_cpus": cpus, "include_dashboard": False})
+    assert got["num_cpus"] == cpus and got["include_dashboard"] is False
+    assert got["_system_config"] == {
+        "num_workers_soft_limit": soft_limit,
+        "worker_maximum_startup_concurrency": starts,
+        "max_pending_lease_requests_per_scheduling_category": leases,
+    }
+
+
+@pytest.mark.timeout(10)
+def test_settings_given_to_init_win_over_local_defaults() -> None:
+    from raygents.runtime.client import _local_defaults
+
+    mine = {"worker_maximum_startup_concurrency": 4, "num_workers_soft_limit": 2, "x": 1}
+    got = _local_defaults({"num_cpus": 2, "_system_config": mine})
+    assert got["_system_config"] == {
+        **mine,
+        "max_pending_lease_requests_per_scheduling_category": 1,
+    }
+    assert mine == {"worker_maximum_startup_concurrency": 4, "num_workers_soft_limit": 2, "x": 1}
