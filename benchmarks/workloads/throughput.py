@@ -76,22 +76,11 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     idle_warm = C.idle_footprint()
     pool = idle_warm["by_role"].get("ray::IDLE worker", {}).get("count", 0)
 
-    def skip(side: str, n: int) -> str | None:
-        if mode not in ("quick", "smoke"):
-            return None
-        if (side == "raygents_task" and n >= 100) or (side == "ray_floor" and n >= 1000):
-            return (
-                "skipped in quick mode: num_cpus=0 tool tasks make Ray start about one worker "
-                "process per pending task, each importing raygents (minutes on 2 cores, and "
-                "agent actors then miss heartbeats); see --full"
-            )
-        return None
-
     rows: list[dict[str, Any]] = []
     for n in ns:
         C.log(f"throughput: N={n}")
         per_side: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
-        names = [s for s in sides if not skip(s, n)]
+        names = list(sides)
         for rep in range(reps[n]):
             order = names[rep % len(names) :] + names[: rep % len(names)]
             for side in order:
@@ -117,9 +106,6 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                 time.sleep(1.0)
         row: dict[str, Any] = {"n": n, "reps": reps[n], "sides": {}}
         for side, outs in per_side.items():
-            if not outs:
-                row["sides"][side] = {"skipped": skip(side, n)}
-                continue
             rates = [n / o["wall_s"] for o in outs]
             lat = [x for o in outs for x in o["latencies"]]
             s_lat = C.summary(lat)

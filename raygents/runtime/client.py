@@ -289,7 +289,9 @@ def init(
         actor_options: Ray actor options for every agent actor, e.g.
             ``{"resources": {"cpu_nodes": 0.01}}`` to keep agents on some nodes.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
-            four idle worker processes per CPU warm for tool tasks (Ray's default is one).
+            four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
+            starts at most one worker at a time per two CPUs (Ray's default: one per CPU);
+            keys given in ``_system_config`` win.
     """
     global _runtime
     if durability not in ("sync", "async", "exit"):
