@@ -1,4 +1,6 @@
-"""A local Ray instance that raygents starts keeps idle tool workers warm between turns."""
+"""A local Ray instance that raygents starts keeps idle tool workers warm between turns, and
+starts new workers a few at a time (the driver below runs with those settings, so Ray accepts
+them)."""
 
 from __future__ import annotations
 
