@@ -220,7 +220,7 @@ def _wait_until_free(namespace: str, coordinator: Any, timeout_s: float) -> None
 
 _runtime: Runtime | None = None
 _IDLE_WORKERS_PER_CPU = 4
-_CPUS_PER_WORKER_START = 2
+_CPUS_PER_WORKER_REQUEST = 2
 _NOTE_WINDOW_S = 0.005
 _lock = threading.Lock()
 _previous_sigterm: Any = None
@@ -233,21 +233,23 @@ def _local_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     after a second; tool tasks with fractional or zero CPUs then start (and import) a new
     worker for most calls. A local instance keeps up to four idle workers per CPU instead.
 
-    Ray also starts workers for zero-CPU tasks as fast as they are asked for: each caller
-    keeps up to ten requests for a worker open, the node starts as many workers at once as it
-    has CPUs, and every start costs about half a CPU second. A burst of tool tasks then
-    starts a worker for most of them, and the starts take the CPUs from the work already
-    running. A local instance starts at most one worker at a time per two CPUs, and a caller
-    asks for at most as many new workers at once; a burst reuses the workers it has in the
-    meantime (benchmarks/README.md, finding 17). Any of these keys given in
-    ``_system_config`` wins.
+    Ray also starts workers for zero-CPU tasks as fast as they are asked for: while all its
+    workers are busy, a process that submits tasks keeps up to ten requests for a new worker
+    open per kind of task, and every start costs about half a CPU second. A burst of tool
+    tasks then starts a worker for most of them, and the starts take the CPUs from the work
+    already running. On a local instance a process asks for one new worker at a time per two
+    CPUs, and a burst reuses the workers it has while the next one starts (benchmarks/README.md,
+    finding 17). Ray still starts as many workers at once as there are CPUs: one at a time
+    would also start agent actors one by one. Any of these keys given in ``_system_config``
+    wins.
     """
     cpus = int(kwargs.get("num_cpus") or os.cpu_count() or 1)
-    starts = max(1, cpus // _CPUS_PER_WORKER_START)
     system = dict(kwargs.get("_system_config") or {})
     system.setdefault("num_workers_soft_limit", max(8, _IDLE_WORKERS_PER_CPU * cpus))
-    system.setdefault("worker_maximum_startup_concurrency", starts)
-    system.setdefault("max_pending_lease_requests_per_scheduling_category", min(10, starts))
+    system.setdefault(
+        "max_pending_lease_requests_per_scheduling_category",
+        min(10, max(1, cpus // _CPUS_PER_WORKER_REQUEST)),
+    )
     return {**kwargs, "_system_config": system}
 
 
@@ -290,7 +292,7 @@ def init(
             ``{"resources": {"cpu_nodes": 0.01}}`` to keep agents on some nodes.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
-            starts at most one worker at a time per two CPUs (Ray's default: one per CPU);
+            a process asks for one new worker at a time per two CPUs (Ray's default: ten);
             keys given in ``_system_config`` win.
     """
     global _runtime

@@ -1,6 +1,6 @@
 """A local Ray instance that raygents starts keeps idle tool workers warm between turns, and
-starts new workers a few at a time (the driver below runs with those settings, so Ray accepts
-them)."""
+asks for new workers a few at a time (the driver below runs with those settings, so Ray
+accepts them)."""
 
 from __future__ import annotations
 
@@ -71,11 +71,11 @@ def test_idle_tool_workers_stay_warm(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize(
-    ("cpus", "soft_limit", "starts", "leases"),
-    [(1, 8, 1, 1), (2, 8, 1, 1), (3, 12, 1, 1), (16, 64, 8, 8), (64, 256, 32, 10)],
+    ("cpus", "soft_limit", "leases"),
+    [(1, 8, 1), (2, 8, 1), (3, 12, 1), (16, 64, 8), (64, 256, 10)],
 )
-def test_local_instance_starts_workers_a_few_at_a_time(
-    cpus: int, soft_limit: int, starts: int, leases: int
+def test_local_instance_asks_for_workers_a_few_at_a_time(
+    cpus: int, soft_limit: int, leases: int
 ) -> None:
     from raygents.runtime.client import _local_defaults
 
@@ -83,7 +83,6 @@ def test_local_instance_starts_workers_a_few_at_a_time(
     assert got["num_cpus"] == cpus and got["include_dashboard"] is False
     assert got["_system_config"] == {
         "num_workers_soft_limit": soft_limit,
-        "worker_maximum_startup_concurrency": starts,
         "max_pending_lease_requests_per_scheduling_category": leases,
     }
 
@@ -92,10 +91,7 @@ def test_local_instance_starts_workers_a_few_at_a_time(
 def test_settings_given_to_init_win_over_local_defaults() -> None:
     from raygents.runtime.client import _local_defaults
 
-    mine = {"worker_maximum_startup_concurrency": 4, "num_workers_soft_limit": 2, "x": 1}
+    mine = {"max_pending_lease_requests_per_scheduling_category": 4, "x": 1}
     got = _local_defaults({"num_cpus": 2, "_system_config": mine})
-    assert got["_system_config"] == {
-        **mine,
-        "max_pending_lease_requests_per_scheduling_category": 1,
-    }
-    assert mine == {"worker_maximum_startup_concurrency": 4, "num_workers_soft_limit": 2, "x": 1}
+    assert got["_system_config"] == {**mine, "num_workers_soft_limit": 8}
+    assert mine == {"max_pending_lease_requests_per_scheduling_category": 4, "x": 1}
