@@ -3,13 +3,14 @@ settings for a local instance against Ray's defaults (benchmarks/README.md, find
 
     python benchmarks/worker_starts.py [--n 1000] [--reps 2]
 
-Ray's defaults start as many workers at once as the node has CPUs
-(``worker_maximum_startup_concurrency``) and let each caller keep ten requests for a new
-worker open per kind of task (``max_pending_lease_requests_per_scheduling_category``). A local
-instance that ``raygents.init`` starts uses one per two CPUs for both (at least one);
-``leases only`` keeps Ray's startup concurrency and takes raygents' lease requests. Each
-repetition runs every setting, in rotating order, each in a fresh process with a fresh
-local Ray instance (2 CPUs, both with raygents' idle-worker limit), and measures there:
+While all its workers are busy, a process that submits tasks keeps up to ten requests for a
+new worker open per kind of task (Ray's ``max_pending_lease_requests_per_scheduling_category``),
+and the node starts as many workers at once as it has CPUs
+(``worker_maximum_startup_concurrency``). A local instance that ``raygents.init`` starts asks
+for one new worker at a time per two CPUs (``raygents``); ``one start at a time`` also starts
+one worker at a time (raygents' setting from b47c1e7 to 4730b48, which made the demo slower).
+Each repetition runs every setting, in rotating order, each in a fresh process with a fresh
+local Ray instance (2 CPUs, all with raygents' idle-worker limit), and measures there:
 
 * ``raygents_task`` and ``ray_floor``: N concurrent 2-turn runs with 4 zero-CPU tool tasks and
   a 100 ms model (workload 2's sides): runs/s, CPU seconds and peak PSS of every process, and
@@ -40,14 +41,10 @@ sys.path.insert(0, BENCH_DIR)
 import common as C  # noqa: E402
 
 _POOL_WARNING = "worker processes have been started on node"
-RAY_DEFAULTS = {
-    "worker_maximum_startup_concurrency": 2,  # Ray's 0: the node's CPUs
-    "max_pending_lease_requests_per_scheduling_category": 10,
-}
 SETTINGS = {
-    "ray defaults": RAY_DEFAULTS,
-    "leases only": {"worker_maximum_startup_concurrency": 2},
+    "ray defaults": {"max_pending_lease_requests_per_scheduling_category": 10},
     "raygents": {},
+    "one start at a time": {"worker_maximum_startup_concurrency": 1},
 }
 
 
