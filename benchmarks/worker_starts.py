@@ -162,7 +162,7 @@ def main() -> None:
             for b in ("nap 24", "nap 64", "burn 64")
         )
         warned = statistics.median(o["pool warnings"] for o in outs)
-        print(f"  {setting:>12}: " + "; ".join(parts) + f"; {bursts}; {warned:.0f} warnings")
+        print(f"  {setting:>19}: " + "; ".join(parts) + f"; {bursts}; {warned:.0f} warnings")
 
 
 if __name__ == "__main__":
