@@ -48,13 +48,19 @@ def _burst(side: str, w: int) -> dict[str, Any]:
             task = ray.remote(num_cpus=0)(_nap)
             submit = task.remote
         else:
-            remote = remote_tool(rg.tool(num_cpus=0)(_nap))
+            nap = rg.tool(num_cpus=0)(_nap)
+            remote = remote_tool(nap)
 
             def submit(i: int) -> Any:
                 ctx = ToolContext(
                     run_id="run-burst", call_id=f"c{i}", tool_name="_nap", agent_name="burst"
                 )
-                return submit_tool(remote, ctx, f'{{"i": {i}}}')
+                arguments = f'{{"i": {i}}}'
+                # The agent actor checks a function tool's arguments before its task (since
+                # raygents.runtime.worker); before, the task got them as JSON.
+                if hasattr(nap, "parse_arguments"):
+                    return submit_tool(remote, ctx, nap.parse_arguments(arguments))
+                return submit_tool(remote, ctx, arguments)
 
         with C.Sampler(interval_s=0.25) as sampler:
             began = time.perf_counter()

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from raygents.errors import UserError
 from raygents.messages import ToolSpec, Usage
 from raygents.schema import args_model, drop_defaulted_nulls, function_parameters
+from raygents.toolcall import ToolContext, result_text
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
@@ -40,24 +41,6 @@ class ToolResult(BaseModel):
 
     def __init__(self, content: str, is_error: bool = False, **data: Any) -> None:
         super().__init__(content=content, is_error=is_error, **data)
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """What a tool call knows about the run that made it."""
-
-    run_id: str
-    call_id: str
-    tool_name: str
-    agent_name: str
-    depth: int = 0
-    context: Any = None
-    """The user's run context, as passed to ``run(..., context=...)``."""
-
-    @property
-    def idempotency_key(self) -> str:
-        """A key stable across retries and recovery of this call: ``"<run_id>:<call_id>"``."""
-        return f"{self.run_id}:{self.call_id}"
 
 
 @dataclass(frozen=True)
@@ -173,15 +156,22 @@ class FunctionTool(Tool):
         state["_args_model"] = None
         return state
 
-    async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
-        """Parse the arguments, call the function, and turn its return value into a result."""
+    def parse_arguments(self, arguments: str) -> dict[str, Any] | ToolResult:
+        """The keyword arguments of a call, from the model's JSON ``arguments``; or, when they
+        are invalid, the error result the model sees."""
         try:
             raw = json.loads(arguments or "{}")
             value = drop_defaulted_nulls(raw, self.raw_schema)
             parsed = self.args_model.model_validate(value)
         except (ValidationError, ValueError) as exc:
             return ToolResult(f'Invalid parameters for tool "{self.name}": {exc}', is_error=True)
-        kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+
+    async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
+        """Parse the arguments, call the function, and turn its return value into a result."""
+        kwargs = self.parse_arguments(arguments)
+        if isinstance(kwargs, ToolResult):
+            return kwargs
         args = (ctx,) if self.takes_context else ()
         out = self.fn(*args, **kwargs)
         if inspect.isawaitable(out):
@@ -215,22 +205,7 @@ def to_tool_result(value: Any) -> ToolResult:
     """Turn a tool function's return value into a :class:`ToolResult`."""
     if isinstance(value, ToolResult):
         return value
-    if isinstance(value, str):
-        return ToolResult(value)
-    if isinstance(value, BaseModel):
-        return ToolResult(value.model_dump_json())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = dataclasses.asdict(value)
-    try:
-        return ToolResult(json.dumps(value, default=_json_default))
-    except (TypeError, ValueError) as exc:
-        return ToolResult(f"Error: tool returned a value that is not JSON: {exc}", is_error=True)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+    return ToolResult(*result_text(value))
 
 
 @overload

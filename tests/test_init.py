@@ -34,7 +34,7 @@ def test_submodules_are_attributes_too() -> None:
     """As when the package imported everything at once: ``raygents.testing.text(...)``."""
     loaded = _modules_after(
         "import raygents\nassert raygents.testing.text('x').message.content == 'x'\n"
-        "assert raygents.runtime.tasks.execute_tool"
+        "assert raygents.runtime.tasks.run_tool"
     )
     assert "raygents.testing" in loaded
 
@@ -70,4 +70,31 @@ def test_a_tool_worker_loads_only_what_tool_tasks_need() -> None:
         "raygents.mcp",
         "openai",
     ):
+        assert heavy not in loaded, heavy
+
+
+def test_a_function_tool_task_loads_none_of_raygents_models() -> None:
+    """A fresh worker loads a function tool's task and its call, and runs it: the task's
+    module, the context and the tool's own module; neither raygents' model classes nor
+    pydantic (which Ray's own serialisation may load in its workers, but raygents does not)."""
+    from ray import cloudpickle
+
+    from raygents.runtime import wire
+    from raygents.runtime.tasks import task_body
+    from raygents.tools import ToolContext
+
+    def _answer(i: int) -> str:  # nested: pickled by value, as a script's tool would be
+        return f"answer {i}"
+
+    noop = raygents.tool(num_cpus=0)(_answer)
+    task = cloudpickle.dumps(task_body(noop)).hex()
+    call = wire.dumps((ToolContext("r", "c", "_answer", "a"), noop.parse_arguments('{"i": 2}')))
+    loaded = _modules_after(
+        "from ray import cloudpickle\nfrom raygents.runtime import wire\n"
+        f"run = cloudpickle.loads(bytes.fromhex({task!r}))\n"
+        f"report = wire.loads(run(bytes.fromhex({call.hex()!r})))\n"
+        "assert (report.content, report.is_error) == ('answer 2', False), report"
+    )
+    assert "raygents.runtime.worker" in loaded
+    for heavy in ("pydantic", "raygents.messages", "raygents.tools", "raygents.schema"):
         assert heavy not in loaded, heavy

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import ray
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 import raygents as rg
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
@@ -144,6 +144,69 @@ def test_tool_errors_become_messages_and_the_run_continues() -> None:
     assert slow.startswith('Error: cannot execute tool "hang": timed out after 0.5 s')
     assert crashed.startswith('Error: cannot execute tool "crash":') and "crash" in crashed
     assert result.final_output == "recovered"
+
+
+class Place(BaseModel):
+    x: int
+    y: int = 0
+
+    @field_validator("x")
+    @classmethod
+    def _not_negative(cls, x: int) -> int:  # not in the JSON schema: pydantic checks it
+        if x < 0:
+            raise ValueError("x must not be negative")
+        return x
+
+
+@rg.tool(num_cpus=0)
+async def moved(place: Place, by: int = 1) -> Place:
+    """Move a place (async, pydantic in and out)."""
+    return Place(x=place.x + by, y=place.y)
+
+
+class Echo(rg.Tool):
+    """A custom tool: its ``execute`` runs in the task with the model's JSON arguments."""
+
+    name = "echo"
+    parameters = {"type": "object", "properties": {"text": {"type": "string"}}}  # noqa: RUF012
+    num_cpus = 0
+
+    async def execute(self, ctx: rg.ToolContext, arguments: str) -> rg.ToolResult:
+        text = json.loads(arguments)["text"]
+        return rg.ToolResult(f"{text} from {os.getpid()}", is_error=text == "bad")
+
+
+class Sloppy(rg.Tool):
+    name = "sloppy"
+    num_cpus = 0
+
+    async def execute(self, ctx: rg.ToolContext, arguments: str) -> rg.ToolResult:
+        return 42  # type: ignore[return-value]
+
+
+def test_every_kind_of_tool_runs_as_a_task_and_invalid_arguments_never_leave() -> None:
+    batch = calls(
+        ("moved", {"place": {"x": 1, "y": 0}, "by": 2}),
+        ("echo", {"text": "hi"}),
+        ("echo", {"text": "bad"}),
+        ("sloppy", {}),
+        ("moved", {"place": {"x": -1, "y": 0}, "by": 1}),
+    )
+    model = ScriptedModel([batch, text("done")])
+    handle = rg.start(rg.Agent("kinds", tools=[moved, Echo(), Sloppy()], model=model), "go")
+    result = handle.result(timeout_s=120)
+    place, echo, bad, sloppy, invalid = tool_messages(result)
+    assert json.loads(place) == {"x": 3, "y": 0}
+    assert echo.startswith("hi from ") and int(echo.split()[-1]) != os.getpid()
+    assert bad.startswith("bad from ")
+    assert sloppy == 'Error: cannot execute tool "sloppy": execute() returned int, not ToolResult'
+    assert invalid.startswith('Invalid parameters for tool "moved"')
+    assert "x must not be negative" in invalid
+    by_call = {e.call_id: e for e in handle.events() if e.type == "tool_end"}
+    ends = [by_call[m.tool_call_id] for m in result.messages if m.role == "tool"]
+    assert [e.is_error for e in ends] == [False, False, True, True, True]
+    ran = ["worker_pid" in (e.data or {}) for e in ends]
+    assert ran == [True, True, True, True, False]  # the invalid call got no task
 
 
 def test_local_tools_run_inside_the_agent_actor() -> None:

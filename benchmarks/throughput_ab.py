@@ -1,0 +1,125 @@
+"""N concurrent runs with zero-CPU tool tasks (workload 2's ``raygents_task`` side) and the
+Ray floor, for two raygents checkouts in turn: for comparing two commits at N = 1000.
+
+    cd benchmarks && python throughput_ab.py --trees /tmp/base /work/main [--n 1000] [--reps 2]
+
+Each repetition runs every checkout, in rotating order, each in a fresh process with a fresh
+local Ray instance (2 CPUs) whose ``PYTHONPATH`` starts with that checkout; run it from a
+directory without a ``raygents`` package (``benchmarks/``), since Ray's workers put the
+driver's working directory first on their path. In each process: raygents' side, then the
+floor's, after a warm-up of 10 runs each and once Ray is back to its idle workers; for each,
+runs/s, CPU seconds of every process and by role (the tool tasks' workers, the agent actor,
+the driver), peak PSS beyond the idle instance (measured before the warm-up, as workload 2
+does), and the worker processes the sampler saw (idle ones included). Prints each run, then
+medians per checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+import common as C  # noqa: E402
+
+ROLES = {
+    "tool workers": ("ray::tool worker", "ray::task worker"),
+    "actor": ("ray::AgentActor", "ray::FloorAgent"),
+    "driver": ("driver",),
+}
+
+
+def _one(n: int) -> dict[str, Any]:
+    """Runs in a fresh process: both sides at N."""
+    import ray
+    from workloads import harness as H
+
+    import raygents as rg
+
+    C.init_raygents(store=f"file://{tempfile.mkdtemp(prefix='rgtpab-')}/store", durability="sync")
+    time.sleep(2.0)
+    idle = C.idle_footprint()["total_pss_mb"]
+    logic = C.ToolTurns(k=4)
+    agent = rg.Agent("tp_task", tools=C.rg_tools("task"), model=C.rg_model(logic, 0.1))
+    floor_actor = C.floor()["FloorAgent"].remote()
+    sides = {
+        "raygents_task": lambda m: H.rg_batch(agent, [f"k=4 run {i}" for i in range(m)]),
+        "ray_floor": lambda m: H.run_async(
+            H.floor_batch_async([lambda: floor_actor.tools_turns.remote(0.1, 4, 1, False)] * m)
+        ),
+    }
+    for side in sides.values():
+        side(10)
+    time.sleep(2.0)
+    pool = C.idle_footprint()["by_role"].get("ray::IDLE worker", {}).get("count", 0)
+    out: dict[str, Any] = {"raygents": rg.__file__}
+    for name, side in sides.items():
+        C.settle_workers(pool)
+        C.settle(max_s=30.0, window_s=1.0)
+        with C.Sampler(interval_s=0.5) as sampler:
+            got = side(n)
+        report = sampler.report
+        roles = report.get("by_role") or {}
+        out[name] = {
+            "runs_per_s": n / got["wall_s"],
+            "errors": len(got["errors"]),
+            "cpu_s": report.get("cpu_s_total", 0.0),
+            **{
+                f"{label} cpu_s": sum(roles.get(r, {}).get("cpu_s", 0.0) for r in names)
+                for label, names in ROLES.items()
+            },
+            "mb_beyond_idle": report.get("peak_total_pss_mb", 0.0) - idle,
+            "workers": sum(v["count"] for r, v in roles.items() if "worker" in r),
+        }
+    rg.shutdown()
+    ray.shutdown()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trees", nargs="+", required=True, help="raygents checkouts to compare")
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(_one(args.n)), flush=True)
+        return
+    results: dict[str, list[dict[str, Any]]] = {t: [] for t in args.trees}
+    trees = list(args.trees)
+    for rep in range(args.reps):
+        for tree in trees[rep % len(trees) :] + trees[: rep % len(trees)]:
+            C.settle(max_s=60.0)
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+            done = subprocess.run(
+                [sys.executable, __file__, "--n", str(args.n), "--trees", tree, "--child"],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                env=env,
+            )
+            line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if line is None:
+                sys.exit(f"{tree} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+            got = json.loads(line[len("RESULT ") :])
+            results[tree].append(got)
+            print(tree, json.dumps(got), flush=True)
+    print(f"\nmedians of {args.reps} (N = {args.n}; load {os.getloadavg()[0]:.1f}):")
+    for tree, outs in results.items():
+        for side in ("raygents_task", "ray_floor"):
+            med = {k: statistics.median(o[side][k] for o in outs) for k in outs[0][side]}
+            print(f"  {tree} {side}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+
+
+if __name__ == "__main__":
+    main()

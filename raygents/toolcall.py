@@ -1,0 +1,70 @@
+"""A tool call as a Ray worker sees it: its :class:`ToolContext`, and the text of its result.
+
+Only the standard library here: a Ray worker that runs a function tool loads this module, and
+neither raygents' model classes nor the tool's argument model (``benchmarks/README.md``,
+finding 18).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ToolContext", "result_text"]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool call knows about the run that made it."""
+
+    run_id: str
+    call_id: str
+    tool_name: str
+    agent_name: str
+    depth: int = 0
+    context: Any = None
+    """The user's run context, as passed to ``run(..., context=...)``."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key stable across retries and recovery of this call: ``"<run_id>:<call_id>"``."""
+        return f"{self.run_id}:{self.call_id}"
+
+
+def result_text(value: Any) -> tuple[str, bool]:
+    """A tool function's return value as the text the model sees, and whether it is an error.
+
+    A string as it is; a ``ToolResult`` as its content; a pydantic model, a dataclass or any
+    JSON-serialisable value as JSON; anything else is an error. Pydantic values can only exist
+    where pydantic is loaded, so they are recognised without importing it.
+    """
+    if isinstance(value, str):
+        return value, False
+    tools = sys.modules.get("raygents.tools")
+    if tools is not None and isinstance(value, tools.ToolResult):
+        return value.content, value.is_error
+    model = _base_model()
+    if model is not None and isinstance(value, model):
+        return value.model_dump_json(), False
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    try:
+        return json.dumps(value, default=_json_default), False
+    except (TypeError, ValueError) as exc:
+        return f"Error: tool returned a value that is not JSON: {exc}", True
+
+
+def _json_default(value: Any) -> Any:
+    model = _base_model()
+    if model is not None and isinstance(value, model):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _base_model() -> Any:
+    """pydantic's ``BaseModel`` where pydantic is loaded, else ``None``."""
+    pydantic = sys.modules.get("pydantic")
+    return None if pydantic is None else pydantic.BaseModel
