@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import ray
+from ray import cloudpickle
 
 from raygents.agent import Agent, agent_graph
 from raygents.approvals import ApprovalDecision, normalise
@@ -26,7 +27,6 @@ from raygents.errors import (
 from raygents.events import RunEvent
 from raygents.messages import Message, to_messages
 from raygents.result import RunResult, TypedResult
-from raygents.runtime import wire
 from raygents.runtime.children import replay_blobs
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.coordinator import RunInfo
@@ -62,15 +62,9 @@ def _input_messages(input: RunInput) -> tuple[Message, ...]:
 
 
 def _snapshot(agent: Agent) -> tuple[dict[str, Agent], bytes, str]:
-    """The agent graph, its bytes for the actors and its fingerprint (which names them).
-
-    Pickled as :mod:`raygents.runtime.wire` does: a graph of importable code (functions and
-    classes named by reference, as cloudpickle would too) by the standard pickler, at about
-    half the CPU; one with code of ``__main__`` or made at run time by cloudpickle.
-    """
     graph = agent_graph(agent)
     try:
-        blob = wire.dumps(graph)
+        blob: bytes = cloudpickle.dumps(graph)  # type: ignore[no-untyped-call]
     except Exception as exc:
         raise UserError(f"agent graph of {agent.name!r} cannot be pickled for Ray: {exc}") from None
     return graph, blob, hashlib.sha256(blob).hexdigest()[:16]
