@@ -573,6 +573,44 @@ KEPT_IDLE_WORKERS = 8
 ``num_workers_soft_limit`` to four per CPU, at least 8 (benchmarks/README.md, finding 7)."""
 
 
+def zero_cpu_sides(n: int) -> tuple[dict[str, dict[str, Any]], int]:
+    """Workload 2's ``raygents_task`` and ``ray_floor`` sides at N concurrent runs (4 zero-CPU
+    tool tasks, 100 ms model) on the running raygents instance, one after the other: each after
+    a warm-up of 10 runs per side, once Ray is back to its idle workers and the CPU is quiet.
+    Returns each side's batch result with its sampler's report (``"sampler"``), and how many
+    idle workers Ray keeps."""
+    from workloads import harness as H
+
+    import raygents as rg
+
+    agent = rg.Agent("tp_task", tools=rg_tools("task"), model=rg_model(ToolTurns(k=4), 0.1))
+    floor_actor = floor()["FloorAgent"].remote()
+    sides = {
+        "raygents_task": lambda m: H.rg_batch(agent, [f"k=4 run {i}" for i in range(m)]),
+        "ray_floor": lambda m: H.run_async(
+            H.floor_batch_async([lambda: floor_actor.tools_turns.remote(0.1, 4, 1, False)] * m)
+        ),
+    }
+    for side in sides.values():
+        side(10)
+    time.sleep(2.0)
+    pool = idle_footprint()["by_role"].get("ray::IDLE worker", {}).get("count", 0)
+    out: dict[str, dict[str, Any]] = {}
+    for name, side in sides.items():
+        settle_workers(pool)
+        settle(max_s=30.0, window_s=1.0)
+        with Sampler(interval_s=0.5) as sampler:
+            out[name] = side(n)
+        out[name]["sampler"] = sampler.report
+    return out, pool
+
+
+def worker_processes(report: dict[str, Any]) -> int:
+    """Worker processes a sampler saw (idle ones included), not all alive at once."""
+    roles = report.get("by_role") or {}
+    return sum(v["count"] for role, v in roles.items() if "worker" in role)
+
+
 def settle_workers(limit: int, max_s: float = 30.0, steady_s: float = 5.0) -> dict[str, Any]:
     """Wait until at most ``limit`` idle Ray workers are left (at least
     :data:`KEPT_IDLE_WORKERS`), or their number has not gone down for ``steady_s``, for at

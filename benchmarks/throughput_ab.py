@@ -41,33 +41,16 @@ ROLES = {
 def _one(n: int) -> dict[str, Any]:
     """Runs in a fresh process: both sides at N."""
     import ray
-    from workloads import harness as H
 
     import raygents as rg
 
     C.init_raygents(store=f"file://{tempfile.mkdtemp(prefix='rgtpab-')}/store", durability="sync")
     time.sleep(2.0)
     idle = C.idle_footprint()["total_pss_mb"]
-    logic = C.ToolTurns(k=4)
-    agent = rg.Agent("tp_task", tools=C.rg_tools("task"), model=C.rg_model(logic, 0.1))
-    floor_actor = C.floor()["FloorAgent"].remote()
-    sides = {
-        "raygents_task": lambda m: H.rg_batch(agent, [f"k=4 run {i}" for i in range(m)]),
-        "ray_floor": lambda m: H.run_async(
-            H.floor_batch_async([lambda: floor_actor.tools_turns.remote(0.1, 4, 1, False)] * m)
-        ),
-    }
-    for side in sides.values():
-        side(10)
-    time.sleep(2.0)
-    pool = C.idle_footprint()["by_role"].get("ray::IDLE worker", {}).get("count", 0)
+    sides, _ = C.zero_cpu_sides(n)
     out: dict[str, Any] = {"raygents": rg.__file__}
-    for name, side in sides.items():
-        C.settle_workers(pool)
-        C.settle(max_s=30.0, window_s=1.0)
-        with C.Sampler(interval_s=0.5) as sampler:
-            got = side(n)
-        report = sampler.report
+    for name, got in sides.items():
+        report = got["sampler"]
         roles = report.get("by_role") or {}
         out[name] = {
             "runs_per_s": n / got["wall_s"],
@@ -78,7 +61,7 @@ def _one(n: int) -> dict[str, Any]:
                 for label, names in ROLES.items()
             },
             "mb_beyond_idle": report.get("peak_total_pss_mb", 0.0) - idle,
-            "workers": sum(v["count"] for r, v in roles.items() if "worker" in r),
+            "workers": C.worker_processes(report),
         }
     rg.shutdown()
     ray.shutdown()

@@ -51,7 +51,6 @@ SETTINGS = {
 def _one(setting: str, n: int) -> dict[str, Any]:
     """Runs in a fresh process: every measurement under one setting."""
     import ray
-    from workloads import harness as H
 
     import raygents as rg
 
@@ -60,38 +59,21 @@ def _one(setting: str, n: int) -> dict[str, Any]:
         durability="sync",
         _system_config=dict(SETTINGS[setting]),
     )
-    logic = C.ToolTurns(k=4)
-    agent = rg.Agent("tp_task", tools=C.rg_tools("task"), model=C.rg_model(logic, 0.1))
-    fl = C.floor()
-    floor_actor = fl["FloorAgent"].remote()
-    sides = {
-        "raygents_task": lambda m: H.rg_batch(agent, [f"k=4 run {i}" for i in range(m)]),
-        "ray_floor": lambda m: H.run_async(
-            H.floor_batch_async([lambda: floor_actor.tools_turns.remote(0.1, 4, 1, False)] * m)
-        ),
-    }
-    for side in sides.values():
-        side(10)
-    time.sleep(2.0)
-    pool = C.idle_footprint()["by_role"].get("ray::IDLE worker", {}).get("count", 0)
+    sides, pool = C.zero_cpu_sides(n)
     out: dict[str, Any] = {"setting": setting}
-    for name, side in sides.items():
-        C.settle_workers(pool)
-        C.settle(max_s=30.0, window_s=1.0)
-        with C.Sampler(interval_s=0.5) as sampler:
-            got = side(n)
-        report = sampler.report
+    for name, got in sides.items():
+        report = got["sampler"]
         out[name] = {
             "runs_per_s": n / got["wall_s"],
             "errors": len(got["errors"]),
             "cpu_s": report.get("cpu_s_total", 0.0),
             "peak_pss_mb": report.get("peak_total_pss_mb", 0.0),
-            "workers": _workers(report),
+            "workers": C.worker_processes(report),
         }
     nap = ray.remote(num_cpus=0)(_nap)
     for w in (24, 64):
         out[f"nap {w}"] = _burst(nap.remote, w, pool)
-    out["burn 64"] = _burst(fl["cpu_task"].remote, 64, pool)
+    out["burn 64"] = _burst(C.floor()["cpu_task"].remote, 64, pool)
     rg.shutdown()
     ray.shutdown()
     return out
@@ -100,12 +82,6 @@ def _one(setting: str, n: int) -> dict[str, Any]:
 def _nap(i: int) -> int:
     time.sleep(0.3)
     return i
-
-
-def _workers(report: dict[str, Any]) -> int:
-    """Worker processes the sampler saw (idle ones included), not all alive at once."""
-    roles = report.get("by_role") or {}
-    return sum(v["count"] for role, v in roles.items() if "worker" in role)
 
 
 def _burst(submit: Any, w: int, pool: int) -> float:
