@@ -575,8 +575,9 @@ KEPT_IDLE_WORKERS = 8
 
 def zero_cpu_sides(n: int) -> tuple[dict[str, dict[str, Any]], int]:
     """Workload 2's ``raygents_task`` and ``ray_floor`` sides at N concurrent runs (4 zero-CPU
-    tool tasks, 100 ms model) on the running raygents instance, one after the other: each after
-    a warm-up of 10 runs per side, once Ray is back to its idle workers and the CPU is quiet.
+    tool tasks, 100 ms model) on the running raygents instance, one after the other, after a
+    warm-up of 10 runs on every side; each once Ray is back to its idle workers and the CPU is
+    quiet.
     Returns each side's batch result with its sampler's report (``"sampler"``), and how many
     idle workers Ray keeps."""
     from workloads import harness as H

@@ -8,7 +8,7 @@ alternating the checkouts, fresh processes stand in for a fresh worker: they imp
 Ray worker has loaded by the time its first task's argument is deserialised (``ray``, and the
 serialisers Ray registers then: ``ray.util.serialization_addons`` loads pydantic, starlette and
 pyarrow's helpers), and measure the CPU time and resident memory that loading the function
-and running its first call add, and the CPU of a second call. Prints medians.
+and running its first call add, and the CPU of loading and calling it again. Prints medians.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def main() -> None:
         first, second, mb = (statistics.median(r[i] for r in got) for i in range(3))
         print(
             f"  {tree}: first call {first * 1000:.1f} ms CPU (loading the function included), "
-            f"second {second * 1000:.2f} ms, memory +{mb:.1f} MB"
+            f"again {second * 1000:.2f} ms, memory +{mb:.1f} MB"
         )
 
 

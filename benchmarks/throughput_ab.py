@@ -8,8 +8,9 @@ local Ray instance (2 CPUs) whose ``PYTHONPATH`` starts with that checkout; run 
 directory without a ``raygents`` package (``benchmarks/``), since Ray's workers put the
 driver's working directory first on their path. In each process: raygents' side, then the
 floor's, after a warm-up of 10 runs each and once Ray is back to its idle workers; for each,
-runs/s, CPU seconds of every process and by role (the tool tasks' workers, the agent actor,
-the driver), peak PSS beyond the idle instance (measured before the warm-up, as workload 2
+runs/s, CPU seconds of every process and by role (workers while titled with a tool task,
+the agent actor, the driver; idle workers and workers still starting count only in the total),
+peak PSS beyond the idle instance (measured before the warm-up, as workload 2
 does), and the worker processes the sampler saw (idle ones included). Prints each run, then
 medians per checkout.
 """
