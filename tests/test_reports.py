@@ -170,6 +170,55 @@ def test_a_lone_put_runs_on_the_loop_and_puts_that_come_together_in_threads(
     asyncio.run(main())
 
 
+def test_async_mode_puts_every_record_in_a_thread_in_order(tmp_path: Any, monkeypatch: Any) -> None:
+    """``async`` durability: the run never waits for the disk, not even for a lone put, and
+    a run's records still land one after the other."""
+    monkeypatch.setattr(actor_module, "_NOTE_WINDOW_S", 0.01)
+    store = FileStore(tmp_path / "store")
+    landed: list[tuple[str, str]] = []
+    real_put, real_put_if_dir = store.put, store.put_if_dir
+
+    def put(key: str, data: bytes) -> None:
+        time.sleep(0.01)  # a slow disk: a put on the loop would show in the loop's time
+        real_put(key, data)
+        landed.append((threading.current_thread().name, key))
+
+    def put_if_dir(key: str, data: bytes) -> bool:
+        time.sleep(0.01)
+        done = real_put_if_dir(key, data)
+        landed.append((threading.current_thread().name, key))
+        return done
+
+    monkeypatch.setattr(store, "put", put)
+    monkeypatch.setattr(store, "put_if_dir", put_if_dir)
+    coordinator = _Coordinator()
+
+    async def main() -> None:
+        actor = _actor(coordinator)
+        actor.directory._settings = {"durability": "async", "key": None}
+        actor._store, actor._store_known = store, True
+        state = _child("behind", 0).evolve(epoch=1)
+        writes = []
+        for _ in range(3):
+            state, write = actor._write(state, "running")
+            writes.append(write)
+        assert not any(w.done() for w in writes), "a put ran on the loop"
+        await asyncio.gather(*writes)
+        loop_thread = threading.current_thread().name
+        assert all(name != loop_thread for name, _ in landed)
+        assert [key.rsplit("/", 1)[1] for _, key in landed] == [
+            f"000000000{seq}.1.ckpt" for seq in (1, 2, 3)
+        ]
+        for _ in range(100):
+            notes = [note for call, _ in coordinator.noted.calls for note in call]
+            if len(notes) == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert [(note[0], note[1]) for note in notes] == [("behind", seq) for seq in (1, 2, 3)]
+
+    asyncio.run(main())
+
+
 def test_once_puts_on_the_loop_turn_slow_they_go_to_threads_for_a_while(
     tmp_path: Any, monkeypatch: Any
 ) -> None:

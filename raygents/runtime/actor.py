@@ -550,7 +550,8 @@ class AgentActor:
         self._keys[run_id] = key
         if store is not None and not durable:
             put = _Put(store, key, previous_key, new, data, info, full)
-            if (tail is None or tail.done()) and self._put_inline():
+            behind = settings["durability"] == "async"  # (the run does not wait for it)
+            if not behind and (tail is None or tail.done()) and self._put_inline():
                 write = asyncio.get_running_loop().create_future()
                 started = time.monotonic()
                 try:
@@ -586,8 +587,9 @@ class AgentActor:
             store.make_dir(checkpoint.run_prefix(run_id))
 
     def _direct_store(self) -> FileStore | None:
-        """The store, if this actor writes running runs' records to it itself: a ``sync``
-        file store that the coordinator shares with this node (it says so in its settings)."""
+        """The store, if this actor writes running runs' records to it itself: a ``sync`` or
+        ``async`` file store that the coordinator shares with this node (it says so in its
+        settings). ``async`` records go to worker threads: the run never waits for the disk."""
         if not self._store_known:
             settings = self.directory.cached_settings()
             here = ray.get_runtime_context().get_node_id()

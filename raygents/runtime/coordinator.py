@@ -142,8 +142,9 @@ class Coordinator:
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="raygents-clean")
         self.cleanup: asyncio.Queue[str] | None = None
         self.node = _node_id()
-        self.direct = durability == "sync" and isinstance(self.store, FileStore)
-        """Agent actors on this node write ``sync`` records to the store themselves."""
+        self.direct = durability != "exit" and isinstance(self.store, FileStore)
+        """Agent actors on this node write running runs' records to the store themselves
+        (``sync``: the run waits for the put; ``async``: it does not)."""
         self._rebuild()
 
     # --- agent actors -------------------------------------------------------------------
