@@ -612,6 +612,37 @@ def worker_processes(report: dict[str, Any]) -> int:
     return sum(v["count"] for role, v in roles.items() if "worker" in role)
 
 
+def alternate_trees(
+    script: str, trees: Sequence[str], reps: int, child_args: Sequence[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Run ``script --child <child_args>`` once per checkout per repetition, in rotating
+    order, each in a fresh process whose ``PYTHONPATH`` starts with that checkout, once the
+    machine is quiet; the child prints one ``RESULT <json>`` line. Returns the results by
+    checkout, and prints each as it comes. Run from a directory without a ``raygents``
+    package (``benchmarks/``): Ray's workers put the driver's working directory first on
+    their path."""
+    results: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
+    order = list(trees)
+    for rep in range(reps):
+        for tree in order[rep % len(order) :] + order[: rep % len(order)]:
+            settle(max_s=60.0)
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+            done = subprocess.run(
+                [sys.executable, script, *child_args, "--trees", tree, "--child"],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                env=env,
+            )
+            line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if line is None:
+                sys.exit(f"{tree} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+            got = json.loads(line[len("RESULT ") :])
+            results[tree].append(got)
+            print(tree, json.dumps(got), flush=True)
+    return results
+
+
 def settle_workers(limit: int, max_s: float = 30.0, steady_s: float = 5.0) -> dict[str, Any]:
     """Wait until at most ``limit`` idle Ray workers are left (at least
     :data:`KEPT_IDLE_WORKERS`), or their number has not gone down for ``steady_s``, for at

@@ -3,6 +3,7 @@
     python benchmarks/profile.py single --seconds 15   # sequential 2-turn runs, K=4 task tools
     python benchmarks/profile.py single-local          # the same with remote=False tools
     python benchmarks/profile.py concurrent --n 300    # N concurrent runs, 100 ms model
+    python benchmarks/profile.py concurrent-task       # the same with num_cpus=0 tool tasks
     python benchmarks/profile.py resume --n 200        # suspend N runs, profile resuming them
     python benchmarks/profile.py checkpoint            # 10 local tool turns, model latency 0,
                                                        # sync on the file store (workload 4)
@@ -131,7 +132,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
         "scenario",
-        choices=("single", "single-local", "concurrent", "resume", "checkpoint", "fanout"),
+        choices=(
+            "single",
+            "single-local",
+            "concurrent",
+            "concurrent-task",
+            "resume",
+            "checkpoint",
+            "fanout",
+        ),
     )
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--n", type=int, default=300)
@@ -171,7 +180,7 @@ def main() -> None:
             rg.run(agent, prompt)
             count += 1
         print(f"{count} runs in {args.seconds} s: {1000 * args.seconds / count:.1f} ms per run")
-    elif args.scenario == "concurrent":
+    elif args.scenario.startswith("concurrent"):
         out = H.rg_batch(agent, [f"k=4 run {i}" for i in range(args.n)])
         print(f"{args.n} runs: {args.n / out['wall_s']:.1f} runs/s, start {out['start_s']:.2f} s")
     else:

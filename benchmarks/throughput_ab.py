@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,25 +78,7 @@ def main() -> None:
     if args.child:
         print("RESULT " + json.dumps(_one(args.n)), flush=True)
         return
-    results: dict[str, list[dict[str, Any]]] = {t: [] for t in args.trees}
-    trees = list(args.trees)
-    for rep in range(args.reps):
-        for tree in trees[rep % len(trees) :] + trees[: rep % len(trees)]:
-            C.settle(max_s=60.0)
-            env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
-            done = subprocess.run(
-                [sys.executable, __file__, "--n", str(args.n), "--trees", tree, "--child"],
-                capture_output=True,
-                text=True,
-                timeout=1800,
-                env=env,
-            )
-            line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-            if line is None:
-                sys.exit(f"{tree} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-            got = json.loads(line[len("RESULT ") :])
-            results[tree].append(got)
-            print(tree, json.dumps(got), flush=True)
+    results = C.alternate_trees(__file__, args.trees, args.reps, ["--n", str(args.n)])
     print(f"\nmedians of {args.reps} (N = {args.n}; load {os.getloadavg()[0]:.1f}):")
     for tree, outs in results.items():
         for side in ("raygents_task", "ray_floor"):

@@ -1,0 +1,103 @@
+"""N concurrent runs in one durability mode on the file store, for two raygents checkouts in
+turn: runs/s and the CPU of the coordinator, the agent actor and the driver.
+
+    cd benchmarks && python durability_ab.py --trees /tmp/base .. [--durability async]
+        [--n 500] [--reps 3]
+
+Each repetition runs every checkout, in rotating order, each in a fresh process with a fresh
+local Ray instance (2 CPUs) whose ``PYTHONPATH`` starts with that checkout
+(:func:`common.alternate_trees`). In each process: a warm-up of 50 runs, then N concurrent
+2-turn runs (100 ms model, 4 ``remote=False`` tools, as workload 2's ``raygents_local``
+side), with the CPU seconds of every process of the Ray instance and the driver read
+before and one second after them. Prints each run, then medians per checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+import common as C  # noqa: E402
+
+ROLES = {"coordinator": "ray::Coordinator", "agent actor": "ray::AgentActor", "driver": "driver"}
+
+
+def _cpu_by_process() -> dict[int, tuple[str, float]]:
+    import psutil
+
+    me = psutil.Process()
+    out = {}
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            name = "driver" if p.pid == me.pid else (p.cmdline() or ["?"])[0]
+            times = p.cpu_times()
+        except psutil.Error:
+            continue
+        out[p.pid] = (name, times.user + times.system)
+    return out
+
+
+def _one(n: int, durability: str) -> dict[str, Any]:
+    """Runs in a fresh process: one batch of N runs."""
+    import ray
+    from workloads import harness as H
+
+    import raygents as rg
+
+    store = f"file://{tempfile.mkdtemp(prefix='rgdurab-')}/store"
+    C.init_raygents(store=store, durability=durability)
+    agent = rg.Agent("durab", tools=C.rg_tools("local"), model=C.rg_model(C.ToolTurns(k=4), 0.1))
+    H.rg_batch(agent, [f"k=4 warm {i}" for i in range(50)])
+    time.sleep(2.0)
+    before = _cpu_by_process()
+    got = H.rg_batch(agent, [f"k=4 run {i}" for i in range(n)])
+    time.sleep(1.0)  # (write-behind records and reports land)
+    after = _cpu_by_process()
+    spent = {pid: t - before.get(pid, (name, 0.0))[1] for pid, (name, t) in after.items()}
+    out: dict[str, Any] = {
+        "raygents": rg.__file__,
+        "runs_per_s": n / got["wall_s"],
+        "errors": len(got["errors"]),
+        "cpu_s": sum(spent.values()),
+    }
+    for label, prefix in ROLES.items():
+        out[f"{label} cpu_s"] = sum(
+            t for pid, t in spent.items() if after[pid][0].startswith(prefix)
+        )
+    rg.shutdown()
+    ray.shutdown()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trees", nargs="+", required=True, help="raygents checkouts to compare")
+    ap.add_argument("--durability", default="async", choices=("sync", "async", "exit"))
+    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        import json
+
+        print("RESULT " + json.dumps(_one(args.n, args.durability)), flush=True)
+        return
+    child = ["--n", str(args.n), "--durability", args.durability]
+    results = C.alternate_trees(__file__, args.trees, args.reps, child)
+    print(f"\nmedians of {args.reps} (N = {args.n}, {args.durability}):")
+    for tree, outs in results.items():
+        keys = [k for k in outs[0] if k != "raygents"]
+        med = {k: statistics.median(o[k] for o in outs) for k in keys}
+        print(f"  {tree}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+
+
+if __name__ == "__main__":
+    main()
