@@ -416,9 +416,12 @@ class FileStore(Store):
                 missing.append(path)
                 path = path.parent
             try:
+                # Every directory first, then their parents' fsyncs: a directory left empty
+                # for the length of an fsync is one a concurrent delete may remove.
                 for path in reversed(missing):
                     with suppress(FileExistsError):
                         path.mkdir()
+                for path in reversed(missing):
                     _fsync_dir(path.parent)
                 return
             except FileNotFoundError:  # a delete just removed a parent it left empty
