@@ -612,6 +612,18 @@ def worker_processes(report: dict[str, Any]) -> int:
     return sum(v["count"] for role, v in roles.items() if "worker" in role)
 
 
+def tree_parser(doc: str | None) -> Any:
+    """The argument parser of a script that compares checkouts with :func:`alternate_trees`
+    (described by the first paragraph of its ``doc``), with ``--trees`` and the hidden
+    ``--child`` (one run, in the checkout's own process)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--trees", nargs="+", required=True, help="raygents checkouts to compare")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return ap
+
+
 def alternate_trees(
     script: str, trees: Sequence[str], reps: int, child_args: Sequence[str]
 ) -> dict[str, list[dict[str, Any]]]:

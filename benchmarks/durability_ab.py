@@ -14,7 +14,6 @@ before and one second after them. Prints each run, then medians per checkout.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -78,12 +77,10 @@ def _one(n: int, durability: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trees", nargs="+", required=True, help="raygents checkouts to compare")
+    ap = C.tree_parser(__doc__)
     ap.add_argument("--durability", default="async", choices=("sync", "async", "exit"))
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         import json

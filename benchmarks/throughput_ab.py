@@ -17,7 +17,6 @@ medians per checkout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -69,11 +68,9 @@ def _one(n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trees", nargs="+", required=True, help="raygents checkouts to compare")
+    ap = C.tree_parser(__doc__)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print("RESULT " + json.dumps(_one(args.n)), flush=True)
