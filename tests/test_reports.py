@@ -179,7 +179,7 @@ def test_async_mode_puts_every_record_in_a_thread_in_order(tmp_path: Any, monkey
     real_put, real_put_if_dir = store.put, store.put_if_dir
 
     def put(key: str, data: bytes) -> None:
-        time.sleep(0.01)  # a slow disk: a put on the loop would show in the loop's time
+        time.sleep(0.01)  # a slow disk: a put on the loop would be done when _write returns
         real_put(key, data)
         landed.append((threading.current_thread().name, key))
 

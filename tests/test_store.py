@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -421,6 +422,27 @@ def test_file_store_puts_survive_deletes_removing_their_directories(tmp_path: Pa
         t.join()
     assert errors == []
     assert store.list("runs/") == []
+
+
+def test_a_delete_during_a_puts_directory_fsyncs_cannot_remove_what_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put that makes ``runs/`` and the run's directory fsyncs their parents only once both
+    exist: a concurrent delete that prunes empty directories finds ``runs/`` in use."""
+    from raygents import store as store_module
+
+    store = FileStore(tmp_path / "s")
+    runs = tmp_path / "s" / "runs"
+    real_fsync_dir = store_module._fsync_dir
+
+    def fsync_dir_while_a_delete_prunes(path: Path) -> None:
+        with contextlib.suppress(OSError):  # (not empty, or not there)
+            runs.rmdir()
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(store_module, "_fsync_dir", fsync_dir_while_a_delete_prunes)
+    store.put("runs/r1/0000000001.ckpt", b"x")
+    assert store.get("runs/r1/0000000001.ckpt") == b"x"
 
 
 def test_file_store_os_errors_are_checkpoint_errors(tmp_path: Path) -> None:
