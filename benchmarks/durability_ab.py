@@ -14,6 +14,7 @@ before and one second after them. Prints each run, then medians per checkout.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -83,8 +84,6 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     if args.child:
-        import json
-
         print("RESULT " + json.dumps(_one(args.n, args.durability)), flush=True)
         return
     child = ["--n", str(args.n), "--durability", args.durability]
