@@ -48,7 +48,6 @@ _exit_actor: Any = ray.actor.exit_actor
 Emit = Callable[[RunEvent], None]
 _Item = list[RunEvent] | Outcome | tuple[list[RunEvent], Outcome]
 """What a run sends its caller: events, the outcome, or the last events with the outcome."""
-_DONE = object()
 _BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out together
 # How long the events of runs that do not stream may wait in an outbox for company (an
 # outcome, or a streamed run's events, sends everything waiting at once): a fan-out's children
@@ -105,6 +104,50 @@ class _Outbox:
             self.timer.cancel()
             self.timer = None
         return items
+
+
+class _Relay:
+    """Sends one run's events to its caller's outbox in batches, then its outcome.
+
+    An event waits up to ``_BATCH_WINDOW_S`` for the run's next ones (fewer, larger batches
+    cost both sides less; the run never waits for them); the run's end sends the events not
+    sent yet with its outcome, in the callback of the run's task.
+    """
+
+    def __init__(self, outbox: _Outbox, envelope: Envelope) -> None:
+        self.outbox = outbox
+        self.envelope = envelope
+        self.batch: list[RunEvent] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.ended = False
+        outbox.runs += 1
+
+    def emit(self, event: RunEvent) -> None:
+        if self.ended:  # nothing follows a run's outcome
+            return
+        self.batch.append(event)
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(_BATCH_WINDOW_S, self._flush)
+
+    def _flush(self) -> None:
+        self.timer = None
+        batch, self.batch = self.batch, []
+        if batch:  # (the outcome always is urgent; a streamed run's events are too)
+            self.outbox.post(self.envelope.state.run_id, batch, self.envelope.stream)
+
+    def done(self, task: asyncio.Future[Outcome]) -> None:
+        """The run's task ended: send its last events and its outcome (nothing if the task
+        was cancelled: the actor is going away, and its callers recover the run)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.ended = True
+        self.outbox.runs -= 1
+        if task.cancelled():
+            return
+        outcome = _outcome_of(task, self.envelope.state)
+        batch, self.batch = self.batch, []
+        self.outbox.post(self.envelope.state.run_id, (batch, outcome) if batch else outcome)
 
 
 def _outcome_of(task: asyncio.Future[Outcome], state: RunState) -> Outcome:
@@ -194,7 +237,8 @@ class AgentActor:
         self._incarnation = uuid.uuid4().hex
         """Tells this incarnation of the actor from the next one, should Ray restart it."""
         self._outboxes: dict[str, _Outbox] = {}
-        self._relays: set[asyncio.Future[None]] = set()
+        self._runs: set[asyncio.Future[Outcome]] = set()
+        """The tasks of the runs here (the event loop keeps only weak references to tasks)."""
         self._beater: Beater | None = None
 
     # --- public actor methods -----------------------------------------------------------
@@ -218,11 +262,11 @@ class AgentActor:
         if cause:
             token.request(cause)
         self._active[run_id] = _Active(token)  # before any await: suspend() may come next
-        outbox = self._outbox(caller)
-        outbox.runs += 1
-        relay = asyncio.ensure_future(self._relay(envelope, token, outbox))
-        self._relays.add(relay)
-        relay.add_done_callback(self._relays.discard)
+        relay = _Relay(self._outbox(caller), envelope)
+        task = asyncio.ensure_future(self._run(envelope, token, relay.emit))
+        self._runs.add(task)
+        task.add_done_callback(relay.done)
+        task.add_done_callback(self._runs.discard)
 
     async def take(self, caller: str, wait_s: float, known: str | None = None) -> tuple[str, bytes]:
         """What ``caller``'s runs sent since its last take, as ``(run_id, item)`` pairs packed
@@ -252,34 +296,6 @@ class AgentActor:
                     del self._outboxes[name]
             outbox = self._outboxes[caller] = _Outbox(taken=now)
         return outbox
-
-    async def _relay(self, envelope: Envelope, token: SuspendToken, outbox: _Outbox) -> None:
-        """Run ``envelope`` and post its events and outcome to ``outbox``."""
-        run_id = envelope.state.run_id
-        urgent = envelope.stream  # (the outcome always is)
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        task = asyncio.ensure_future(self._run(envelope, token, queue.put_nowait))
-        task.add_done_callback(lambda t: queue.put_nowait(_DONE))
-        try:
-            while True:
-                item = await queue.get()
-                if item is not _DONE and not task.done():
-                    # Let the run's next events join this batch (the run does not wait for
-                    # them; its end ends the wait): fewer, larger batches cost both sides less.
-                    await asyncio.wait([task], timeout=_BATCH_WINDOW_S)
-                batch: list[RunEvent] = []
-                while item is not _DONE:
-                    batch.append(item)
-                    if queue.empty():
-                        break
-                    item = queue.get_nowait()
-                if item is _DONE:  # the run's last events travel with its outcome
-                    outcome = _outcome_of(task, envelope.state)
-                    outbox.post(run_id, (batch, outcome) if batch else outcome)
-                    return
-                outbox.post(run_id, batch, urgent)
-        finally:
-            outbox.runs -= 1
 
     async def suspend(self, requests: list[tuple[str, str]]) -> None:
         """Ask runs, ``(run_id, cause)``, to suspend at their next safe point (a run not here
@@ -343,7 +359,8 @@ class AgentActor:
         await self._settle_writes(envelope.state.run_id, keep=0)
         tail = self._tails.pop(envelope.state.run_id, None)
         if tail is not None:
-            await asyncio.wait([tail])
+            if not tail.done():
+                await asyncio.wait([tail])
             if outcome.kind == "handoff":  # the next actor may be one that cannot write
                 await self._notes_settled()  # itself: the coordinator must have these first
             elif outcome.kind == "completed":
