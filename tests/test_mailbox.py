@@ -333,6 +333,9 @@ def test_events_of_runs_that_do_not_stream_wait_for_company() -> None:
         waited = loop.time() - began
         assert actor_module._LAZY_EVENTS_S * 0.8 <= waited < actor_module._LAZY_EVENTS_S * 3
         assert outbox.timer is None and not outbox.ready.is_set()
+        assert not outbox.takes  # (a take that was woken, or timed out, leaves nothing behind)
+        assert await _take(actor, "c", 0.05, me) == (me, [])
+        assert not outbox.takes
 
     asyncio.run(scenario())
 

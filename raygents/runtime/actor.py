@@ -87,14 +87,35 @@ class _Outbox:
     runs: int = 0
     """Runs of this caller still relaying here."""
     timer: asyncio.TimerHandle | None = None
+    takes: list[asyncio.Future[None]] = field(default_factory=list)
+    """The takes waiting for the outbox to be ready."""
 
     def post(self, run_id: str, item: _Item, urgent: bool = True) -> None:
         """Add an item; an urgent one (an outcome, a streamed run's events) wakes the take."""
         self.items.append((run_id, item))
         if urgent:
-            self.ready.set()
+            self._set_ready()
         elif self.timer is None and not self.ready.is_set():
-            self.timer = asyncio.get_running_loop().call_later(_LAZY_EVENTS_S, self.ready.set)
+            self.timer = asyncio.get_running_loop().call_later(_LAZY_EVENTS_S, self._set_ready)
+
+    def _set_ready(self) -> None:
+        self.ready.set()
+        for take in self.takes:
+            if not take.done():
+                take.set_result(None)
+
+    async def wait_ready(self, wait_s: float) -> None:
+        """Wait until the outbox is ready, or ``wait_s`` (a future woken directly, not
+        ``asyncio.wait_for``'s task per wait: the take answers two turns of the loop sooner)."""
+        loop = asyncio.get_running_loop()
+        take: asyncio.Future[None] = loop.create_future()
+        self.takes.append(take)
+        timer = loop.call_later(wait_s, _wake, take)
+        try:
+            await take
+        finally:
+            timer.cancel()
+            self.takes.remove(take)
 
     def drain(self) -> list[tuple[str, _Item]]:
         """Everything waiting, in order; the outbox is empty and not ready afterwards."""
@@ -148,6 +169,11 @@ class _Relay:
         outcome = _outcome_of(task, self.envelope.state)
         batch, self.batch = self.batch, []
         self.outbox.post(self.envelope.state.run_id, (batch, outcome) if batch else outcome)
+
+
+def _wake(take: asyncio.Future[None]) -> None:
+    if not take.done():
+        take.set_result(None)
 
 
 def _outcome_of(task: asyncio.Future[Outcome], state: RunState) -> Outcome:
@@ -279,8 +305,7 @@ class AgentActor:
         outbox = self._outbox(caller)
         outbox.taken = time.monotonic()
         if not outbox.ready.is_set() and wait_s > 0 and known in (None, self._incarnation):
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(outbox.ready.wait(), wait_s)
+            await outbox.wait_ready(wait_s)
         items = outbox.drain()
         outbox.taken = time.monotonic()
         if not outbox.runs and not outbox.items:
