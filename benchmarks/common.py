@@ -417,6 +417,20 @@ class SdkLoop:
 _FLOOR: dict[str, Any] = {}
 
 
+async def marked_turns(bare_task: Any, latency_s: float, k: int) -> list[tuple[str, float]]:
+    """What ``FloorAgent.tools_turns`` does for one turn of ``k`` tool tasks, with the time of
+    each step (in an async actor; ``phases.py``)."""
+    now = time.time()
+    marks = [("actor_start", now), ("model_in", now)]
+    await asyncio.sleep(latency_s)
+    marks.append(("model_out", time.time()))
+    await asyncio.gather(*(bare_task.remote(j) for j in range(k)))
+    marks.append(("model_in", time.time()))
+    await asyncio.sleep(latency_s)
+    marks.append(("model_out", time.time()))
+    return marks
+
+
 def floor() -> dict[str, Any]:
     """Remote functions and actor classes of the Ray floor (defined once Ray is up)."""
     if _FLOOR:

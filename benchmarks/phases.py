@@ -1,0 +1,194 @@
+"""Where the time of one 2-turn run goes, phase by phase, in raygents and on the Ray floor.
+
+    python benchmarks/phases.py                       # K=4 tool tasks, 100 ms model, 40 runs
+    python benchmarks/phases.py --durability exit     # without the run's checkpoint records
+
+The two sides run alternately in one process, as in ``single_ab.py``. raygents' moments come
+from a Ray worker setup hook that wraps, in every worker, ``AgentActor.start`` (the actor takes
+the run) and ``FunctionModel.respond`` (a model call starts and returns), and from the driver
+(``start()`` called, the result back); the floor's from the same moments in its actor
+(``common.marked_turns``). Prints the median of each phase on both sides and the difference.
+Clocks are ``time.time()``, one clock for every process of this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+import common as C  # noqa: E402
+
+PHASES = (
+    ("driver_start", "actor_start", "start() to the actor having the run"),
+    ("actor_start", "model_in", "the actor: run taken to model call 1"),
+    ("model_in", "model_out", "model call 1 (100 ms sleep)"),
+    ("model_out", "model_in", "model reply 1 to model call 2 (the tool turn)"),
+    ("model_in", "model_out", "model call 2"),
+    ("model_out", "driver_end", "model reply 2 to the result in the driver"),
+)
+
+
+def _mark_worker() -> None:
+    """Ray's worker setup hook: a line in this worker's file when an agent actor takes runs
+    and when a model call starts and returns."""
+    import os
+    import time
+
+    from raygents.runtime.actor import AgentActor
+    from raygents.testing import FunctionModel
+
+    path = os.path.join(os.environ["RG_PHASES_DIR"], f"{os.getpid()}.log")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def mark(label: str) -> None:
+        os.write(fd, f"{time.time():.6f} {label}\n".encode())
+
+    start, respond = AgentActor.start, FunctionModel.respond
+
+    async def marked_start(self: Any, envelopes: Any, caller: str) -> str:
+        mark("actor_start")
+        return await start(self, envelopes, caller)
+
+    async def marked_respond(self: Any, request: Any) -> Any:
+        mark("model_in")
+        try:
+            return await respond(self, request)
+        finally:
+            mark("model_out")
+
+    AgentActor.start = marked_start  # type: ignore[method-assign]
+    FunctionModel.respond = marked_respond  # type: ignore[method-assign]
+
+
+def _phases(marks: list[tuple[str, float]]) -> list[float] | None:
+    """The phases of one run (ms), from its marks in time order; None if any is missing."""
+    out: list[float] = []
+    at = 0
+    for first, then, _ in PHASES:
+        try:
+            i = next(j for j in range(at, len(marks)) if marks[j][0] == first)
+            k = next(j for j in range(i + 1, len(marks)) if marks[j][0] == then)
+        except StopIteration:
+            return None
+        out.append(1000 * (marks[k][1] - marks[i][1]))
+        at = k
+    return out
+
+
+def _worker_marks(folder: str) -> list[tuple[float, str]]:
+    found = []
+    for path in glob.glob(os.path.join(folder, "*.log")):
+        with open(path) as f:
+            for line in f:
+                when, label = line.split()
+                found.append((float(when), label))
+    return sorted(found)
+
+
+def _report(
+    args: argparse.Namespace,
+    driver: list[tuple[float, float]],
+    floor_runs: list[list[tuple[str, float]]],
+    folder: str,
+) -> None:
+    found = _worker_marks(folder)
+    sides: dict[str, list[list[float]]] = {"raygents": [], "ray_floor": []}
+    for began, ended in driver:
+        marks = [(label, when) for when, label in found if began <= when <= ended]
+        phases = _phases([("driver_start", began), *marks, ("driver_end", ended)])
+        if phases is not None:
+            sides["raygents"].append(phases)
+    for marks in floor_runs:
+        phases = _phases(marks)
+        if phases is not None:
+            sides["ray_floor"].append(phases)
+    counts = {side: len(v) for side, v in sides.items()}
+    print(f"K={args.k}, model {args.latency * 1000:.0f} ms, {args.durability}; runs {counts}")
+    print(f"{'phase (p50 ms)':50s} {'raygents':>9s} {'floor':>9s} {'diff':>7s}")
+    totals = {side: [sum(p) for p in v] for side, v in sides.items()}
+    for i, (_, _, name) in enumerate(PHASES):
+        mine = statistics.median(p[i] for p in sides["raygents"])
+        base = statistics.median(p[i] for p in sides["ray_floor"])
+        print(f"{name:50s} {mine:9.2f} {base:9.2f} {mine - base:+7.2f}")
+    mine, base = (statistics.median(totals[s]) for s in ("raygents", "ray_floor"))
+    print(f"{'the run (driver to driver)':50s} {mine:9.2f} {base:9.2f} {mine - base:+7.2f}")
+    print(f"load {os.getloadavg()}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--latency", type=float, default=0.1)
+    ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
+    args = ap.parse_args()
+
+    import ray
+
+    import raygents as rg
+    from raygents.runtime import runs
+
+    folder = tempfile.mkdtemp(prefix="rg-phases-")
+    C.init_raygents(
+        store=f"file://{folder}/store",
+        durability=args.durability,
+        runtime_env={
+            "env_vars": {"RG_PHASES_DIR": folder},
+            "worker_process_setup_hook": _mark_worker,
+        },
+    )
+    bare_task = C.floor()["bare_task"]
+
+    @ray.remote(num_cpus=0)
+    class MarkedFloor:
+        async def turns(self, latency_s: float, k: int) -> list[tuple[str, float]]:
+            return await C.marked_turns(bare_task, latency_s, k)
+
+    floor = MarkedFloor.remote()  # type: ignore[attr-defined]
+    agent = rg.Agent(
+        "phases", tools=C.rg_tools("task"), model=C.rg_model(C.ToolTurns(k=args.k), args.latency)
+    )
+    start = runs.start
+    driver: list[tuple[float, float]] = []  # raygents runs: (start() called, result back)
+
+    def marked_start(*a: Any, **kw: Any) -> Any:
+        driver.append((time.time(), 0.0))
+        return start(*a, **kw)
+
+    runs.start = marked_start  # type: ignore[assignment]
+
+    def raygents_run() -> None:
+        rg.run(agent, f"k={args.k}")
+        driver[-1] = (driver[-1][0], time.time())
+
+    floor_runs: list[list[tuple[str, float]]] = []
+
+    def floor_run() -> None:
+        began = time.time()
+        marks = ray.get(floor.turns.remote(args.latency, args.k))
+        floor_runs.append([("driver_start", began), *marks, ("driver_end", time.time())])
+
+    for _ in range(5):  # warm up: actors, workers
+        raygents_run()
+        floor_run()
+    del driver[:], floor_runs[:]
+    for rep in range(args.n):
+        for side in (raygents_run, floor_run)[:: 1 if rep % 2 else -1]:
+            side()
+    rg.shutdown()
+    ray.shutdown()
+
+    _report(args, driver, floor_runs, folder)
+
+
+if __name__ == "__main__":
+    main()
