@@ -340,6 +340,31 @@ def test_events_of_runs_that_do_not_stream_wait_for_company() -> None:
     asyncio.run(scenario())
 
 
+def test_events_of_a_run_that_does_not_stream_join_its_list_in_the_outbox() -> None:
+    """A run's lazy events gather in one list among the items until something else of the
+    run (its outcome) or a take comes; then its next events start a new list."""
+
+    async def scenario() -> None:
+        actor = _actor()
+        outbox = actor._outbox("c")
+        outbox.add_lazy("r1", "e1")
+        outbox.add_lazy("r2", "x1")
+        outbox.add_lazy("r1", "e2")
+        assert outbox.items == [("r1", ["e1", "e2"]), ("r2", ["x1"])]
+        assert outbox.timer is not None and not outbox.ready.is_set()  # lazy: no take wakes
+        outbox.post("r1", "outcome")
+        assert outbox.ready.is_set()
+        outbox.add_lazy("r1", "after")  # (a run handed back here later) goes after it
+        outbox.add_lazy("r2", "x2")
+        items = [("r1", ["e1", "e2"]), ("r2", ["x1", "x2"]), ("r1", "outcome"), ("r1", ["after"])]
+        assert outbox.items == items
+        assert outbox.drain() == items
+        outbox.add_lazy("r2", "x3")  # the lists taken are closed
+        assert outbox.items == [("r2", ["x3"])]
+
+    asyncio.run(scenario())
+
+
 def test_a_take_from_a_caller_that_saw_another_incarnation_returns_at_once() -> None:
     async def scenario() -> None:
         actor = _actor()

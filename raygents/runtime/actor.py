@@ -89,14 +89,29 @@ class _Outbox:
     timer: asyncio.TimerHandle | None = None
     takes: list[asyncio.Future[None]] = field(default_factory=list)
     """The takes waiting for the outbox to be ready."""
+    lazy: dict[str, list[RunEvent]] = field(default_factory=dict)
+    """The event list of each run that does not stream, while it is among the items and
+    nothing of the run came after it (:meth:`add_lazy` adds to it)."""
 
     def post(self, run_id: str, item: _Item, urgent: bool = True) -> None:
         """Add an item; an urgent one (an outcome, a streamed run's events) wakes the take."""
+        self.lazy.pop(run_id, None)  # the run's next events go after this item
         self.items.append((run_id, item))
         if urgent:
             self._set_ready()
         elif self.timer is None and not self.ready.is_set():
             self.timer = asyncio.get_running_loop().call_later(_LAZY_EVENTS_S, self._set_ready)
+
+    def add_lazy(self, run_id: str, event: RunEvent) -> None:
+        """Add an event of a run that does not stream: to the run's list waiting here, or in
+        a new one (the events go with the next urgent item, or ``_LAZY_EVENTS_S`` after the
+        oldest lazy one)."""
+        events = self.lazy.get(run_id)
+        if events is None:
+            events = []
+            self.post(run_id, events, urgent=False)
+            self.lazy[run_id] = events
+        events.append(event)
 
     def _set_ready(self) -> None:
         self.ready.set()
@@ -120,6 +135,7 @@ class _Outbox:
     def drain(self) -> list[tuple[str, _Item]]:
         """Everything waiting, in order; the outbox is empty and not ready afterwards."""
         items, self.items = self.items, []
+        self.lazy.clear()
         self.ready.clear()
         if self.timer is not None:
             self.timer.cancel()
@@ -128,11 +144,13 @@ class _Outbox:
 
 
 class _Relay:
-    """Sends one run's events to its caller's outbox in batches, then its outcome.
+    """Sends one run's events to its caller's outbox, then its outcome (from the callback of
+    the run's task).
 
-    An event waits up to ``_BATCH_WINDOW_S`` for the run's next ones (fewer, larger batches
-    cost both sides less; the run never waits for them); the run's end sends the events not
-    sent yet with its outcome, in the callback of the run's task.
+    The events of a run that does not stream join the run's list in the outbox at once (see
+    :meth:`_Outbox.add_lazy`). A streamed run's event waits up to ``_BATCH_WINDOW_S`` for the
+    run's next ones (fewer, larger batches cost both sides less; the run never waits for
+    them), and its end sends the events not sent yet with its outcome.
     """
 
     def __init__(self, outbox: _Outbox, envelope: Envelope) -> None:
@@ -146,6 +164,9 @@ class _Relay:
     def emit(self, event: RunEvent) -> None:
         if self.ended:  # nothing follows a run's outcome
             return
+        if not self.envelope.stream:
+            self.outbox.add_lazy(self.envelope.state.run_id, event)
+            return
         self.batch.append(event)
         if self.timer is None:
             self.timer = asyncio.get_running_loop().call_later(_BATCH_WINDOW_S, self._flush)
@@ -153,8 +174,8 @@ class _Relay:
     def _flush(self) -> None:
         self.timer = None
         batch, self.batch = self.batch, []
-        if batch:  # (the outcome always is urgent; a streamed run's events are too)
-            self.outbox.post(self.envelope.state.run_id, batch, self.envelope.stream)
+        if batch:
+            self.outbox.post(self.envelope.state.run_id, batch)
 
     def done(self, task: asyncio.Future[Outcome]) -> None:
         """The run's task ended: send its last events and its outcome (nothing if the task
@@ -271,10 +292,11 @@ class AgentActor:
     async def start(self, envelopes: list[Envelope], caller: str) -> str:
         """Take runs and drive each until it completes, fails, suspends or hands off.
 
-        Returns this actor's incarnation as soon as the runs are here. A run's events (in
-        batches of up to ``_BATCH_WINDOW_S``) and then its outcome (with the events not sent
-        yet: ``(batch, outcome)``) go to ``caller``'s outbox, which :meth:`take` empties; the
-        events of a run that does not stream may wait there up to ``_LAZY_EVENTS_S``.
+        Returns this actor's incarnation as soon as the runs are here. A run's events and
+        then its outcome go to ``caller``'s outbox, which :meth:`take` empties (see
+        :class:`_Relay`): those of a run that does not stream in one list per take, which may
+        wait there up to ``_LAZY_EVENTS_S``; a streamed run's in batches of up to
+        ``_BATCH_WINDOW_S``, its last ones with its outcome (``(batch, outcome)``).
         """
         for envelope in envelopes:
             self._accept(envelope, caller)
