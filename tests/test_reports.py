@@ -303,3 +303,36 @@ def test_a_lone_runs_directory_is_made_ahead_not_those_of_runs_that_come_togethe
         assert not (tmp_path / "store" / "runs" / "a").exists()
 
     asyncio.run(main())
+
+
+def test_a_fresh_runs_directory_is_made_in_a_thread_and_its_end_waits_for_it(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """The directory of a run's records is made behind the model call, off the event loop;
+    the run's end waits for it, so the coordinator's removal of an empty one comes after."""
+    store = FileStore(tmp_path / "store")
+    real_make_dir = store.make_dir
+    made: list[str] = []
+
+    def make_dir(prefix: str) -> None:
+        time.sleep(0.2)  # a slow disk
+        real_make_dir(prefix)
+        made.append(threading.current_thread().name)
+
+    monkeypatch.setattr(store, "make_dir", make_dir)
+
+    async def main() -> None:
+        actor = _actor(_Coordinator())
+        actor.directory._settings = {"durability": "sync", "key": None}
+        actor._store, actor._store_known = store, True
+        began = time.monotonic()
+        actor._make_run_dir("fresh")
+        assert time.monotonic() - began < 0.1, "the event loop waited for the directory"
+        folder = tmp_path / "store" / "runs" / "fresh"
+        assert not folder.exists()
+        await actor._dir_made("fresh")
+        assert folder.is_dir()
+        assert made and made[0] != threading.current_thread().name
+        await actor._dir_made("fresh")  # (nothing left to wait for)
+
+    asyncio.run(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -192,6 +193,11 @@ class _Relay:
         self.outbox.post(self.envelope.state.run_id, (batch, outcome) if batch else outcome)
 
 
+def _make_dir(store: FileStore, prefix: str) -> None:
+    with contextlib.suppress(CheckpointError):  # (the first put tries again, and says why)
+        store.make_dir(prefix)
+
+
 def _wake(take: asyncio.Future[None]) -> None:
     if not take.done():
         take.set_result(None)
@@ -271,6 +277,9 @@ class AgentActor:
         self._put_this_turn = False
         """Whether a put ran on the event loop in this turn of it."""
         self._threads_until = 0.0
+        self._dir_maker: concurrent.futures.ThreadPoolExecutor | None = None
+        self._made_dirs: dict[str, concurrent.futures.Future[None]] = {}
+        """Directories of fresh runs being made (:meth:`_make_run_dir`), by run."""
         """Puts go to threads until then (``time.monotonic()``): those on the loop were slow."""
         self._slow_inline_puts: deque[bool] = deque(maxlen=3)
         """Whether each of the last puts on the loop was slow."""
@@ -404,6 +413,7 @@ class AgentActor:
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         outcome = await self._outcome(envelope, token, emit)
         await self._settle_writes(envelope.state.run_id, keep=0)
+        await self._dir_made(envelope.state.run_id)
         tail = self._tails.pop(envelope.state.run_id, None)
         if tail is not None:
             if not tail.done():
@@ -638,17 +648,29 @@ class AgentActor:
     def _make_run_dir(self, run_id: str) -> None:
         """Make a fresh run's directory in the store while its first model call runs, so that
         its first record (the intent of its first tool batch) only writes a file (0.6 ms less
-        here). The coordinator removes the directory if the run completes without records.
+        here). The coordinator removes the directory if the run completes without records,
+        so the run's outcome waits for it (see :meth:`_run`).
 
-        Only for a run alone on the actor: the directories of runs that come together (a
-        fan-out's children, a burst) are made by their first puts, whose fsyncs overlap in
-        threads, instead of one after the other on the loop.
+        In a worker thread whose end does not wake the event loop: the loop is neither
+        blocked by the directory's fsyncs nor woken during the model call for it. Only for a
+        run alone on the actor: the directories of runs that come together (a fan-out's
+        children, a burst) are made by their first puts, whose fsyncs overlap in threads.
         """
         store = self._direct_store()
-        if store is None or len(self._active) > 1 or not self._put_inline():
+        if store is None or len(self._active) > 1:
             return
-        with contextlib.suppress(CheckpointError):  # (the first put tries again, and says why)
-            store.make_dir(checkpoint.run_prefix(run_id))
+        if self._dir_maker is None:
+            self._dir_maker = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="raygents-run-dirs"
+            )
+        prefix = checkpoint.run_prefix(run_id)
+        self._made_dirs[run_id] = self._dir_maker.submit(_make_dir, store, prefix)
+
+    async def _dir_made(self, run_id: str) -> None:
+        """Wait until the directory that :meth:`_make_run_dir` makes for the run is there."""
+        made = self._made_dirs.pop(run_id, None)
+        if made is not None and not made.done():
+            await asyncio.wrap_future(made)
 
     def _direct_store(self) -> FileStore | None:
         """The store, if this actor writes running runs' records to it itself: a ``sync`` or

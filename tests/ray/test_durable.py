@@ -243,6 +243,17 @@ def test_a_run_with_tools_has_a_directory_for_its_records_and_leaves_none(
         while folder.exists():
             assert time.monotonic() < deadline, "the empty directory stayed"
             time.sleep(0.05)
+    # Runs that end at once (the directory is made in a thread) leave none either.
+    quick = rg.Agent(
+        "answers_quickly",
+        tools=[ledger_tool("work")],
+        model=FunctionModel(lambda request: text("no tools needed")),
+    )
+    ids = [rg.run(quick, "go").run_id for _ in range(5)]
+    deadline = time.monotonic() + 10
+    while any((runs / run_id).exists() for run_id in ids):
+        assert time.monotonic() < deadline, "an empty directory stayed"
+        time.sleep(0.05)
 
 
 @rg.tool(num_cpus=0, needs_approval=True)
