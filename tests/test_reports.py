@@ -296,10 +296,11 @@ def test_a_lone_runs_directory_is_made_ahead_not_those_of_runs_that_come_togethe
         actor._store, actor._store_known = store, True
         actor._active = {"alone": object()}  # type: ignore[dict-item]
         actor._make_run_dir("alone")
+        await actor._dir_made("alone")
         assert (tmp_path / "store" / "runs" / "alone").is_dir()
-        await asyncio.sleep(0)
         actor._active = {"a": object(), "b": object()}  # type: ignore[dict-item]
         actor._make_run_dir("a")  # (its first put makes it, in a thread with the others)
+        assert "a" not in actor._made_dirs
         assert not (tmp_path / "store" / "runs" / "a").exists()
 
     asyncio.run(main())
