@@ -277,10 +277,10 @@ class AgentActor:
         self._put_this_turn = False
         """Whether a put ran on the event loop in this turn of it."""
         self._threads_until = 0.0
+        """Puts go to threads until then (``time.monotonic()``): those on the loop were slow."""
         self._dir_maker: concurrent.futures.ThreadPoolExecutor | None = None
         self._made_dirs: dict[str, concurrent.futures.Future[None]] = {}
         """Directories of fresh runs being made (:meth:`_make_run_dir`), by run."""
-        """Puts go to threads until then (``time.monotonic()``): those on the loop were slow."""
         self._slow_inline_puts: deque[bool] = deque(maxlen=3)
         """Whether each of the last puts on the loop was slow."""
         self._keys: dict[str, str] = {}
