@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -30,7 +31,7 @@ import common as C  # noqa: E402
 PHASES = (
     ("driver_start", "actor_start", "start() to the actor having the run"),
     ("actor_start", "model_in", "the actor: run taken to model call 1"),
-    ("model_in", "model_out", "model call 1 (100 ms sleep)"),
+    ("model_in", "model_out", "model call 1 (the fake model's sleep)"),
     ("model_out", "model_in", "model reply 1 to model call 2 (the tool turn)"),
     ("model_in", "model_out", "model call 2"),
     ("model_out", "driver_end", "model reply 2 to the result in the driver"),
@@ -188,6 +189,7 @@ def main() -> None:
     ray.shutdown()
 
     _report(args, driver, floor_runs, folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
