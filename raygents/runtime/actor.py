@@ -49,7 +49,7 @@ _exit_actor: Any = ray.actor.exit_actor
 Emit = Callable[[RunEvent], None]
 _Item = list[RunEvent] | Outcome | tuple[list[RunEvent], Outcome]
 """What a run sends its caller: events, the outcome, or the last events with the outcome."""
-_BATCH_WINDOW_S = 0.02  # how long a run's events gather before they go out together
+_BATCH_WINDOW_S = 0.02  # how long a streamed run's events gather before they go out together
 # How long the events of runs that do not stream may wait in an outbox for company (an
 # outcome, or a streamed run's events, sends everything waiting at once): a fan-out's children
 # and a driver's runs cost a take per few hundred ms instead of one per batch.
