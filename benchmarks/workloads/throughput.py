@@ -7,6 +7,10 @@ all. The SDK runs them with ``asyncio.gather(Runner.run(...))`` in-process (no d
 Ray floor is N concurrent calls of one bare async actor doing the same (sleep, 4 bare tasks,
 sleep).
 
+The repetitions of the three N are interleaved, each N's spread evenly over the workload (see
+:func:`schedule`): this machine's speed drifts by tens of percent over minutes, and the check of
+N = 1000 against raygents' best N compares medians of different N.
+
 Reported per side and N: runs/s (N / wall time of the batch), per-run latency p50/p99, and CPU
 seconds and peak memory (RSS and PSS) of every process involved: the driver and everything below
 it (Ray's GCS, raylet, workers, the coordinator and agent actors), sampled from a separate
@@ -26,6 +30,19 @@ from workloads import harness as H
 NS = (10, 100, 1000)
 LATENCY_S = 0.1
 K = 4
+
+
+def schedule(reps: dict[int, int], ns: tuple[int, ...]) -> list[int]:
+    """The order of the repetitions: one round per repetition of the most repeated N, and each
+    N in ``reps[n]`` rounds spread evenly over them (the last round has every N).
+
+    >>> schedule({10: 4, 100: 2, 1000: 1}, (10, 100, 1000))
+    [10, 10, 100, 10, 10, 100, 1000]
+    """
+    rounds = max(reps[n] for n in ns)
+    return [
+        n for r in range(rounds) for n in ns if (r + 1) * reps[n] // rounds > r * reps[n] // rounds
+    ]
 
 
 def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
@@ -76,34 +93,37 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     idle_warm = C.idle_footprint()
     pool = idle_warm["by_role"].get("ray::IDLE worker", {}).get("count", 0)
 
+    per_n: dict[int, dict[str, list[dict[str, Any]]]] = {n: {s: [] for s in sides} for n in ns}
+    names = list(sides)
+    for n in schedule(reps, ns):
+        rep = len(per_n[n][names[0]])
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        C.log(f"throughput: N={n}, repetition {rep + 1} of {reps[n]}")
+        for side in order:
+            # neither the idle workers another side's tasks left behind nor the CPU of
+            # their ending must count here
+            settled = C.settle_workers(pool)
+            settled["quiet"] = C.settle(max_s=30.0, window_s=1.0)
+            with C.Sampler(interval_s=0.5) as sampler:
+                out = sides[side](n)
+            out["sampler"] = sampler.report
+            out["settled"] = settled
+            out["load"] = C.load()
+            per_n[n][side].append(out)
+            C.log(
+                f"  {side}: {n / out['wall_s']:.1f} runs/s, wall {out['wall_s']:.2f} s, "
+                f"start {out['start_s']:.2f} s, errors {len(out['errors'])}, "
+                f"recovered {out.get('recovered', '-')}, "
+                f"peak PSS {sampler.report.get('peak_total_pss_mb')} MB, "
+                f"load {out['load']['loadavg'][0]:.1f}, after {settled['waited_s']} s "
+                f"waiting for {settled['idle_workers']} idle workers and "
+                f"{settled['quiet']['waited_s']} s for a quiet machine"
+            )
+            time.sleep(1.0)
+
     rows: list[dict[str, Any]] = []
     for n in ns:
-        C.log(f"throughput: N={n}")
-        per_side: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
-        names = list(sides)
-        for rep in range(reps[n]):
-            order = names[rep % len(names) :] + names[: rep % len(names)]
-            for side in order:
-                # neither the idle workers another side's tasks left behind nor the CPU of
-                # their ending must count here
-                settled = C.settle_workers(pool)
-                settled["quiet"] = C.settle(max_s=30.0, window_s=1.0)
-                with C.Sampler(interval_s=0.5) as sampler:
-                    out = sides[side](n)
-                out["sampler"] = sampler.report
-                out["settled"] = settled
-                out["load"] = C.load()
-                per_side[side].append(out)
-                C.log(
-                    f"  {side}: {n / out['wall_s']:.1f} runs/s, wall {out['wall_s']:.2f} s, "
-                    f"start {out['start_s']:.2f} s, errors {len(out['errors'])}, "
-                    f"recovered {out.get('recovered', '-')}, "
-                    f"peak PSS {sampler.report.get('peak_total_pss_mb')} MB, "
-                    f"load {out['load']['loadavg'][0]:.1f}, after {settled['waited_s']} s "
-                    f"waiting for {settled['idle_workers']} idle workers and "
-                    f"{settled['quiet']['waited_s']} s for a quiet machine"
-                )
-                time.sleep(1.0)
+        per_side = per_n[n]
         row: dict[str, Any] = {"n": n, "reps": reps[n], "sides": {}}
         for side, outs in per_side.items():
             rates = [n / o["wall_s"] for o in outs]
