@@ -32,6 +32,7 @@ from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken
 from raygents.runtime.liveness import Beater
 from raygents.runtime.mailbox import pack
+from raygents.runtime.process import tune_collector
 from raygents.runtime.tasks import StepResult, run_tool
 from raygents.schema import type_name, type_schema
 from raygents.sessions import load_session, save_session
@@ -296,6 +297,7 @@ class AgentActor:
         self._runs: set[asyncio.Future[Outcome]] = set()
         """The tasks of the runs here (the event loop keeps only weak references to tasks)."""
         self._beater: Beater | None = None
+        tune_collector()
 
     # --- public actor methods -----------------------------------------------------------
     async def start(self, envelopes: list[Envelope], caller: str) -> str:

@@ -21,6 +21,7 @@ from raygents import checkpoint
 from raygents.errors import CheckpointError, RaygentsError
 from raygents.runtime.actor import AgentActor
 from raygents.runtime.liveness import Beats
+from raygents.runtime.process import tune_collector
 from raygents.store import FileStore, Store, open_store
 
 __all__ = ["Coordinator", "RunInfo"]
@@ -146,6 +147,7 @@ class Coordinator:
         """Agent actors on this node write running runs' records to the store themselves
         (``sync``: the run waits for the put; ``async``: it does not)."""
         self._rebuild()
+        tune_collector()
 
     # --- agent actors -------------------------------------------------------------------
     def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import time
@@ -467,6 +468,26 @@ def test_a_retired_actor_delivers_its_runs_before_it_exits() -> None:
     while alive(int(pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not alive(int(pid))
+
+
+@rg.tool(remote=False)
+def collector() -> dict:
+    """Report the garbage collector's settings in the process the call ran in."""
+    return {"pid": os.getpid(), "first": gc.get_threshold()[0], "frozen": gc.get_freeze_count()}
+
+
+def test_agent_actors_tune_their_garbage_collector() -> None:
+    from raygents.runtime.process import GC_FIRST_THRESHOLD
+
+    def model(req: rg.ModelRequest) -> rg.ModelResponse:
+        last = req.messages[-1]
+        return text(last.text) if last.role == "tool" else calls(("collector", {}))
+
+    agent = rg.Agent("collecting", model=FunctionModel(model), tools=[collector])
+    got = json.loads(rg.run(agent, "x").final_output)
+    assert got["pid"] != os.getpid()
+    assert got["first"] == GC_FIRST_THRESHOLD and got["frozen"] > 1000
+    assert gc.get_threshold()[0] < GC_FIRST_THRESHOLD  # the driver's is left alone
 
 
 def test_replicas_share_the_runs_of_one_agent() -> None:
