@@ -10,6 +10,7 @@ functions, the same ones the SDK side calls in-process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -624,6 +625,49 @@ def worker_processes(report: dict[str, Any]) -> int:
     """Worker processes a sampler saw (idle ones included), not all alive at once."""
     roles = report.get("by_role") or {}
     return sum(v["count"] for role, v in roles.items() if "worker" in role)
+
+
+GC_TIMES_DIR = "RG_BENCH_GC_DIR"
+"""The environment variable naming the folder of :func:`time_collections`."""
+
+
+def time_collections() -> None:
+    """Add up the CPU time this process spends in garbage collections, in a file of the folder
+    named by ``$RG_BENCH_GC_DIR`` (``<pid>``, rewritten every 0.2 s by a thread): a Ray worker
+    setup hook, and for the driver itself. :func:`collection_times` reads the files."""
+    import gc
+    import threading
+
+    folder = os.environ[GC_TIMES_DIR]
+    spent = [0.0]
+    began = [0.0]
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.thread_time()
+        else:
+            spent[0] += time.thread_time() - began[0]
+
+    def report() -> None:
+        path = os.path.join(folder, str(os.getpid()))
+        while True:
+            time.sleep(0.2)
+            with open(path + ".tmp", "w") as f:
+                f.write(repr(spent[0]))
+            os.replace(path + ".tmp", path)
+
+    gc.callbacks.append(timed)
+    threading.Thread(target=report, daemon=True, name="gc-times").start()
+
+
+def collection_times(folder: str) -> dict[int, float]:
+    """CPU seconds in garbage collections so far, by process (:func:`time_collections`)."""
+    out = {}
+    for name in os.listdir(folder):
+        if name.isdigit():
+            with contextlib.suppress(OSError, ValueError), open(os.path.join(folder, name)) as f:
+                out[int(name)] = float(f.read())
+    return out
 
 
 def tree_parser(doc: str | None) -> Any:
