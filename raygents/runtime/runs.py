@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import ray
-from ray import cloudpickle
 
-from raygents.agent import Agent, agent_graph
+from raygents.agent import Agent
 from raygents.approvals import ApprovalDecision, normalise
 from raygents.envelope import Envelope, Outcome, RunState, new_run_id
 from raygents.errors import (
@@ -32,6 +30,7 @@ from raygents.runtime.client import Runtime, current
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.drive import SuspendToken, drive
 from raygents.runtime.handle import RunHandle
+from raygents.runtime.snapshot import snapshot
 from raygents.schema import drop_defaulted_nulls, type_is_wrapped, type_name, type_schema
 from raygents.sessions import validate_session_id
 from raygents.store import validate_key
@@ -59,15 +58,6 @@ def _input_messages(input: RunInput) -> tuple[Message, ...]:
     if not messages:
         raise UserError("run input is empty: pass a string or at least one message")
     return messages
-
-
-def _snapshot(agent: Agent) -> tuple[dict[str, Agent], bytes, str]:
-    graph = agent_graph(agent)
-    try:
-        blob: bytes = cloudpickle.dumps(graph)  # type: ignore[no-untyped-call]
-    except Exception as exc:
-        raise UserError(f"agent graph of {agent.name!r} cannot be pickled for Ray: {exc}") from None
-    return graph, blob, hashlib.sha256(blob).hexdigest()[:16]
 
 
 def start(
@@ -104,7 +94,7 @@ def start(
     rt = current()
     if session_id is not None:
         rt.send_notes()  # this driver's last run on the session has released it
-    graph, blob, fp = _snapshot(agent)
+    graph, blob, fp = snapshot(agent)
     state = RunState(
         run_id=run_id or new_run_id(),
         agent_name=agent.name,
@@ -377,7 +367,7 @@ def resume(
         raise RunNotFound(f"no checkpoint for run {run_id!r}", run_id=run_id)
     try:  # claimed: from here on, a failure puts the run's entry back
         state, _ = replay_blobs(blobs, rt.directory.cached_settings()["key"], run_id)
-        graph, blob, fp = _snapshot(agent)
+        graph, blob, fp = snapshot(agent)
         if state.agent_name not in graph:
             raise UserError(
                 f"run {run_id!r} was at agent {state.agent_name!r}, which is not in the graph "
