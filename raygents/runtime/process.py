@@ -4,8 +4,9 @@ Python's cyclic garbage collector is tuned for short scripts. An agent actor hol
 concurrent runs whose objects live for seconds, so most of them outlive the young generations
 and pile up in the oldest, and each full collection scans every object of the process: the
 tens of thousands that Ray and the imports left behind at start as well. With Python's
-defaults, the agent actor of 1,000 concurrent runs collected about 290 times, and the
-collections took about 0.4 s of its CPU (``benchmarks/README.md``, finding 22).
+defaults, the collections during 1,000 concurrent runs took 0.44 s of the agent actor's CPU and
+0.08 s of the coordinator's; with these settings, 0.10 s and 0.01 s (``benchmarks/README.md``,
+finding 22).
 """
 
 from __future__ import annotations
