@@ -61,6 +61,17 @@ def check(agent: rg.Agent, dumps: list[Any], *, fresh: bool) -> str:
     return fp
 
 
+def check_changes(agent: rg.Agent, dumps: list[Any], changes: list[Callable[[], None]]) -> None:
+    """After each change, a snapshot made anew with a fingerprint not seen before, then found."""
+    seen = {check(agent, dumps, fresh=True)}
+    for change in changes:
+        change()
+        fp = check(agent, dumps, fresh=True)
+        assert fp not in seen
+        seen.add(fp)
+        check(agent, dumps, fresh=False)
+
+
 def test_an_unchanged_graph_is_pickled_once(dumps: list[Any]) -> None:
     agent = rg.Agent("once", "be brief", tools=[shout], model=FunctionModel(lambda r: text("x")))
     first = check(agent, dumps, fresh=True)
@@ -73,19 +84,13 @@ def test_every_change_to_the_agents_and_what_they_hold_is_seen(dumps: list[Any])
     model = FunctionModel(lambda r: text("x"))
     helper = rg.Agent("helper", "help", model=model)
     agent = rg.Agent("changing", "v1", tools=[helper.as_tool("helper", "helps")], model=model)
-    seen = {check(agent, dumps, fresh=True)}
     changes: list[Callable[[], None]] = [
         lambda: setattr(agent, "instructions", "v2"),
         lambda: agent.tools.append(shout),
         lambda: setattr(model, "latency_s", 0.5),
         lambda: setattr(helper, "instructions", "help more"),
     ]
-    for change in changes:
-        change()
-        fp = check(agent, dumps, fresh=True)
-        assert fp not in seen
-        seen.add(fp)
-        check(agent, dumps, fresh=False)
+    check_changes(agent, dumps, changes)
 
 
 def test_changes_to_code_that_travels_by_value_are_seen(dumps: list[Any]) -> None:
@@ -103,7 +108,6 @@ def test_changes_to_code_that_travels_by_value_are_seen(dumps: list[Any]) -> Non
             return reply(request)
 
     agent = rg.Agent("by-value", model=FunctionModel(Greeter()))
-    seen = {check(agent, dumps, fresh=True)}
 
     def other(request: rg.ModelRequest, punctuation: str = ".") -> rg.ModelResponse:
         return text(suffix + punctuation)  # (the same free variables as reply's code)
@@ -121,12 +125,7 @@ def test_changes_to_code_that_travels_by_value_are_seen(dumps: list[Any]) -> Non
         lambda: setattr(Greeter, "extra", staticmethod(other)),  # a new method
     ]
     try:
-        for change in changes:
-            change()
-            fp = check(agent, dumps, fresh=True)
-            assert fp not in seen
-            seen.add(fp)
-            check(agent, dumps, fresh=False)
+        check_changes(agent, dumps, changes)
     finally:
         SETTINGS["greeting"] = "hello"
 
