@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -90,6 +91,7 @@ def _one(n: int, durability: str, gc_times: bool) -> dict[str, Any]:
             )
     rg.shutdown()
     ray.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
     return out
 
 
