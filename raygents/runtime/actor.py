@@ -118,8 +118,7 @@ class _Outbox:
     def _set_ready(self) -> None:
         self.ready.set()
         for take in self.takes:
-            if not take.done():
-                take.set_result(None)
+            _wake(take)
 
     async def wait_ready(self, wait_s: float) -> None:
         """Wait until the outbox is ready, or ``wait_s`` (a future woken directly, not
