@@ -31,14 +31,20 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.1)
     ap.add_argument("--n", type=int, default=60)
     ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
+    ap.add_argument(
+        "--soft-limit", type=int, help="Ray's num_workers_soft_limit (idle workers kept)"
+    )
     args = ap.parse_args()
 
     import ray
 
     import raygents as rg
 
+    system = {} if args.soft_limit is None else {"num_workers_soft_limit": args.soft_limit}
     C.init_raygents(
-        store=f"file://{tempfile.mkdtemp(prefix='rgab-')}/store", durability=args.durability
+        store=f"file://{tempfile.mkdtemp(prefix='rgab-')}/store",
+        durability=args.durability,
+        _system_config=system,
     )
     floor = C.floor()["FloorAgent"].remote()
     agent = rg.Agent(
