@@ -1001,6 +1001,17 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
+def scratch(prefix: str) -> str:
+    """A new temporary folder, removed when the process exits (stores, hooks, builds)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def dump(obj: Any, path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:

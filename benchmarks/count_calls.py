@@ -16,7 +16,6 @@ import argparse
 import collections
 import os
 import sys
-import tempfile
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -59,7 +58,7 @@ def main() -> None:
     ap.add_argument("--tool", default="cpu", choices=("cpu", "local"))
     args = ap.parse_args()
 
-    hook_dir = tempfile.mkdtemp(prefix="rgcount-")
+    hook_dir = C.scratch("rgcount-")
     with open(os.path.join(hook_dir, "sitecustomize.py"), "w") as f:
         f.write(_HOOK)
     log = os.path.join(hook_dir, "calls.txt")

@@ -22,7 +22,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -57,9 +56,7 @@ def main() -> None:
 
     import raygents as rg
 
-    C.init_raygents(
-        store=f"file://{tempfile.mkdtemp(prefix='rgab-')}/store", durability=args.durability
-    )
+    C.init_raygents(store=f"file://{C.scratch('rgab-')}/store", durability=args.durability)
     floor = C.floor()
     orchestrator, sub = floor["FloorAgent"].remote(), floor["FloorAgent"].remote()
     agent = C.rg_fanout_agent(args.tool, "ab")

@@ -18,9 +18,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+import common as C  # noqa: E402
 
 _BUILD = r"""
 import sys, types
@@ -82,7 +84,7 @@ def main() -> None:
     ap.add_argument("--trees", nargs="+", required=True, help="raygents checkouts to compare")
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
-    dirs = {tree: tempfile.mkdtemp(prefix="rgfirst-") for tree in args.trees}
+    dirs = {tree: C.scratch("rgfirst-") for tree in args.trees}
     for tree, d in dirs.items():
         subprocess.run([sys.executable, "-c", _BUILD, d], check=True, env=_env(tree), cwd=d)
     rows: dict[str, list[list[float]]] = {tree: [] for tree in args.trees}

@@ -162,13 +162,11 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
-    import tempfile
-
     from workloads import harness as H
 
     import raygents as rg
 
-    tmp = tempfile.mkdtemp(prefix="rgprof-")
+    tmp = C.scratch("rgprof-")
     C.init_raygents(store=f"file://{tmp}/store", durability=args.durability)
     agent, handles = _prepare(args)
     procs = _record(args.scenario, args.seconds, args.out, args.gil, args.rate)

@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -42,7 +41,7 @@ def main() -> None:
 
     system = {} if args.soft_limit is None else {"num_workers_soft_limit": args.soft_limit}
     C.init_raygents(
-        store=f"file://{tempfile.mkdtemp(prefix='rgab-')}/store",
+        store=f"file://{C.scratch('rgab-')}/store",
         durability=args.durability,
         _system_config=system,
     )

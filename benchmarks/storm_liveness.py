@@ -26,7 +26,6 @@ import asyncio
 import itertools
 import os
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -55,7 +54,7 @@ def raygents_side(n: int, reps: int, stale_s: float) -> None:
 
     directory._ping = timed_ping  # type: ignore[assignment]
     C.init_raygents(
-        store=f"file://{tempfile.mkdtemp(prefix='rgstorm-')}/store",
+        store=f"file://{C.scratch('rgstorm-')}/store",
         durability="sync",
         stale_after_s=stale_s,
     )

@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -43,7 +42,7 @@ def _one(n: int) -> dict[str, Any]:
 
     import raygents as rg
 
-    C.init_raygents(store=f"file://{tempfile.mkdtemp(prefix='rgtpab-')}/store", durability="sync")
+    C.init_raygents(store=f"file://{C.scratch('rgtpab-')}/store", durability="sync")
     time.sleep(2.0)
     idle = C.idle_footprint()["total_pss_mb"]
     sides, _ = C.zero_cpu_sides(n)

@@ -31,7 +31,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -55,7 +54,7 @@ def _one(setting: str, n: int) -> dict[str, Any]:
     import raygents as rg
 
     C.init_raygents(
-        store=f"file://{tempfile.mkdtemp(prefix='rgstarts-')}/store",
+        store=f"file://{C.scratch('rgstarts-')}/store",
         durability="sync",
         _system_config=dict(SETTINGS[setting]),
     )
