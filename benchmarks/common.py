@@ -494,6 +494,26 @@ def floor() -> dict[str, Any]:
     return _FLOOR
 
 
+def fanout_sides(tool: str, m: int, name: str) -> dict[str, Callable[[], Any]]:
+    """One fan-out of workload 3 (``m`` sub-agents with a ``tool`` tool, 100 ms model) on
+    the Ray floor and with raygents (initialised), each run once to warm up actors and
+    workers."""
+    import ray
+
+    import raygents as rg
+
+    floor_actors = floor()
+    orchestrator, sub = floor_actors["FloorAgent"].remote(), floor_actors["FloorAgent"].remote()
+    agent = rg_fanout_agent(tool, name)
+    sides: dict[str, Callable[[], Any]] = {
+        "ray_floor": lambda: ray.get(orchestrator.fan_out.remote(sub, 0.1, m, tool)),
+        "raygents": lambda: rg.run(agent, f"m={m}"),
+    }
+    for run in sides.values():
+        run()
+    return sides
+
+
 def warm_pool(n: int) -> None:
     """Bring Ray's worker pool to the same state before a timed run: a backlog of ``n``
     trivial one-CPU tasks. Ray kills idle workers after a while and starts workers again for

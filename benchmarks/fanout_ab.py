@@ -52,20 +52,10 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    import ray
-
     import raygents as rg
 
     C.init_raygents(store=f"file://{C.scratch('rgab-')}/store", durability=args.durability)
-    floor = C.floor()
-    orchestrator, sub = floor["FloorAgent"].remote(), floor["FloorAgent"].remote()
-    agent = C.rg_fanout_agent(args.tool, "ab")
-    sides = {
-        "ray_floor": lambda: ray.get(orchestrator.fan_out.remote(sub, 0.1, args.m, args.tool)),
-        "raygents": lambda: rg.run(agent, f"m={args.m}"),
-    }
-    for run in sides.values():  # warm up: actors, workers
-        run()
+    sides = C.fanout_sides(args.tool, args.m, "ab")
     rows: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for rep in range(args.reps):
         for side, run in sides.items():

@@ -26,11 +26,9 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -117,46 +115,32 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    import ray
-
     import raygents as rg
 
-    folder = tempfile.mkdtemp(prefix="rgthreads-")
-    try:
-        system = {} if args.soft_limit is None else {"num_workers_soft_limit": args.soft_limit}
-        C.init_raygents(store=f"file://{folder}/store", _system_config=system)
-        floor = C.floor()
-        orchestrator, sub = floor["FloorAgent"].remote(), floor["FloorAgent"].remote()
-        agent = C.rg_fanout_agent(args.tool, "threads")
-        sides = {
-            "ray_floor": lambda: ray.get(orchestrator.fan_out.remote(sub, 0.1, args.m, args.tool)),
-            "raygents": lambda: rg.run(agent, f"m={args.m}"),
-        }
-        for run in sides.values():  # warm up: actors, workers
+    system = {} if args.soft_limit is None else {"num_workers_soft_limit": args.soft_limit}
+    C.init_raygents(store=f"file://{C.scratch('rgthreads-')}/store", _system_config=system)
+    sides = C.fanout_sides(args.tool, args.m, "threads")
+    per_rep: dict[str, list[Usage]] = {s: [] for s in sides}
+    walls: dict[str, list[float]] = {s: [] for s in sides}
+    pids = processes()
+    for _ in range(args.reps):
+        for side, run in sides.items():
+            C.warm_pool(max(args.m, 8))
+            before = thread_cpu(pids)
+            t = time.perf_counter()
             run()
-        per_rep: dict[str, list[Usage]] = {s: [] for s in sides}
-        walls: dict[str, list[float]] = {s: [] for s in sides}
-        pids = processes()
-        for _ in range(args.reps):
-            for side, run in sides.items():
-                C.warm_pool(max(args.m, 8))
-                before = thread_cpu(pids)
-                t = time.perf_counter()
-                run()
-                walls[side].append(time.perf_counter() - t)
-                after = thread_cpu(pids)
-                per_rep[side].append(
-                    collections.Counter({k: cpu - before.get(k, 0.0) for k, cpu in after.items()})
-                )
-        names = {pid: thread_names(pid) for pid, role in pids.items() if role in _WATCHED}
-        print(f"M = {args.m}, {args.tool} tools, medians of {args.reps}; CPU s per run")
-        for side, reps in per_rep.items():
-            report_side(side, reps, statistics.median(walls[side]), pids, names, args.m)
-        time.sleep(2.0)
-        report_idle(args.idle_s)
-        rg.shutdown()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+            walls[side].append(time.perf_counter() - t)
+            after = thread_cpu(pids)
+            per_rep[side].append(
+                collections.Counter({k: cpu - before.get(k, 0.0) for k, cpu in after.items()})
+            )
+    names = {pid: thread_names(pid) for pid, role in pids.items() if role in _WATCHED}
+    print(f"M = {args.m}, {args.tool} tools, medians of {args.reps}; CPU s per run")
+    for side, reps in per_rep.items():
+        report_side(side, reps, statistics.median(walls[side]), pids, names, args.m)
+    time.sleep(2.0)
+    report_idle(args.idle_s)
+    rg.shutdown()
 
 
 def report_side(
