@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -55,7 +53,7 @@ def _one(n: int, durability: str, gc_times: bool) -> dict[str, Any]:
 
     import raygents as rg
 
-    folder = tempfile.mkdtemp(prefix="rgdurab-")
+    folder = C.scratch("rgdurab-")
     options: dict[str, Any] = {}
     if gc_times:
         os.environ[C.GC_TIMES_DIR] = folder
@@ -91,7 +89,6 @@ def _one(n: int, durability: str, gc_times: bool) -> dict[str, Any]:
             )
     rg.shutdown()
     ray.shutdown()
-    shutil.rmtree(folder, ignore_errors=True)
     return out
 
 

@@ -28,8 +28,8 @@ def tune_collector() -> None:
     For the end of a long-lived actor's ``__init__``: :func:`gc.freeze` moves every object
     tracked so far (modules, Ray's state, the agent graph) out of all later collections. They
     are never collected, which costs nothing for objects that live as long as the process. A
-    collector that is disabled, or whose first threshold is already higher, is left as it is, and
-    so is every process but a Ray actor's (a driver's or a test's that builds the class itself).
+    disabled collector is left as it is, and so is every process but a Ray actor's (a driver's,
+    or a test's that builds the class itself); a first threshold already higher is kept.
     """
     if not gc.isenabled() or not ray.is_initialized():
         return
