@@ -176,7 +176,7 @@ def report_side(
     ):
         cpu = sum(v for k, v in rows.items() if pids[k[0]] in roles)
         count = sum(1 for role in pids.values() if role in roles)
-        print(f"  ({cpu:.3f} CPU s in {count} {what})")
+        print(f"  ({what}: {count}, {cpu:.3f} CPU s)")
 
 
 def report_idle(seconds: float) -> None:
