@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
@@ -58,9 +59,9 @@ def processes() -> dict[int, str]:
     return found
 
 
-def thread_cpu(pids: dict[int, str]) -> dict[tuple[int, int], float]:
-    """CPU seconds (user + system) of every thread of ``pids``, by (pid, tid)."""
-    out: dict[tuple[int, int], float] = {}
+def thread_files(pids: dict[int, str], name: str) -> Iterator[tuple[tuple[int, int], str]]:
+    """((pid, tid), text) of the file ``name`` (``stat``, ``status``) under ``/proc`` of every
+    thread of ``pids`` that is still there."""
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -68,11 +69,19 @@ def thread_cpu(pids: dict[int, str]) -> dict[tuple[int, int], float]:
             continue
         for tid in tids:
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    fields = f.read().rpartition(")")[2].split()
+                with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                    text = f.read()
             except FileNotFoundError:
                 continue
-            out[(pid, int(tid))] = (int(fields[11]) + int(fields[12])) / _TICK
+            yield (pid, int(tid)), text
+
+
+def thread_cpu(pids: dict[int, str]) -> dict[tuple[int, int], float]:
+    """CPU seconds (user + system) of every thread of ``pids``, by (pid, tid)."""
+    out: dict[tuple[int, int], float] = {}
+    for key, text in thread_files(pids, "stat"):
+        fields = text.rpartition(")")[2].split()
+        out[key] = (int(fields[11]) + int(fields[12])) / _TICK
     return out
 
 

@@ -43,7 +43,13 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 
 import common as C  # noqa: E402
-from fanout_threads import kernel_name, processes, thread_cpu, thread_names  # noqa: E402
+from fanout_threads import (  # noqa: E402
+    kernel_name,
+    processes,
+    thread_cpu,
+    thread_files,
+    thread_names,
+)
 
 _TIMED = ("put", "put_if_dir", "make_dir", "has", "get", "list", "delete", "remove_empty_dir")
 _POLL_S = 0.5
@@ -95,19 +101,10 @@ def wakeups(pids: dict[int, str]) -> dict[tuple[int, int], int]:
     """The times each thread of ``pids`` went to sleep and was woken again (the kernel's
     voluntary context switches), by (pid, tid)."""
     out: dict[tuple[int, int], int] = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/status") as f:
-                    for line in f:
-                        if line.startswith("voluntary_ctxt_switches:"):
-                            out[(pid, int(tid))] = int(line.split()[1])
-            except FileNotFoundError:
-                continue
+    for key, text in thread_files(pids, "status"):
+        for line in text.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                out[key] = int(line.split()[1])
     return out
 
 
@@ -272,7 +269,7 @@ def main() -> None:
     end = _snapshot(folder, 1)
     per_child = {side: 1000 * statistics.median(cpu) / args.m for side, cpu in used.items()}
     print(
-        f"M = {args.m}, sleeping tools, durability {args.durability}, {args.reps} runs a side; "
+        f"M = {args.m}, sleeping tools, durability {args.durability}, runs a side: {args.reps}; "
         "CPU ms per child (median run)"
     )
     for side, ms in per_child.items():
@@ -287,6 +284,8 @@ def main() -> None:
         else:
             sdk, floor, ideal, left = found
             print(f"\n{args.table}: SDK {sdk:.3f} s, floor {floor:.3f} s, ideal {ideal:.3f} s")
+            if args.m != 64:
+                print("  (the targets are set for M = 64)")
             for target, ms in left.items():
                 print(f"  {target}: leaves {ms:.2f} CPU ms per child over the floor")
     print("\nthe same calls in a bare async actor (CPU ms per call):")
