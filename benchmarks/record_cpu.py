@@ -2,7 +2,7 @@
 a child over the Ray floor.
 
     python benchmarks/record_cpu.py [--m 64] [--reps 3] [--table benchmarks/results/full.json]
-                                    [--durability exit]
+                                    [--durability exit] [--pieces]
 
 Runs workload 3's fan-out (M sub-agents, one 200 ms sleeping tool each, so that nothing
 competes for the CPUs) on raygents (by default ``sync`` records on a file store;
@@ -11,8 +11,10 @@ competes for the CPUs) on raygents (by default ``sync`` records on a file store;
 make_dir, delete, ...) with the calling thread's CPU clock, which counts the kernel's work for
 the fsyncs too; ``/proc`` gives the CPU of every thread of the agent actors, the coordinator and
 the driver, and how often their threads went to sleep and were woken (voluntary context
-switches). Prints, per child, each side's CPU and wake-ups and, of raygents' CPU, the store's
-calls by process and call.
+switches). Prints, per child, each side's CPU (all of it, and its actors' event loops) and
+wake-ups and, of raygents' CPU, the store's calls by process and call. ``--pieces`` also times
+the parts of a child run named in ``_PIECES`` (checkpoint records, the agent loop's steps,
+events, the mailbox's packing, Ray's calls and serialisation), each with what it calls.
 
 With ``--table`` (the JSON of a ``run.py`` run with the fan-out workload) it also prints what
 the two fan-out targets for M children with 200 ms CPU tools (at least 1.8x faster than the
@@ -51,37 +53,72 @@ from fanout_threads import (  # noqa: E402
     thread_names,
 )
 
-_TIMED = ("put", "put_if_dir", "make_dir", "has", "get", "list", "delete", "remove_empty_dir")
+_STORE_CALLS = ("put", "put_if_dir", "make_dir", "has", "get", "list", "delete", "remove_empty_dir")
+_PIECES = {  # label: (module, attribute path); functions looked up through their module
+    "checkpoint.next_record": ("raygents.checkpoint", "next_record"),
+    "checkpoint.encode": ("raygents.checkpoint", "encode"),
+    "loop.next_turn": ("raygents.loop", "next_turn"),
+    "loop.on_response": ("raygents.loop", "on_response"),
+    "loop.on_results": ("raygents.loop", "on_results"),
+    "AgentActor._write": ("raygents.runtime.actor", "AgentActor._write"),
+    "AgentActor._emit": ("raygents.runtime.actor", "AgentActor._emit"),
+    "_Relay.emit": ("raygents.runtime.actor", "_Relay.emit"),
+    "mailbox.pack": ("raygents.runtime.actor", "pack"),
+    "mailbox.unpack": ("raygents.runtime.mailbox", "unpack"),
+    "wire.dumps": ("raygents.runtime.wire", "dumps"),
+    "wire.loads": ("raygents.runtime.wire", "loads"),
+    "Ray: actor calls": ("ray.actor", "ActorMethod._remote"),
+    "Ray: task submissions": ("ray.remote_function", "RemoteFunction._remote"),
+    "Ray: serialising": ("ray._private.serialization", "SerializationContext.serialize"),
+    "Ray: deserialising": (
+        "ray._private.serialization",
+        "SerializationContext.deserialize_objects",
+    ),
+}
 _POLL_S = 0.5
 
 
-def _time_store_calls(folder: str) -> None:
-    """Setup hook of every Ray worker: wrap the file store's public calls with CPU timers and
-    write the totals to ``folder`` whenever a ``snap-<n>`` file appears there."""
-    from raygents.store import FileStore
+def _time_calls(folder: str, pieces: bool) -> None:
+    """Setup hook of every Ray worker: wrap the file store's public calls (and with
+    ``pieces`` the functions of ``_PIECES``) with CPU timers and write the totals to
+    ``folder`` whenever a ``snap-<n>`` file appears there. A store call counts only outside
+    another (``put_if_dir`` is not counted again inside ``put``); a piece counts only outside
+    itself, so pieces overlap (``AgentActor._write`` holds puts, ``Ray: actor calls``
+    serialising)."""
+    import importlib
 
     totals: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    depth = threading.local()
+    depth: dict[str, threading.local] = collections.defaultdict(threading.local)
 
-    def timed(name: str, call: Any) -> Any:
+    def timed(label: str, group: str, call: Any) -> Any:
+        nesting = depth[group]
+
         @functools.wraps(call)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            outer = not getattr(depth, "n", 0)  # only the outermost call of a nested pair
-            depth.n = getattr(depth, "n", 0) + 1
+            outer = not getattr(nesting, "n", 0)
+            nesting.n = getattr(nesting, "n", 0) + 1
             start = time.thread_time()
             try:
                 return call(*args, **kwargs)
             finally:
-                depth.n -= 1
+                nesting.n -= 1
                 if outer:
-                    entry = totals[name]
+                    entry = totals[label]
                     entry[0] += 1
                     entry[1] += time.thread_time() - start
 
         return wrapper
 
-    for name in _TIMED:
-        setattr(FileStore, name, timed(name, getattr(FileStore, name)))
+    from raygents.store import FileStore
+
+    for name in _STORE_CALLS:
+        setattr(FileStore, name, timed(name, "store", getattr(FileStore, name)))
+    for label, (module, path) in _PIECES.items() if pieces else ():
+        owner: Any = importlib.import_module(module)
+        *outer_names, name = path.split(".")
+        for part in outer_names:
+            owner = getattr(owner, part)
+        setattr(owner, name, timed(f"piece {label}", label, getattr(owner, name)))
 
     def answer() -> None:
         done: set[str] = set()
@@ -183,10 +220,10 @@ Woken = collections.Counter[tuple[int, int]]
 
 def measure(
     sides: dict[str, Any], pids: dict[int, str], reps: int, m: int
-) -> tuple[dict[str, list[float]], dict[str, list[Woken]]]:
-    """Run each side ``reps`` times, alternating: the CPU seconds of each run of a side's own
-    processes, and the wake-ups of their threads."""
-    used: dict[str, list[float]] = {side: [] for side in sides}
+) -> tuple[dict[str, list[dict[tuple[int, int], float]]], dict[str, list[Woken]]]:
+    """Run each side ``reps`` times, alternating: for each run, the CPU seconds and the
+    wake-ups of every thread of the side's own processes."""
+    used: dict[str, list[dict[tuple[int, int], float]]] = {side: [] for side in sides}
     woken: dict[str, list[Woken]] = {side: [] for side in sides}
     for _ in range(reps):
         for side, run in sides.items():
@@ -196,7 +233,7 @@ def measure(
             after, awake = thread_cpu(pids), wakeups(pids)
             mine = _OWN[side]
             used[side].append(
-                sum(cpu - before.get(k, 0.0) for k, cpu in after.items() if pids[k[0]] in mine)
+                {k: cpu - before.get(k, 0.0) for k, cpu in after.items() if pids[k[0]] in mine}
             )
             woken[side].append(collections.Counter())
             for key, count in awake.items():
@@ -205,10 +242,14 @@ def measure(
     return used, woken
 
 
-def report_wakeups(woken: dict[str, list[Woken]], pids: dict[int, str], m: int) -> None:
+def report_wakeups(
+    woken: dict[str, list[Woken]],
+    pids: dict[int, str],
+    names: dict[int, dict[int, str]],
+    m: int,
+) -> None:
     """Print each side's wake-ups per child, by thread: Python's name for it where it has one
-    (``py-spy dump``), else the kernel's (Ray names its C++ threads)."""
-    names = {pid: thread_names(pid) for pid, role in pids.items() if role != "driver"}
+    (``names``, from ``py-spy dump``), else the kernel's (Ray names its C++ threads)."""
     print("\nwake-ups (voluntary context switches) per child, by thread (median run):")
     for side, runs in woken.items():
         each: collections.Counter[str] = collections.Counter()
@@ -227,19 +268,25 @@ def report_store(
     pids: dict[int, str],
     children: int,
 ) -> None:
-    """Print the store calls made between two snapshots, per child."""
+    """Print the store calls and the pieces timed between two snapshots, per child."""
     print(f"\nraygents' file store calls, CPU ms per child (mean over {children} children):")
     total = 0.0
+    pieces = []
     for pid in sorted(end):
         role = pids.get(pid, "ray worker")
         for name, (count, cpu) in sorted(end[pid].items()):
             count0, cpu0 = start.get(pid, {}).get(name, (0, 0.0))
-            if count > count0:
-                ms = 1000 * (cpu - cpu0) / children
+            calls, ms = (count - count0) / children, 1000 * (cpu - cpu0) / children
+            if name.startswith("piece "):
+                pieces.append((role, pid, name.removeprefix("piece "), calls, ms))
+            elif calls:
                 total += ms
-                calls = (count - count0) / children
                 print(f"  {role:18s} {pid:>7d} {name:16s} {calls:5.2f} calls  {ms:6.3f}")
     print(f"  all: {total:.2f}")
+    print("\nparts of a child run, CPU ms per child, each with what it calls (they overlap):")
+    for role, pid, name, calls, ms in pieces:
+        if ms >= 0.05:
+            print(f"  {role:18s} {pid:>7d} {name:24s} {calls:5.2f} calls  {ms:6.3f}")
 
 
 def main() -> None:
@@ -247,6 +294,11 @@ def main() -> None:
     ap.add_argument("--m", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
+    ap.add_argument(
+        "--pieces",
+        action="store_true",
+        help="also time the parts of a child run in _PIECES (their timers cost CPU too)",
+    )
     ap.add_argument("--table", help="a run.py JSON: the CPU per child its fan-out targets leave")
     args = ap.parse_args()
 
@@ -255,7 +307,7 @@ def main() -> None:
     folder = C.scratch("rgrecords-")
 
     def hook() -> None:  # (a plain function: Ray exports the hook by its name)
-        _time_store_calls(folder)
+        _time_calls(folder, args.pieces)
 
     C.init_raygents(
         store=f"file://{folder}/store",
@@ -267,7 +319,10 @@ def main() -> None:
     start = _snapshot(folder, 0)
     used, woken = measure(sides, pids, args.reps, args.m)
     end = _snapshot(folder, 1)
-    per_child = {side: 1000 * statistics.median(cpu) / args.m for side, cpu in used.items()}
+    per_child = {
+        side: 1000 * statistics.median(sum(run.values()) for run in runs) / args.m
+        for side, runs in used.items()
+    }
     print(
         f"M = {args.m}, sleeping tools, durability {args.durability}, runs a side: {args.reps}; "
         "CPU ms per child (median run)"
@@ -275,7 +330,19 @@ def main() -> None:
     for side, ms in per_child.items():
         print(f"  {side:10s} {ms:6.2f}  (agent actors, coordinator and driver)")
     print(f"  raygents over the floor: {per_child['raygents'] - per_child['ray_floor']:.2f}")
-    report_wakeups(woken, pids, args.m)
+    names = {pid: thread_names(pid) for pid, role in pids.items() if role != "driver"}
+    for side, runs in used.items():
+        loops = [
+            sum(
+                cpu
+                for (pid, tid), cpu in run.items()
+                if "AsyncIO" in names.get(pid, {}).get(tid, "")
+            )
+            for run in runs
+        ]
+        loop_ms = 1000 * statistics.median(loops) / args.m
+        print(f"  {side:10s} event loops of its actors: {loop_ms:.2f}")
+    report_wakeups(woken, pids, names, args.m)
     report_store(start, end, pids, args.m * args.reps)
     if args.table:
         found = budgets(args.table, args.m)
