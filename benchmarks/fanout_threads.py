@@ -39,7 +39,7 @@ import common as C  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _WATCHED = ("ray::AgentActor", "ray::FloorAgent", "ray::Coordinator")
-_OWN = {
+OWN = {
     "ray_floor": {"ray::FloorAgent", "driver"},
     "raygents": {"ray::AgentActor", "ray::Coordinator", "driver"},
 }
@@ -163,7 +163,7 @@ def report_side(
     """Print one side's CPU by process and thread (medians of ``reps``)."""
     keys = set().union(*reps)
     rows = {key: statistics.median(r.get(key, 0.0) for r in reps) for key in keys}
-    own = {k: v for k, v in rows.items() if pids[k[0]] in _OWN[side]}
+    own = {k: v for k, v in rows.items() if pids[k[0]] in OWN[side]}
     total = sum(own.values())
     print(
         f"\n{side}: wall {wall:.3f} s; its processes {total:.3f} CPU s, "
@@ -178,7 +178,7 @@ def report_side(
             if owner == pid and thread >= 0.005:
                 name = names.get(pid, {}).get(tid) or f"[{kernel_name(pid, tid)}]"
                 print(f"  {thread:7.3f}      {name}")
-    other = _OWN["raygents" if side == "ray_floor" else "ray_floor"] - {"driver"}
+    other = OWN["raygents" if side == "ray_floor" else "ray_floor"] - {"driver"}
     for what, roles in (
         ("the other side's processes, idle", other),
         ("Ray workers idle when the runs began (tool tasks run there)", {"ray::IDLE worker"}),

@@ -1,5 +1,5 @@
-"""What a fan-out child's checkpoint records cost in CPU, against what the fan-out target leaves
-a child over the Ray floor.
+"""What a fan-out child costs in CPU over the Ray floor (its records, its parts, its wake-ups),
+against what the fan-out targets leave it.
 
     python benchmarks/record_cpu.py [--m 64] [--reps 3] [--table benchmarks/results/full.json]
                                     [--durability exit] [--pieces]
@@ -46,6 +46,7 @@ sys.path.insert(0, BENCH_DIR)
 
 import common as C  # noqa: E402
 from fanout_threads import (  # noqa: E402
+    OWN,
     kernel_name,
     processes,
     thread_cpu,
@@ -54,7 +55,8 @@ from fanout_threads import (  # noqa: E402
 )
 
 _STORE_CALLS = ("put", "put_if_dir", "make_dir", "has", "get", "list", "delete", "remove_empty_dir")
-_PIECES = {  # label: (module, attribute path); functions looked up through their module
+_PIECES = {  # label: (module, attribute path), patched where raygents looks it up
+    # (the actor imports ``pack`` by name, so that name is patched in the actor's module)
     "checkpoint.next_record": ("raygents.checkpoint", "next_record"),
     "checkpoint.encode": ("raygents.checkpoint", "encode"),
     "loop.next_turn": ("raygents.loop", "next_turn"),
@@ -146,7 +148,7 @@ def wakeups(pids: dict[int, str]) -> dict[tuple[int, int], int]:
 
 
 def _snapshot(folder: str, n: int) -> dict[int, dict[str, list[float]]]:
-    """Every worker's cumulative store-call totals, by pid."""
+    """Every worker's cumulative totals of its timed calls, by pid."""
     open(os.path.join(folder, f"snap-{n}"), "w").close()
     time.sleep(4 * _POLL_S)
     found = {}
@@ -208,12 +210,6 @@ def _gap_costs(folder: str, n: int = 100) -> list[tuple[float, float, float]]:
     return out
 
 
-_OWN = {
-    "ray_floor": {"ray::FloorAgent", "driver"},
-    "raygents": {"ray::AgentActor", "ray::Coordinator", "driver"},
-}
-
-
 Woken = collections.Counter[tuple[int, int]]
 """Wake-ups by (pid, tid)."""
 
@@ -231,7 +227,7 @@ def measure(
             before, slept = thread_cpu(pids), wakeups(pids)
             run()
             after, awake = thread_cpu(pids), wakeups(pids)
-            mine = _OWN[side]
+            mine = OWN[side]
             used[side].append(
                 {k: cpu - before.get(k, 0.0) for k, cpu in after.items() if pids[k[0]] in mine}
             )
