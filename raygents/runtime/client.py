@@ -54,12 +54,12 @@ class Runtime:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygents", daemon=True)
         self._thread.start()
-        args = (namespace, store_url, durability, key, detached, recovery, actor_options)
+        self._args = (namespace, store_url, durability, key, detached, recovery, actor_options)
         for attempt in itertools.count(1):
-            self.coordinator: Any = _coordinator_class(namespace, detached).remote(
-                *args, creator=self.owner
+            coordinator = _coordinator_class(namespace, detached).remote(
+                *self._args, creator=self.owner
             )
-            self.directory = Directory(namespace, self.coordinator, self.owner)
+            self.directory = Directory(namespace, coordinator, self.owner, revive=self._revive)
             try:
                 settings = self.wait(self.directory.settings())
                 break
@@ -76,13 +76,67 @@ class Runtime:
         self.handles: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
         """This driver's runs: a running run's handle is held by its drive, an ended one only
         by whoever still uses it (a long-lived driver does not keep every result it saw)."""
-        if settings["store"] != store_url or settings["durability"] != durability:
+        mismatch = self._mismatch(settings)
+        if mismatch is not None:
             self.close()
-            raise UserError(
-                f"the raygents coordinator of namespace {namespace!r} already runs with store "
-                f"{settings['store']!r} and durability {settings['durability']!r}; use those, "
-                "or another namespace"
+            raise mismatch
+
+    @property
+    def coordinator(self) -> Any:
+        """The namespace's coordinator actor, as this runtime knows it."""
+        return self.directory.coordinator()
+
+    def _mismatch(self, settings: dict[str, Any]) -> UserError | None:
+        """The error for a coordinator that runs with another store or durability."""
+        store_url, durability = self._args[1], self._args[2]
+        if settings["store"] == store_url and settings["durability"] == durability:
+            return None
+        return UserError(
+            f"the raygents coordinator of namespace {self.namespace!r} already runs with store "
+            f"{settings['store']!r} and durability {settings['durability']!r}; use those, "
+            "or another namespace"
+        )
+
+    async def _revive(self, failed: Any) -> bool:
+        """Take over from a coordinator that is gone for good; True once the directory uses
+        another one (see :meth:`Directory.call`).
+
+        A non-detached coordinator dies with the driver that created it, and its agent
+        actors with it, while other drivers of the namespace may still use it. The next
+        driver whose call fails finds its name free and creates a new one (or finds the one
+        another driver just created); it rebuilds the run table from the store, and runs
+        that were on the lost agent actors are recovered from their checkpoints. A
+        coordinator that still holds its name is restarting (or just being removed): the
+        caller waits for it.
+        """
+        current = self.directory.coordinator()
+        if current._actor_id != failed._actor_id:
+            return True  # another of this driver's calls took over already
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, _named_coordinator, self.namespace)
+        if found is not None and found._actor_id == failed._actor_id:
+            return False
+        if found is None:
+            found = _coordinator_class(self.namespace, self.detached).remote(
+                *self._args, creator=self.owner
             )
+        try:
+            settings = await found.settings.remote()
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            return False  # gone as well: the caller tries again shortly
+        mismatch = self._mismatch(settings)
+        if mismatch is not None:  # another driver's, with other settings
+            raise mismatch
+        if self.directory.coordinator()._actor_id == failed._actor_id:
+            self.directory.replace(found)
+            self.created = settings["creator"] == self.owner
+            log.warning(
+                "the raygents coordinator of namespace %r is gone (the driver that created "
+                "it exited); %s",
+                self.namespace,
+                "this driver created a new one" if self.created else "using the new one",
+            )
+        return True
 
     def note(self, method: str, *args: Any) -> None:
         """Tell the coordinator about a run (``claim`` of a generated id, ``finish``) without
@@ -159,8 +213,13 @@ class Runtime:
     async def ensure_graph(self, fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         """Tell the coordinator about a graph snapshot once per process."""
         if fp not in self.directory.graphs:
-            await self.coordinator.register_graph.remote(fp, blob, replicas)
+            await self.directory.call("register_graph", fp, blob, replicas)
             self.directory.graphs[fp] = (blob, replicas)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call a coordinator method from the caller's thread and wait for the answer (see
+        :meth:`Directory.call`: restarts are waited for, a lost coordinator replaced)."""
+        return self.wait(self.directory.call(method, *args), timeout_s=None)
 
     def suspend_all(self, grace_s: float) -> int:
         """Suspend every running run of this driver and wait up to ``grace_s`` for them."""
@@ -202,15 +261,20 @@ def _coordinator_class(namespace: str, detached: bool) -> Any:
     return ray.remote(Coordinator).options(**options)
 
 
+def _named_coordinator(namespace: str) -> Any:
+    """The actor that holds the coordinator's name in ``namespace``, or None."""
+    try:
+        return ray.get_actor(COORDINATOR_NAME, namespace=namespace)
+    except ValueError:
+        return None
+
+
 def _wait_until_free(namespace: str, coordinator: Any, timeout_s: float) -> None:
     """Wait until the name of a killed coordinator no longer finds it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            found = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
-        except ValueError:
-            return
-        if found._actor_id != coordinator._actor_id:
+        found = _named_coordinator(namespace)
+        if found is None or found._actor_id != coordinator._actor_id:
             return
         time.sleep(0.05)
     log.warning(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +25,18 @@ class Directory:
     Replicas are used round-robin. Only used from one event loop per process.
     """
 
-    def __init__(self, namespace: str, coordinator: Any = None, owner: str = "") -> None:
+    def __init__(
+        self,
+        namespace: str,
+        coordinator: Any = None,
+        owner: str = "",
+        revive: Callable[[Any], Awaitable[bool]] | None = None,
+    ) -> None:
         self.namespace = namespace
         self._coordinator = coordinator
+        self._revive = revive
+        """In a driver: given a coordinator that failed a call, replaces it if it is gone for
+        good (see ``Runtime``); True once this directory uses another coordinator."""
         self.graphs: dict[str, tuple[bytes, dict[str, int]]] = {}
         """Graph snapshots this process knows, to register again with a restarted coordinator."""
         self._actors: dict[tuple[str, str], list[Any]] = {}
@@ -51,15 +61,19 @@ class Directory:
         return self._settings
 
     async def call(self, method: str, *args: Any, patience_s: float = 120.0) -> Any:
-        """Call a coordinator method, waiting while the coordinator restarts."""
+        """Call a coordinator method, waiting while the coordinator restarts (in a driver,
+        taking over from one that is gone for good)."""
         deadline = asyncio.get_running_loop().time() + patience_s
         delay = 0.1
         while True:
+            coordinator = self.coordinator()
             try:
-                return await getattr(self.coordinator(), method).remote(*args)
+                return await getattr(coordinator, method).remote(*args)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 if asyncio.get_running_loop().time() > deadline:
                     raise
+                if self._revive is not None and await self._revive(coordinator):
+                    continue
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -101,6 +115,13 @@ class Directory:
         if self._coordinator is None:
             self._coordinator = ray.get_actor(COORDINATOR_NAME, namespace=self.namespace)
         return self._coordinator
+
+    def replace(self, coordinator: Any) -> None:
+        """Use another coordinator from now on (the one before is gone for good): forget the
+        settings and the agent actors the old one gave (they went with it)."""
+        self._coordinator = coordinator
+        self._settings = None
+        self._actors.clear()
 
     async def actor(self, graph_fp: str, name: str) -> Any:
         """An actor serving agent ``name`` of graph ``graph_fp``."""

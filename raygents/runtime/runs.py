@@ -7,8 +7,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-import ray
-
 from raygents.agent import Agent
 from raygents.approvals import ApprovalDecision, normalise
 from raygents.envelope import Envelope, Outcome, RunState, new_run_id
@@ -133,7 +131,7 @@ def _launch(
         if rt.has_notes(run_id):  # a run of this id just ended here
             rt.send_notes()
         agent_name = envelope.state.agent_name
-        taken, epoch = ray.get(rt.coordinator.claim.remote(run_id, rt.owner, agent_name))
+        taken, epoch = rt.call("claim", run_id, rt.owner, agent_name)
         if taken is not None:
             if envelope.resumed:
                 raise UserError(
@@ -360,7 +358,7 @@ def resume(
     if rt.has_notes(run_id):  # its end here must reach the coordinator before the claim
         rt.send_notes()
     # straight from this thread (not through the runtime's loop, busy with running runs)
-    taken, epoch, blobs, before = ray.get(rt.coordinator.claim_and_load.remote(run_id, rt.owner))
+    taken, epoch, blobs, before = rt.call("claim_and_load", run_id, rt.owner)
     if taken is not None:
         raise UserError(f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id)
     if not blobs:
@@ -376,7 +374,7 @@ def resume(
             )
         decisions = _check_decisions(state, normalise(dict(approvals or {})))
     except BaseException:
-        ray.get(rt.coordinator.unclaim.remote(run_id, before))
+        rt.call("unclaim", run_id, before)
         raise
     mine = {p.call_id for p in state.pending if p.run_id == run_id}
     state = state.evolve(
@@ -419,7 +417,7 @@ def attach(run_id: str) -> RunHandle:
     if handle is not None:
         return handle
     rt.send_notes()
-    info = ray.get(rt.coordinator.get_run.remote(run_id))
+    info = rt.call("get_run", run_id)
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
@@ -429,7 +427,7 @@ def attach(run_id: str) -> RunHandle:
 
 
 async def _follow(rt: Runtime, handle: RunHandle) -> None:
-    info, summary = await rt.coordinator.wait.remote(handle.run_id)
+    info, summary = await rt.directory.call("wait", handle.run_id)
     base = {"run_id": handle.run_id, "agent_name": info.agent_name, "turns": info.turns}
     if info.status == "completed" and summary is not None:
         result = RunResult(
@@ -466,4 +464,4 @@ def runs(status: str | None = None) -> list[RunInfo]:
     """What the coordinator knows about runs, optionally only those with ``status``."""
     rt = current()
     rt.send_notes()
-    return list(ray.get(rt.coordinator.list_runs.remote(status)))
+    return list(rt.call("list_runs", status))

@@ -14,13 +14,13 @@ import pytest
 import ray
 
 import raygents as rg
-from raygents.testing import FunctionModel, call, calls, text
+from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
 DRIVER = textwrap.dedent(
     """
     import sys, time
     import raygents as rg
-    from raygents.testing import FunctionModel, call, calls, text
+    from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
     address, namespace, store, run_id, mode = sys.argv[1:6]
 
@@ -124,4 +124,89 @@ def test_a_killed_drivers_runs_are_left_resumable(rt: None, tmp_path: Path) -> N
         assert rg.resume(run_id, agent=agent).result(timeout_s=60).final_output == "done after 3"
     finally:
         rg.shutdown()
+        rg.init(store="memory://")
+
+
+CREATOR = textwrap.dedent(
+    """
+    import sys
+    import raygents as rg
+    from raygents.testing import ScriptedModel, text
+
+    address, namespace, store = sys.argv[1:4]
+    rg.init(address, namespace=namespace, store=store)
+    rg.run(rg.Agent("creator", model=ScriptedModel([text("here")])), "go")
+    print("CREATED", flush=True)
+    sys.stdin.readline()  # the test says when to exit
+    """
+)
+
+
+@rg.tool(num_cpus=0)
+def pause(n: int) -> str:
+    """A step that takes a second."""
+    import time
+
+    time.sleep(1.0)
+    return f"pause {n}"
+
+
+def pauses(request: rg.ModelRequest) -> rg.ModelResponse:
+    done = sum(m.role == "tool" for m in request.messages)
+    if done >= 4:
+        return text(f"done after {done}")
+    return calls(call("pause", {"n": done}, id=f"p{done}"))
+
+
+@pytest.mark.timeout(240)
+def test_a_drivers_runs_go_on_when_the_driver_that_created_the_coordinator_exits(
+    rt: None, tmp_path: Path
+) -> None:
+    """Two drivers share a (non-detached) namespace; the one that created its coordinator
+    exits, and the coordinator and its agent actors go with it. The other driver's next call
+    finds the coordinator's name free and creates a new one, and its run in flight is recovered
+    from its checkpoint, with no Ray error in sight."""
+    from raygents.runtime import client
+
+    script = tmp_path / "creator.py"
+    script.write_text(CREATOR)
+    namespace = f"exit-creator-{os.urandom(3).hex()}"
+    store = f"file://{tmp_path / 'store'}"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    address = ray.get_runtime_context().gcs_address
+    creator = subprocess.Popen(
+        [sys.executable, str(script), address, namespace, store],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert creator.stdin is not None and creator.stdout is not None
+    try:
+        line = creator.stdout.readline()
+        assert line.strip() == "CREATED", line + (creator.stderr.read() if creator.stderr else "")
+        rg.shutdown()
+        rg.init(namespace=namespace, store=store)
+        assert not client.current().created  # this driver found the creator's coordinator
+        agent = rg.Agent("survivor", tools=[pause], model=FunctionModel(pauses))
+        handle = rg.start(agent, "go")
+        events = iter(handle.events())
+        assert next(e for e in events if e.type == "tool_start")
+        creator.stdin.close()  # the creator exits while this driver's run is in flight
+        assert creator.wait(timeout=60) == 0
+
+        result = handle.result(timeout_s=120)
+        assert result.final_output == "done after 4"
+        assert any(e.type == "recovered" for e in events)
+        assert client.current().created  # this driver made the new coordinator
+        again = rg.run(rg.Agent("after", model=ScriptedModel([text("fine")])), "go")
+        assert again.final_output == "fine"
+        table = {r.run_id: r.status for r in rg.runs()}
+        assert table[handle.run_id] == "completed" and table[again.run_id] == "completed"
+    finally:
+        if creator.poll() is None:
+            creator.kill()
+            creator.wait(timeout=30)
+        rg.shutdown()  # removes the coordinator this driver created
         rg.init(store="memory://")

@@ -627,3 +627,30 @@ def test_a_driver_keeps_ended_runs_only_while_their_handles_are_in_use() -> None
     assert again.result(timeout_s=10).final_output == "ok"
     assert [e.type for e in again.events()] == ["complete"]
     assert [e.type for e in kept.events()][-1] == "complete" and len(kept.events().snapshot()) > 1
+
+
+def test_a_coordinator_gone_for_good_is_replaced_by_the_next_call() -> None:
+    """A coordinator killed for good (as its creator's exit does to it) gives its name up; the
+    driver's next call, whatever it is, creates a new one, which rebuilds the run table from
+    the store."""
+    from raygents.runtime import client
+
+    namespace = f"gone-{os.urandom(3).hex()}"
+    rg.shutdown()
+    rg.init(namespace=namespace, store="memory://")
+    try:
+        rt = client.current()
+        before = rg.run(rg.Agent("before", model=ScriptedModel([text("one")])), "go")
+        old = rt.coordinator
+        ray.kill(old, no_restart=True)
+        client._wait_until_free(namespace, old, timeout_s=10.0)
+        # the new coordinator's run table comes from the store
+        assert {r.run_id: r.status for r in rg.runs()} == {before.run_id: "completed"}
+        assert rt.coordinator._actor_id != old._actor_id and rt.created
+        after = rg.run(rg.Agent("after", model=ScriptedModel([text("two")])), "go")
+        assert after.final_output == "two"
+        table = {r.run_id: r.status for r in rg.runs()}
+        assert table == {before.run_id: "completed", after.run_id: "completed"}
+    finally:
+        rg.shutdown()
+        rg.init(store="memory://")
