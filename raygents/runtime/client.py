@@ -131,10 +131,12 @@ class Runtime:
             self.directory.replace(found)
             self.created = settings["creator"] == self.owner
             log.warning(
-                "the raygents coordinator of namespace %r is gone (the driver that created "
-                "it exited); %s",
+                "the raygents coordinator of namespace %r (actor %s) is gone (the driver that "
+                "created it exited); %s: actor %s",
                 self.namespace,
+                failed._actor_id.hex(),
                 "this driver created a new one" if self.created else "using the new one",
+                found._actor_id.hex(),
             )
         return True
 

@@ -129,15 +129,32 @@ def test_a_killed_drivers_runs_are_left_resumable(rt: None, tmp_path: Path) -> N
 
 CREATOR = textwrap.dedent(
     """
-    import sys
+    import sys, time
     import raygents as rg
-    from raygents.testing import ScriptedModel, text
+    from raygents.testing import FunctionModel, call, calls, text
 
-    address, namespace, store = sys.argv[1:4]
-    rg.init(address, namespace=namespace, store=store)
-    rg.run(rg.Agent("creator", model=ScriptedModel([text("here")])), "go")
+    address, namespace, store, run_id = sys.argv[1:5]
+
+    @rg.tool(num_cpus=0)
+    def pause(n: int) -> str:
+        \"\"\"A step that takes a second.\"\"\"
+        time.sleep(1.0)
+        return f"pause {n}"
+
+    def pauses(request):
+        done = sum(m.role == "tool" for m in request.messages)
+        if done >= 4:
+            return text(f"done after {done}")
+        return calls(call("pause", {"n": done}, id=f"p{done}"))
+
+    rg.init(address, namespace=namespace, store=store, handle_sigterm=False)
+    handle = rg.start(rg.Agent("held", tools=[pause], model=FunctionModel(pauses)), "go",
+                      run_id=run_id)
+    for event in handle.events():
+        if event.type == "tool_start":
+            break
     print("CREATED", flush=True)
-    sys.stdin.readline()  # the test says when to exit
+    sys.stdin.readline()  # the test says when to exit (its run still going)
     """
 )
 
@@ -163,19 +180,21 @@ def test_a_drivers_runs_go_on_when_the_driver_that_created_the_coordinator_exits
     rt: None, tmp_path: Path
 ) -> None:
     """Two drivers share a (non-detached) namespace; the one that created its coordinator
-    exits, and the coordinator and its agent actors go with it. The other driver's next call
-    finds the coordinator's name free and creates a new one, and its run in flight is recovered
-    from its checkpoint, with no Ray error in sight."""
+    exits with a run in flight, and the coordinator and its agent actors go with it. The other
+    driver's next call finds the coordinator's name free and creates a new one, its own run in
+    flight is recovered from its checkpoint, with no Ray error in sight, and the run of the
+    driver that exited is left resumable."""
     from raygents.runtime import client
 
     script = tmp_path / "creator.py"
     script.write_text(CREATOR)
     namespace = f"exit-creator-{os.urandom(3).hex()}"
     store = f"file://{tmp_path / 'store'}"
+    held = f"held-{os.urandom(3).hex()}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     address = ray.get_runtime_context().gcs_address
     creator = subprocess.Popen(
-        [sys.executable, str(script), address, namespace, store],
+        [sys.executable, str(script), address, namespace, store, held],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -202,8 +221,12 @@ def test_a_drivers_runs_go_on_when_the_driver_that_created_the_coordinator_exits
         assert client.current().created  # this driver made the new coordinator
         again = rg.run(rg.Agent("after", model=ScriptedModel([text("fine")])), "go")
         assert again.final_output == "fine"
-        table = {r.run_id: r.status for r in rg.runs()}
-        assert table[handle.run_id] == "completed" and table[again.run_id] == "completed"
+        table = {r.run_id: r for r in rg.runs()}
+        assert table[handle.run_id].status == "completed"
+        assert table[again.run_id].status == "completed"
+        assert table[held].status == "suspended" and "resume it" in (table[held].last_error or "")
+        left = rg.Agent("held", tools=[pause], model=FunctionModel(pauses))
+        assert rg.resume(held, agent=left).result(timeout_s=60).final_output == "done after 4"
     finally:
         if creator.poll() is None:
             creator.kill()
