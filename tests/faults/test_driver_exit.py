@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ DRIVER = textwrap.dedent(
     """
     import sys, time
     import raygents as rg
-    from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
+    from raygents.testing import FunctionModel, call, calls, text
 
     address, namespace, store, run_id, mode = sys.argv[1:6]
 
@@ -45,21 +46,34 @@ DRIVER = textwrap.dedent(
             break
     if mode == "kill":
         time.sleep(60)  # SIGKILLed by the test
+    if mode == "hold":
+        sys.stdin.readline()  # the test says when to exit (the run still going)
     """
 )
 
 
 @rg.tool(num_cpus=0)
-def step(n: int) -> str:
-    """A slow step."""
+def step(n: int, seconds: float = 0.0) -> str:
+    """A step (as slow as asked)."""
+    import time
+
+    time.sleep(seconds)
     return f"step {n}"
 
 
-def reply(request: rg.ModelRequest) -> rg.ModelResponse:
-    done = sum(m.role == "tool" for m in request.messages)
-    return (
-        text(f"done after {done}") if done >= 3 else calls(call("step", {"n": done}, id=f"s{done}"))
-    )
+def replies(seconds: float) -> Callable[[rg.ModelRequest], rg.ModelResponse]:
+    """A model's replies: three steps of ``seconds`` each, one after the other, then done."""
+
+    def reply(request: rg.ModelRequest) -> rg.ModelResponse:
+        done = sum(m.role == "tool" for m in request.messages)
+        if done >= 3:
+            return text(f"done after {done}")
+        return calls(call("step", {"n": done, "seconds": seconds}, id=f"s{done}"))
+
+    return reply
+
+
+reply = replies(0.0)
 
 
 def start_driver(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], str, str, str]:
@@ -79,7 +93,12 @@ def start_driver(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], str,
         mode,
     ]
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -127,54 +146,6 @@ def test_a_killed_drivers_runs_are_left_resumable(rt: None, tmp_path: Path) -> N
         rg.init(store="memory://")
 
 
-CREATOR = textwrap.dedent(
-    """
-    import sys, time
-    import raygents as rg
-    from raygents.testing import FunctionModel, call, calls, text
-
-    address, namespace, store, run_id = sys.argv[1:5]
-
-    @rg.tool(num_cpus=0)
-    def pause(n: int) -> str:
-        \"\"\"A step that takes a second.\"\"\"
-        time.sleep(1.0)
-        return f"pause {n}"
-
-    def pauses(request):
-        done = sum(m.role == "tool" for m in request.messages)
-        if done >= 4:
-            return text(f"done after {done}")
-        return calls(call("pause", {"n": done}, id=f"p{done}"))
-
-    rg.init(address, namespace=namespace, store=store, handle_sigterm=False)
-    handle = rg.start(rg.Agent("held", tools=[pause], model=FunctionModel(pauses)), "go",
-                      run_id=run_id)
-    for event in handle.events():
-        if event.type == "tool_start":
-            break
-    print("CREATED", flush=True)
-    sys.stdin.readline()  # the test says when to exit (its run still going)
-    """
-)
-
-
-@rg.tool(num_cpus=0)
-def pause(n: int) -> str:
-    """A step that takes a second."""
-    import time
-
-    time.sleep(1.0)
-    return f"pause {n}"
-
-
-def pauses(request: rg.ModelRequest) -> rg.ModelResponse:
-    done = sum(m.role == "tool" for m in request.messages)
-    if done >= 4:
-        return text(f"done after {done}")
-    return calls(call("pause", {"n": done}, id=f"p{done}"))
-
-
 @pytest.mark.timeout(240)
 def test_a_drivers_runs_go_on_when_the_driver_that_created_the_coordinator_exits(
     rt: None, tmp_path: Path
@@ -186,37 +157,21 @@ def test_a_drivers_runs_go_on_when_the_driver_that_created_the_coordinator_exits
     driver that exited is left resumable."""
     from raygents.runtime import client
 
-    script = tmp_path / "creator.py"
-    script.write_text(CREATOR)
-    namespace = f"exit-creator-{os.urandom(3).hex()}"
-    store = f"file://{tmp_path / 'store'}"
-    held = f"held-{os.urandom(3).hex()}"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    address = ray.get_runtime_context().gcs_address
-    creator = subprocess.Popen(
-        [sys.executable, str(script), address, namespace, store, held],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert creator.stdin is not None and creator.stdout is not None
+    creator, namespace, store, held = start_driver(tmp_path, "hold")
+    assert creator.stdin is not None
     try:
-        line = creator.stdout.readline()
-        assert line.strip() == "CREATED", line + (creator.stderr.read() if creator.stderr else "")
         rg.shutdown()
         rg.init(namespace=namespace, store=store)
         assert not client.current().created  # this driver found the creator's coordinator
-        agent = rg.Agent("survivor", tools=[pause], model=FunctionModel(pauses))
+        agent = rg.Agent("survivor", tools=[step], model=FunctionModel(replies(1.0)))
         handle = rg.start(agent, "go")
         events = iter(handle.events())
         assert next(e for e in events if e.type == "tool_start")
-        creator.stdin.close()  # the creator exits while this driver's run is in flight
+        creator.stdin.close()  # the creator exits while both runs are in flight
         assert creator.wait(timeout=60) == 0
 
         result = handle.result(timeout_s=120)
-        assert result.final_output == "done after 4"
+        assert result.final_output == "done after 3"
         assert any(e.type == "recovered" for e in events)
         assert client.current().created  # this driver made the new coordinator
         again = rg.run(rg.Agent("after", model=ScriptedModel([text("fine")])), "go")
@@ -225,8 +180,8 @@ def test_a_drivers_runs_go_on_when_the_driver_that_created_the_coordinator_exits
         assert table[handle.run_id].status == "completed"
         assert table[again.run_id].status == "completed"
         assert table[held].status == "suspended" and "resume it" in (table[held].last_error or "")
-        left = rg.Agent("held", tools=[pause], model=FunctionModel(pauses))
-        assert rg.resume(held, agent=left).result(timeout_s=60).final_output == "done after 4"
+        left = rg.Agent("outliving", tools=[step], model=FunctionModel(reply))
+        assert rg.resume(held, agent=left).result(timeout_s=60).final_output == "done after 3"
     finally:
         if creator.poll() is None:
             creator.kill()
