@@ -219,9 +219,13 @@ class Runtime:
             self.directory.graphs[fp] = (blob, replicas)
 
     def call(self, method: str, *args: Any) -> Any:
-        """Call a coordinator method from the caller's thread and wait for the answer (see
-        :meth:`Directory.call`: restarts are waited for, a lost coordinator replaced)."""
-        return self.wait(self.directory.call(method, *args), timeout_s=None)
+        """Call a coordinator method from the caller's thread and wait for the answer. Should
+        the coordinator be unreachable, the call goes again through :meth:`Directory.call`,
+        which waits for a restart or replaces a lost coordinator."""
+        try:
+            return ray.get(getattr(self.coordinator, method).remote(*args))
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            return self.wait(self.directory.call(method, *args), timeout_s=None)
 
     def suspend_all(self, grace_s: float) -> int:
         """Suspend every running run of this driver and wait up to ``grace_s`` for them."""
