@@ -73,6 +73,8 @@ class Runtime:
         self._sending: dict[asyncio.Future[Any], set[str]] = {}
         self.created = settings["creator"] == self.owner
         """Whether this runtime created the coordinator (it then removes it in close)."""
+        self._node: str = settings["node"]
+        """The node of the coordinator (where a ``file://`` store's records are)."""
         self.handles: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
         """This driver's runs: a running run's handle is held by its drive, an ended one only
         by whoever still uses it (a long-lived driver does not keep every result it saw)."""
@@ -116,8 +118,8 @@ class Runtime:
         found = await loop.run_in_executor(None, _named_coordinator, self.namespace)
         if found is not None and found._actor_id == failed._actor_id:
             return False
-        if found is None:
-            found = _coordinator_class(self.namespace, self.detached).remote(
+        if found is None:  # (on the lost one's node if it is still there: its store is)
+            found = _coordinator_class(self.namespace, self.detached, self._node).remote(
                 *self._args, creator=self.owner
             )
         try:
@@ -130,6 +132,7 @@ class Runtime:
         if self.directory.coordinator()._actor_id == failed._actor_id:
             self.directory.replace(found)
             self.created = settings["creator"] == self.owner
+            self._node = settings["node"]
             log.warning(
                 "the raygents coordinator of namespace %r (actor %s) is gone (the driver that "
                 "created it exited); %s: actor %s",
@@ -249,7 +252,9 @@ def _noted(sending: asyncio.Future[Any]) -> None:
         log.warning("could not update the run table: %s", sending.exception())
 
 
-def _coordinator_class(namespace: str, detached: bool) -> Any:
+def _coordinator_class(namespace: str, detached: bool, node: str | None = None) -> Any:
+    """The coordinator's actor class, placed on ``node`` (default: this process's node) when
+    it can be: a ``file://`` store's directory is on the node of the driver that made it."""
     options: dict[str, Any] = {
         "name": COORDINATOR_NAME,
         "namespace": namespace,
@@ -257,9 +262,8 @@ def _coordinator_class(namespace: str, detached: bool) -> Any:
         "num_cpus": 0,
         "max_restarts": -1,
         "max_concurrency": 10_000,
-        # On the driver's node when it can be: a file:// store path is the driver's.
         "scheduling_strategy": NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=True
+            node or ray.get_runtime_context().get_node_id(), soft=True
         ),
     }
     if detached:

@@ -642,11 +642,13 @@ def test_a_coordinator_gone_for_good_is_replaced_by_the_next_call() -> None:
         rt = client.current()
         before = rg.run(rg.Agent("before", model=ScriptedModel([text("one")])), "go")
         old = rt.coordinator
+        node = ray.get(old.settings.remote())["node"]
         ray.kill(old, no_restart=True)
         client._wait_until_free(namespace, old, timeout_s=10.0)
         # the new coordinator's run table comes from the store
         assert {r.run_id: r.status for r in rg.runs()} == {before.run_id: "completed"}
         assert rt.coordinator._actor_id != old._actor_id and rt.created
+        assert ray.get(rt.coordinator.settings.remote())["node"] == node  # where its store is
         after = rg.run(rg.Agent("after", model=ScriptedModel([text("two")])), "go")
         assert after.final_output == "two"
         table = {r.run_id: r.status for r in rg.runs()}
