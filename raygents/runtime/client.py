@@ -56,9 +56,7 @@ class Runtime:
         self._thread.start()
         self._args = (namespace, store_url, durability, key, detached, recovery, actor_options)
         for attempt in itertools.count(1):
-            coordinator = _coordinator_class(namespace, detached).remote(
-                *self._args, creator=self.owner
-            )
+            coordinator = self._new_coordinator()
             self.directory = Directory(namespace, coordinator, self.owner, revive=self._revive)
             try:
                 settings = self.wait(self.directory.settings())
@@ -88,9 +86,15 @@ class Runtime:
         """The namespace's coordinator actor, as this runtime knows it."""
         return self.directory.coordinator()
 
+    def _new_coordinator(self, node: str | None = None) -> Any:
+        """The namespace's coordinator: a new one (this runtime its creator), or the one that
+        holds the name already."""
+        cls = _coordinator_class(self.namespace, self.detached, node)
+        return cls.remote(*self._args, creator=self.owner)
+
     def _mismatch(self, settings: dict[str, Any]) -> UserError | None:
         """The error for a coordinator that runs with another store or durability."""
-        store_url, durability = self._args[1], self._args[2]
+        _, store_url, durability, *_ = self._args
         if settings["store"] == store_url and settings["durability"] == durability:
             return None
         return UserError(
@@ -119,9 +123,7 @@ class Runtime:
         if found is not None and found._actor_id == failed._actor_id:
             return False
         if found is None:  # (on the lost one's node if it is still there: its store is)
-            found = _coordinator_class(self.namespace, self.detached, self._node).remote(
-                *self._args, creator=self.owner
-            )
+            found = self._new_coordinator(self._node)
         try:
             settings = await found.settings.remote()
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
@@ -134,8 +136,8 @@ class Runtime:
             self.created = settings["creator"] == self.owner
             self._node = settings["node"]
             log.warning(
-                "the raygents coordinator of namespace %r (actor %s) is gone (the driver that "
-                "created it exited); %s: actor %s",
+                "the raygents coordinator of namespace %r (actor %s) is gone for good (the "
+                "driver that created it exited, or it was killed); %s: actor %s",
                 self.namespace,
                 failed._actor_id.hex(),
                 "this driver created a new one" if self.created else "using the new one",
