@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from raygents.errors import UserError
+from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
 from raygents.tools import AgentTool, RunContext, Tool, _sanitise
 
@@ -111,6 +112,12 @@ class Agent:
         max_empty_output_retries: retries of empty structured output.
         handoff_description: shown to agents that can hand off to this one.
         replicas: how many actors serve this agent (runs are spread over them).
+        max_tool_calls_per_turn: tool calls of one model reply that are run (default 128);
+            each call past it is answered with an error telling the model the cap.
+        max_model_calls: model calls allowed in a run while this agent is active, those of its
+            agent-as-tool runs included (default 1000; the smallest value among the agents
+            active in the run applies). Each child run started by a batch gets an equal share
+            of what is left; past the budget the run fails with ``MaxTurnsExceeded``.
     """
 
     def __init__(
@@ -136,6 +143,8 @@ class Agent:
         handoff_description: str | None = None,
         hooks: Any = None,
         replicas: int = 1,
+        max_tool_calls_per_turn: int = DEFAULT_MAX_TOOL_CALLS_PER_TURN,
+        max_model_calls: int = DEFAULT_MAX_MODEL_CALLS,
     ) -> None:
         self.name = name
         self.instructions = instructions
@@ -157,6 +166,8 @@ class Agent:
         self.handoff_description = handoff_description
         self.hooks = hooks
         self.replicas = replicas
+        self.max_tool_calls_per_turn = max_tool_calls_per_turn
+        self.max_model_calls = max_model_calls
         self.validate()
 
     def validate(self) -> None:
@@ -165,9 +176,15 @@ class Agent:
             raise UserError(f"agent name must be a non-empty string, got {self.name!r}")
         if not (isinstance(self.instructions, str) or callable(self.instructions)):
             raise UserError(f"agent {self.name!r}: instructions must be a str or a function")
-        for field, low in (("max_turns", 1), ("max_tool_depth", 1), ("replicas", 1)):
+        for field, low in (
+            ("max_turns", 1),
+            ("max_tool_depth", 1),
+            ("replicas", 1),
+            ("max_tool_calls_per_turn", 1),
+            ("max_model_calls", 1),
+        ):
             value = getattr(self, field)
-            if not isinstance(value, int) or value < low:
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise UserError(
                     f"agent {self.name!r}: {field} must be an int >= {low}, got {value!r}"
                 )

@@ -26,8 +26,8 @@ def new_run_id() -> str:
 class RunState(BaseModel):
     """Everything about a run that must survive a hop to another actor or a checkpoint.
 
-    Limits only shrink as a run travels: ``max_turns`` and ``max_tool_depth`` are caps that
-    apply on top of each agent's own limits.
+    Limits only shrink as a run travels: ``max_turns``, ``max_tool_depth`` and
+    ``max_model_calls`` are caps that apply on top of each agent's own limits.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -48,6 +48,10 @@ class RunState(BaseModel):
     """Agent-as-tool nesting depth: 0 for a top-level run."""
     max_tool_depth: int | None = None
     """A cap on agent-as-tool nesting inherited from the parent run."""
+    max_model_calls: int | None = None
+    """A cap on model calls (``usage.requests``) of this run and its agent-as-tool children:
+    the smallest ``max_model_calls`` of the agents active in it, and for a child its share of
+    what its parent had left when it started."""
     parent_run_id: str | None = None
     path: tuple[str, ...] = ()
     """Agent-as-tool nesting as ``"<agent>/<call id>"`` steps, for events."""

@@ -7,7 +7,6 @@ call, a batch of tool calls), and feeding the outcome back through :func:`on_res
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,11 +28,14 @@ from raygents.messages import (
     ModelSettingsData,
     ToolCall,
     ToolSpec,
+    Usage,
 )
-from raygents.schema import schema_errors
+from raygents.schema import bounded_errors, excerpt, parse_json
 from raygents.tools import ToolResult
 
 __all__ = [
+    "DEFAULT_MAX_MODEL_CALLS",
+    "DEFAULT_MAX_TOOL_CALLS_PER_TURN",
     "NUDGE",
     "SKIPPED_AFTER_HANDOFF",
     "Action",
@@ -60,6 +62,10 @@ __all__ = [
 
 NUDGE = "Based on everything you have gathered, produce the final structured output now."
 SKIPPED_AFTER_HANDOFF = "Tool call was not executed because a handoff occurred."
+DEFAULT_MAX_TOOL_CALLS_PER_TURN = 128
+DEFAULT_MAX_MODEL_CALLS = 1000
+MAX_CALL_ID = 128
+"""Longer call ids are replaced (they travel in every record, key and event of the call)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,10 @@ class AgentView:
     reset_tool_choice: bool = True
     max_turns: int = 10
     max_empty_output_retries: int = 2
+    max_tool_calls_per_turn: int = DEFAULT_MAX_TOOL_CALLS_PER_TURN
+    """Calls of one reply past this many are not run: each is answered with an error."""
+    max_model_calls: int = DEFAULT_MAX_MODEL_CALLS
+    """A cap on the run's model calls, children included, while this agent is active."""
 
 
 # Tool steps: what the actor does with each call of a batch.
@@ -160,10 +170,14 @@ Action = CallModel | RunTools | Finish | Fail | HandoffTo
 
 def activate(state: RunState, view: AgentView) -> RunState:
     """Prepare the state for an agent that has just become active (start, handoff, resume)."""
+    budget = view.max_model_calls
+    if state.max_model_calls is not None:
+        budget = min(budget, state.max_model_calls)
     return state.evolve(
         agent_name=view.name,
         exploring=view.output_schema is not None and bool(view.tools),
         forced_synthesis=False,
+        max_model_calls=budget,
     )
 
 
@@ -177,7 +191,17 @@ def turn_limit(state: RunState, view: AgentView) -> int:
 
 
 def next_turn(state: RunState, view: AgentView) -> tuple[RunState, CallModel | Fail]:
-    """Check the turn limit and build the next model request."""
+    """Check the turn limit and the run's model-call budget, and build the next request."""
+    budget = state.max_model_calls
+    if budget is not None and state.usage.requests >= budget:
+        return state, Fail(
+            MaxTurnsExceeded(
+                f"run {state.run_id!r} used its budget of {budget} model calls (its agent-as-"
+                f"tool runs included); raise max_model_calls of the agents if this is expected",
+                run_id=state.run_id,
+                max_turns=budget,
+            )
+        )
     limit = turn_limit(state, view)
     if state.turns >= limit:
         if state.exploring:
@@ -228,11 +252,17 @@ def _begin_synthesis(state: RunState) -> RunState:
 def on_response(
     state: RunState, view: AgentView, response: ModelResponse
 ) -> tuple[RunState, Action]:
-    """Account for a model reply and decide what happens next."""
+    """Account for a model reply and decide what happens next.
+
+    Call ids the reply repeats (in it or from earlier turns), and empty or overlong ones, are
+    renamed before the reply enters the history, so each call has its own id everywhere: in
+    the journal, its idempotency key, its approval and its answer.
+    """
+    message = unique_call_ids(response.message, state.messages)
     state = state.evolve(
-        usage=state.usage + response.usage,
+        usage=state.usage + response.usage + Usage(requests=1),
         turns=state.turns + 1,
-        messages=(*state.messages, response.message),
+        messages=(*state.messages, message),
     )
     reason = response.finish_reason
     if reason == "tool_calls" and not response.message.tool_calls:
@@ -242,7 +272,7 @@ def on_response(
             return _on_stop(state, view, response.message)
         case "tool_calls":
             state = state.evolve(tool_used_in_run=True, empty_retries=0)
-            return state, plan_tools(state, view, response.message.tool_calls)
+            return state, plan_tools(state, view, message.tool_calls)
         case "content_filter":
             return state, Fail(
                 ModelError(
@@ -278,19 +308,53 @@ def _on_stop(state: RunState, view: AgentView, message: Message) -> tuple[RunSta
     return state, Finish(message.text)
 
 
+def unique_call_ids(message: Message, history: Sequence[Message] = ()) -> Message:
+    """``message`` with each tool call id made unique within the run.
+
+    A call whose id is empty, longer than :data:`MAX_CALL_ID`, or already taken (earlier in the
+    message or by a call in ``history``) gets ``<id>~<n>``, the first free ``n`` from its
+    position. Renaming (not rejecting) keeps every call the model asked for, and the renamed
+    id is what the model sees answered, so each id it is shown has exactly one tool message.
+    """
+    if not message.tool_calls:
+        return message
+    taken = {c.id for m in history if m.tool_calls for c in m.tool_calls}
+    ids = [c.id for c in message.tool_calls]
+    if len(set(ids)) == len(ids) and taken.isdisjoint(ids) and all(_fit_id(i) for i in ids):
+        return message
+    sent = set(ids)
+    out = []
+    for i, c in enumerate(message.tool_calls):
+        new = c.id
+        if not _fit_id(new) or new in taken:
+            base = (new[:64] if new.strip() else "") or "call"
+            n = i + 1
+            while f"{base}~{n}" in taken or f"{base}~{n}" in sent:
+                n += 1
+            new = f"{base}~{n}"
+            c = c.model_copy(update={"id": new})
+        taken.add(new)
+        out.append(c)
+    return message.model_copy(update={"tool_calls": tuple(out)})
+
+
+def _fit_id(call_id: str) -> bool:
+    return 0 < len(call_id) <= MAX_CALL_ID and bool(call_id.strip())
+
+
 def output_error(run_id: str, schema: Mapping[str, Any], text: str) -> OutputValidationError | None:
     """Validate structured output text against ``{"name", "schema"}``; the error, or None."""
     try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        excerpt = text[:200] + ("..." if len(text) > 200 else "")
+        value = parse_json(text)
+    except ValueError as exc:
+        reason = excerpt(str(exc))
         return OutputValidationError(
-            f"output is not valid JSON ({exc}): {excerpt!r}",
+            f"output is not valid JSON ({reason}): {excerpt(text)!r}",
             run_id=run_id,
-            errors=[("/", f"not valid JSON: {exc}")],
+            errors=[("/", f"not valid JSON: {reason}")],
             output=text[:2000],
         )
-    errors = schema_errors(dict(schema["schema"]), value)
+    errors = bounded_errors(dict(schema["schema"]), value)
     if not errors:
         return None
     detail = "; ".join(f"{path}: {msg}" for path, msg in errors[:5])
@@ -303,21 +367,27 @@ def output_error(run_id: str, schema: Mapping[str, Any], text: str) -> OutputVal
 
 
 def plan_tools(state: RunState, view: AgentView, calls: Sequence[ToolCall]) -> RunTools | Fail:
-    """Decide what to do with each call of a batch."""
+    """Decide what to do with each call of a batch.
+
+    Calls past ``view.max_tool_calls_per_turn`` are not run (nor looked at): each is answered
+    with an error that tells the model the cap.
+    """
     specs = {t.name: t for t in view.tools}
-    for call in calls:
+    cap = view.max_tool_calls_per_turn
+    planned, over = calls[:cap], calls[cap:]
+    for call in planned:
         if call.name not in specs and call.name not in view.handoffs:
             return Fail(
                 ToolNotFound(
-                    f"cannot dispatch tool call: unknown tool {call.name!r} "
+                    f"cannot dispatch tool call: unknown tool {excerpt(call.name, 64)!r} "
                     f"for agent {view.name!r}",
                     run_id=state.run_id,
-                    tool_name=call.name,
+                    tool_name=excerpt(call.name, 64),
                 )
             )
-    handoff_at = next((i for i, c in enumerate(calls) if c.name in view.handoffs), None)
+    handoff_at = next((i for i, c in enumerate(planned) if c.name in view.handoffs), None)
     steps: list[ToolStep] = []
-    for i, call in enumerate(calls):
+    for i, call in enumerate(planned):
         if handoff_at is not None and i > handoff_at:
             steps.append(Skip(call))
         elif i == handoff_at:
@@ -325,18 +395,26 @@ def plan_tools(state: RunState, view: AgentView, calls: Sequence[ToolCall]) -> R
         else:
             problem = argument_error(specs[call.name], call.arguments)
             steps.append(Reject(call, problem) if problem else Execute(call))
+    refusal = (
+        f"Tool call was not executed: at most {cap} tool calls are run per turn and this turn "
+        f"asked for {len(calls)}. Make the remaining calls in a later turn."
+    )
+    steps.extend(Reject(call, refusal) for call in over)
     return RunTools(tuple(steps), sequential=handoff_at is not None)
 
 
 def argument_error(spec: ToolSpec, arguments: str) -> str | None:
     """A message for the model when ``arguments`` do not fit the tool's schema, else None."""
     try:
-        value = json.loads(arguments or "{}")
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return f'Invalid parameters for tool "{spec.name}": arguments are not valid JSON ({exc})'
+        value = parse_json(arguments or "{}")
+    except ValueError as exc:
+        return (
+            f'Invalid parameters for tool "{spec.name}": arguments are not valid JSON '
+            f"({excerpt(str(exc))}): {excerpt(arguments)!r}"
+        )
     if not isinstance(value, dict):
         return f'Invalid parameters for tool "{spec.name}": arguments must be a JSON object'
-    errors = schema_errors(spec.parameters, value) if spec.parameters else []
+    errors = bounded_errors(spec.parameters, value) if spec.parameters else []
     if not errors:
         return None
     detail = "; ".join(f"{path}: {msg}" for path, msg in errors[:5])

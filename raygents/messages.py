@@ -6,7 +6,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from raygents.toolcall import clean_text
 
 __all__ = [
     "FinishReason",
@@ -36,7 +38,9 @@ class ToolCall(_Frozen):
     name: str
     """The tool's name."""
     arguments: str = "{}"
-    """The arguments as a JSON text, exactly as the model produced them."""
+    """The arguments as a JSON text, as the model produced them (lone surrogates replaced)."""
+
+    _clean = field_validator("id", "name", "arguments")(clean_text)
 
     def __init__(self, id: str, name: str, arguments: str = "{}", **data: Any) -> None:
         BaseModel.__init__(self, id=id, name=name, arguments=arguments, **data)
@@ -47,13 +51,17 @@ class Usage(_Frozen):
 
     input_tokens: int = 0
     output_tokens: int = 0
+    requests: int = 0
+    """Model calls counted in this usage (a run counts each of its own and its children's)."""
 
     def __init__(self, input_tokens: int = 0, output_tokens: int = 0, **data: Any) -> None:
         BaseModel.__init__(self, input_tokens=input_tokens, output_tokens=output_tokens, **data)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            requests=self.requests + other.requests,
         )
 
     @property
@@ -63,7 +71,12 @@ class Usage(_Frozen):
 
 
 class Message(_Frozen):
-    """One conversation message."""
+    """One conversation message.
+
+    Text that cannot be encoded as UTF-8 (lone surrogates, as ``os.listdir`` gives for a
+    file name that is not UTF-8) is stored with U+FFFD in their place, so that checkpoints,
+    sessions and model providers only ever see valid text.
+    """
 
     role: Role
     content: str | None = None
@@ -72,6 +85,8 @@ class Message(_Frozen):
     """The tool calls of an assistant message."""
     tool_call_id: str | None = None
     """For a tool message: the id of the call it answers."""
+
+    _clean = field_validator("content", "tool_call_id")(clean_text)
 
     def __init__(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -13,8 +14,11 @@ from pydantic import BaseModel, TypeAdapter, create_model
 __all__ = [
     "ArgFields",
     "args_model",
+    "bounded_errors",
+    "excerpt",
     "function_parameters",
     "parse_docstring",
+    "parse_json",
     "schema_errors",
     "strict_schema",
     "type_name",
@@ -26,25 +30,81 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Rewrite a JSON schema for OpenAI strict mode.
 
     Every object lists all its properties as required (properties that were optional become
-    nullable), forbids additional properties, and ``$defs`` references are inlined so the schema
-    stands alone. The input is not changed.
+    nullable) and forbids additional properties. ``$defs`` references are inlined so the schema
+    stands alone, unless a definition refers to itself (a recursive type, such as a tree
+    node): then the definitions stay under ``$defs``, made strict too, and are referred to
+    with ``$ref`` as strict mode allows; only a root that is a bare ``$ref`` is inlined (the
+    root must be an object). The input is not changed.
+
+    Raises:
+        ValueError: the schema nests too deeply, or a ``$ref`` names no definition.
     """
     defs = schema.get("$defs", {})
-    out: dict[str, Any] = _strict(copy.deepcopy(schema), defs, depth=0)
-    out.pop("$defs", None)
+    if not _recursive(defs):
+        out: dict[str, Any] = _strict(copy.deepcopy(schema), defs, depth=0)
+        out.pop("$defs", None)
+        return out
+    kept = {name: _strict(copy.deepcopy(d), defs, 0, inline=False) for name, d in defs.items()}
+    root = {k: v for k, v in schema.items() if k != "$defs"}
+    ref = root.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = _target(defs, ref)
+        root = {**target, **{k: v for k, v in root.items() if k != "$ref"}}
+    out = _strict(copy.deepcopy(root), defs, 0, inline=False)
+    out["$defs"] = kept
     return out
 
 
-def _strict(node: Any, defs: dict[str, Any], depth: int) -> Any:
+def _target(defs: dict[str, Any], ref: str) -> dict[str, Any]:
+    name = ref.removeprefix("#/$defs/")
+    if name not in defs or not isinstance(defs[name], dict):
+        raise ValueError(f"schema $ref {ref!r} names no definition under $defs")
+    target: dict[str, Any] = defs[name]
+    return target
+
+
+def _recursive(defs: dict[str, Any]) -> bool:
+    """Whether a definition of ``defs`` refers, directly or not, to itself."""
+    refs = {name: set(_refs(d)) & set(defs) for name, d in defs.items()}
+    for start in refs:
+        seen: set[str] = set()
+        todo = list(refs[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo.extend(refs.get(name, ()))
+    return False
+
+
+def _refs(node: Any) -> list[str]:
+    """The names of the definitions ``node`` refers to (``#/$defs/<name>``)."""
+    found: list[str] = []
+    todo = [node]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                found.append(ref.removeprefix("#/$defs/"))
+            todo.extend(v for k, v in item.items() if k != "$ref")
+    return found
+
+
+def _strict(node: Any, defs: dict[str, Any], depth: int, *, inline: bool = True) -> Any:
     if depth > 64:
-        raise ValueError("schema nests too deeply (recursive types are not supported)")
+        raise ValueError("schema nests too deeply")
     if isinstance(node, list):
-        return [_strict(item, defs, depth + 1) for item in node]
+        return [_strict(item, defs, depth + 1, inline=inline) for item in node]
     if not isinstance(node, dict):
         return node
     ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        target = copy.deepcopy(defs[ref.split("/")[-1]])
+    if inline and isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = copy.deepcopy(_target(defs, ref))
         rest = {k: v for k, v in node.items() if k != "$ref"}
         return _strict({**target, **rest}, defs, depth + 1)
     out: dict[str, Any] = {}
@@ -52,9 +112,11 @@ def _strict(node: Any, defs: dict[str, Any], depth: int) -> Any:
         if key in ("title", "default"):
             continue
         if key in ("properties", "$defs") and isinstance(value, dict):
-            out[key] = {name: _strict(sub, defs, depth + 1) for name, sub in value.items()}
+            out[key] = {
+                name: _strict(sub, defs, depth + 1, inline=inline) for name, sub in value.items()
+            }
         else:
-            out[key] = _strict(value, defs, depth + 1)
+            out[key] = _strict(value, defs, depth + 1, inline=inline)
     node = out
     if node.get("type") == "object" or "properties" in node:
         props: dict[str, Any] = node.setdefault("properties", {})
@@ -146,6 +208,54 @@ def schema_errors(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
     return out
 
 
+EXCERPT = 200
+"""How much of a model-made value an error message quotes."""
+
+
+def excerpt(value: str, limit: int = EXCERPT) -> str:
+    """``value`` cut to ``limit`` characters, with how much was left out."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value) - limit} more characters)"
+
+
+def parse_json(text: str) -> Any:
+    """Parse strict JSON: no ``NaN`` or ``Infinity``, no repeated keys in an object.
+
+    Raises:
+        ValueError: the text is not such JSON, with a short reason; also for nesting too
+            deep to parse.
+    """
+    try:
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_repeats)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {excerpt(key, 40)!r} appears more than once")
+            seen.add(key)
+    return out
+
+
+def bounded_errors(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
+    """:func:`schema_errors` with each message cut to an excerpt (messages quote values)."""
+    try:
+        errors = schema_errors(schema, value)
+    except RecursionError:
+        return [("/", "value nested too deeply to validate")]
+    return [(excerpt(path), excerpt(msg)) for path, msg in errors]
+
+
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
 _SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
@@ -235,30 +345,36 @@ def drop_defaulted_nulls(value: Any, schema: dict[str, Any]) -> Any:
     Strict mode makes every property required and optional ones nullable, so a model sends
     ``null`` where it means "use the default". ``schema`` is the type's own (non-strict) schema.
     """
-    return _drop(value, schema, schema.get("$defs", {}), 0)
+    try:
+        return _drop(value, schema, schema.get("$defs", {}), 0)
+    except RecursionError:  # (a value nested deeper than Python recurses: validation says so)
+        return value
 
 
-def _drop(value: Any, node: dict[str, Any], defs: dict[str, Any], depth: int) -> Any:
-    if depth > 64 or not isinstance(node, dict):
+def _drop(value: Any, node: dict[str, Any], defs: dict[str, Any], hops: int) -> Any:
+    """``hops`` counts schema steps that do not go into the value (``$ref``, ``anyOf``): a
+    recursive type's schema is followed as deep as the value goes, a loop of bare
+    references is not followed for ever."""
+    if hops > 64 or not isinstance(node, dict):
         return value
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return _drop(value, defs.get(ref.split("/")[-1], {}), defs, depth + 1)
+        return _drop(value, defs.get(ref.split("/")[-1], {}), defs, hops + 1)
     for key in ("anyOf", "oneOf"):
         if key in node and value is not None:
             for alt in node[key]:
                 if isinstance(alt, dict) and (
                     "$ref" in alt or alt.get("type") in ("object", "array")
                 ):
-                    return _drop(value, alt, defs, depth + 1)
+                    return _drop(value, alt, defs, hops + 1)
     if isinstance(value, dict) and "properties" in node:
         required = set(node.get("required", ()))
         props = node["properties"]
         return {
-            k: _drop(v, props.get(k, {}), defs, depth + 1)
+            k: _drop(v, props.get(k, {}), defs, 0)
             for k, v in value.items()
             if not (v is None and k not in required and k in props)
         }
     if isinstance(value, list) and isinstance(node.get("items"), dict):
-        return [_drop(v, node["items"], defs, depth + 1) for v in value]
+        return [_drop(v, node["items"], defs, 0) for v in value]
     return value

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ToolContext", "result_text"]
+__all__ = ["ToolContext", "clean_text", "result_text"]
 
 
 @dataclass(frozen=True)
@@ -34,18 +34,36 @@ class ToolContext:
         return f"{self.run_id}:{self.call_id}"
 
 
+def clean_text(value: Any) -> Any:
+    """``value`` with lone surrogates replaced by U+FFFD when it is a string that UTF-8 cannot
+    encode (a surrogate pair becomes its character); any other value as it is.
+
+    Python strings may hold lone surrogates (``os.listdir`` gives ``'report-\\udcff.txt'`` for
+    a file name that is not UTF-8); checkpoints, sessions and model providers need UTF-8.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value
+
+
 def result_text(value: Any) -> tuple[str, bool]:
     """A tool function's return value as the text the model sees, and whether it is an error.
 
     A string as it is; a ``ToolResult`` as its content; a pydantic model, a dataclass or any
-    JSON-serialisable value as JSON; anything else is an error. Pydantic values can only exist
-    where pydantic is loaded, so they are recognised without importing it.
+    JSON-serialisable value as JSON; anything else is an error. The text is always valid
+    UTF-8 (see :func:`clean_text`; ``json.dumps`` escapes lone surrogates itself). Pydantic
+    values can only exist where pydantic is loaded, so they are recognised without importing
+    it.
     """
     if isinstance(value, str):
-        return value, False
+        return clean_text(value), False
     tools = sys.modules.get("raygents.tools")
     if tools is not None and isinstance(value, tools.ToolResult):
-        return value.content, value.is_error
+        return clean_text(value.content), value.is_error
     model = _base_model()
     if model is not None and isinstance(value, model):
         return value.model_dump_json(), False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -17,13 +18,45 @@ from raygents.tools import AgentTool, ToolResult
 if TYPE_CHECKING:
     from raygents.runtime.directory import Directory
 
-__all__ = ["child_run_id", "load_state", "replay_blobs", "run_child"]
+__all__ = [
+    "child_budget",
+    "child_run_id",
+    "legacy_child_run_id",
+    "load_state",
+    "replay_blobs",
+    "run_child",
+]
 
 
 def child_run_id(parent_run_id: str, call_id: str) -> str:
-    """The child run's id: stable for a given call, so a resumed parent finds its child."""
+    """The child run's id: ``<parent id, cut to 64>.<24 hex digits>``.
+
+    The digits hash the whole parent id and call id, so the id is the same for a given call
+    every time (a resumed parent finds its child), differs for different calls (``a:b`` and
+    ``a/b`` included), is one store key segment of ASCII whatever the call id holds, and is at
+    most 89 characters at any nesting depth.
+    """
+    digest = hashlib.sha256(f"{parent_run_id}\0{call_id}".encode()).hexdigest()[:24]
+    return f"{parent_run_id[:64]}.{digest}"
+
+
+def legacy_child_run_id(parent_run_id: str, call_id: str) -> str:
+    """The child id that versions before hashed ids gave a call: only to find such a child
+    when a run checkpointed by one of them resumes."""
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in call_id)[:64] or "call"
     return f"{parent_run_id}.{safe}"
+
+
+def child_budget(state: RunState) -> int | None:
+    """The model calls a child started now may make: an equal share, among the calls of the
+    batch, of what the parent has left. The parent adds each child's usage when the batch
+    ends, so the run's model calls, its children's included, never pass its budget."""
+    if state.max_model_calls is None:
+        return None
+    left = state.max_model_calls - state.usage.requests
+    last = state.messages[-1] if state.messages else None
+    batch = len(last.tool_calls) if last is not None and last.tool_calls else 1
+    return max(0, left // batch)
 
 
 async def load_state(directory: Directory, run_id: str) -> tuple[RunState, dict[str, Any]] | None:
@@ -61,8 +94,23 @@ async def run_child(
         return StepResult(
             tool_error(tool.name, f"agent-tool delegation exceeded maximum depth ({cap})")
         )
+    budget = child_budget(state)
+    if budget is not None and budget < 1:
+        return StepResult(
+            tool_error(
+                tool.name,
+                f"the run's budget of {state.max_model_calls} model calls leaves none for "
+                "this sub-agent",
+            )
+        )
     child_id = child_run_id(state.run_id, call.id)
-    child = await _resumable(directory, child_id, envelope) if envelope.resumed else None
+    child = None
+    if envelope.resumed:
+        child = await _resumable(directory, child_id, envelope)
+        legacy = legacy_child_run_id(state.run_id, call.id)
+        if child is None and legacy.isascii() and len(legacy) <= 128:
+            child = await _resumable(directory, legacy, envelope)
+            child_id = legacy if child is not None else child_id
     fresh = child is None
     if child is None:
         child = RunState(
@@ -73,6 +121,7 @@ async def run_child(
             max_turns=state.max_turns,
             depth=state.depth + 1,
             max_tool_depth=cap,
+            max_model_calls=budget,
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
         )
