@@ -13,18 +13,23 @@
     ├── ModelError                 the model provider failed or answered badly
     ├── OutputValidationError      typed output failed its schema or type
     ├── RunNotFound                no run with that id is known
+    ├── PayloadTooLarge            a payload is over its size cap (``MAX_PAYLOAD_BYTES``)
     └── CheckpointError            a checkpoint could not be stored or loaded
         └── CheckpointCorrupt      checkpoint bytes failed their integrity checks
 
 Errors can be built from a message alone; every other field is a keyword argument and is kept
-when the error crosses a process boundary.
+when the error crosses a process boundary. A message that is not text (``MaxTurnsExceeded(3)``)
+is made text with ``str()``, and so is a run id.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Literal
 
 __all__ = [
+    "MAX_PAYLOAD_BYTES",
     "SUSPEND_FOR_CHECKPOINT",
     "ApprovalDecisionsMismatch",
     "CheckpointCorrupt",
@@ -35,6 +40,7 @@ __all__ = [
     "ModelError",
     "OutputGuardrailTripped",
     "OutputValidationError",
+    "PayloadTooLarge",
     "RaygentsError",
     "RunInterrupted",
     "RunNotFound",
@@ -57,10 +63,11 @@ class RaygentsError(Exception):
 
     _fields: tuple[str, ...] = ()
 
-    def __init__(self, message: str = "", *, run_id: str | None = None, **fields: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.run_id = run_id
+    def __init__(self, message: object = "", *, run_id: object = None, **fields: Any) -> None:
+        text = _text(message)
+        super().__init__(text)
+        self.message: str = text
+        self.run_id: str | None = None if run_id is None else _text(run_id)
         unknown = set(fields) - set(self._fields)
         if unknown:
             raise TypeError(f"{type(self).__name__} got unexpected fields {sorted(unknown)!r}")
@@ -81,6 +88,18 @@ class RaygentsError(Exception):
         if self.run_id is None:
             self.run_id = run_id
         return self
+
+
+def _text(value: object) -> str:
+    """``value`` as text: a string as it is, ``None`` as ``""``, anything else by ``str()``."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return str(value)
+    except Exception:  # a value whose __str__ fails must not make the error unprintable
+        return f"<{type(value).__name__} that cannot be shown>"
 
 
 def _rebuild(
@@ -177,3 +196,87 @@ class CheckpointCorrupt(CheckpointError):
     """Checkpoint bytes failed their size, integrity, format or version checks."""
 
     _fields = ("key", "reason")
+
+
+PayloadKind = Literal["model output", "tool arguments", "tool result", "checkpoint", "run input"]
+"""What a :class:`PayloadTooLarge` was about."""
+
+MAX_PAYLOAD_BYTES: Mapping[PayloadKind, int] = MappingProxyType(
+    {
+        "model output": 1024 * 1024,
+        "tool arguments": 1024 * 1024,
+        "tool result": 4 * 1024 * 1024,
+        "run input": 4 * 1024 * 1024,
+        "checkpoint": 10 * 1024 * 1024,
+    }
+)
+"""The size caps, in bytes of UTF-8 text, that raygents holds payloads to.
+
+Model output is the text of one answer, tool arguments those of one call (both checked by the
+agent actor as the answer arrives: 1 MiB is more than any model writes in one turn); a tool
+result is checked in the tool's worker before it is returned into Ray (4 MiB, the text of a
+context window of a million tokens); run input is all input messages of a run; a checkpoint is
+one encoded record (:data:`raygents.codec.DEFAULT_MAX_BYTES`).
+"""
+
+_ADVICE: Mapping[str, str] = {
+    "model output": "ask the model for a shorter answer or lower max_tokens",
+    "tool arguments": "ask the model for smaller arguments, or pass large data by reference",
+    "tool result": "return less (a summary, or a reference to where the data is kept)",
+    "run input": "pass less input, or a reference to where the data is kept",
+    "checkpoint": "keep tool results and the conversation shorter, or start a new run",
+}
+
+
+class PayloadTooLarge(RaygentsError):
+    """A payload is over its size cap, and was refused before it was sent anywhere.
+
+    Built from ``kind``, ``size`` and ``limit`` alone, it writes its own message. See
+    :data:`MAX_PAYLOAD_BYTES` for the caps.
+
+    Attributes:
+        kind: what was too large: ``"model output"``, ``"tool arguments"``, ``"tool result"``,
+            ``"checkpoint"`` or ``"run input"``.
+        size: its size in bytes.
+        limit: the cap it exceeded, in bytes.
+    """
+
+    _fields = ("kind", "size", "limit")
+    kind: PayloadKind | None
+    size: int | None
+    limit: int | None
+
+    def __init__(self, message: object = "", *, run_id: object = None, **fields: Any) -> None:
+        if not message and fields.get("kind") is not None:
+            message = _payload_text(fields["kind"], fields.get("size"), fields.get("limit"))
+        super().__init__(message, run_id=run_id, **fields)
+
+    @staticmethod
+    def size_of(text: str) -> int:
+        """The size of ``text`` in bytes of UTF-8 (a lone surrogate counts as three)."""
+        if text.isascii():
+            return len(text)
+        return len(text.encode("utf-8", "surrogatepass"))
+
+    @classmethod
+    def check(cls, kind: PayloadKind, text: str, *, what: str = "") -> None:
+        """Raise if ``text`` is over the cap of ``kind``; ``what`` names it in the message.
+
+        Raises:
+            PayloadTooLarge: ``text`` has more bytes than ``MAX_PAYLOAD_BYTES[kind]``.
+        """
+        limit = MAX_PAYLOAD_BYTES[kind]
+        if len(text) <= limit // 4:  # at most 4 bytes a character: no need to count
+            return
+        size = cls.size_of(text)
+        if size > limit:
+            message = _payload_text(kind, size, limit, what)
+            raise cls(message, kind=kind, size=size, limit=limit)
+
+
+def _payload_text(kind: object, size: object, limit: object, what: str = "") -> str:
+    subject = f"{kind} ({what})" if what else str(kind)
+    advice = _ADVICE.get(str(kind), "")
+    return f"{subject} is {size} bytes, over the limit of {limit} bytes" + (
+        f": {advice}" if advice else ""
+    )
