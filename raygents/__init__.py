@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 # The errors (one small module with no imports) load with the package: they are what
 # callers catch, and the other names are looked up on first use.
 from raygents.errors import (
+    MAX_PAYLOAD_BYTES,
     SUSPEND_FOR_CHECKPOINT,
     ApprovalDecisionsMismatch,
     CheckpointCorrupt,
@@ -24,6 +25,7 @@ from raygents.errors import (
     ModelError,
     OutputGuardrailTripped,
     OutputValidationError,
+    PayloadTooLarge,
     RaygentsError,
     RunInterrupted,
     RunNotFound,
@@ -111,6 +113,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "MAX_PAYLOAD_BYTES",
     "SUSPEND_FOR_CHECKPOINT",
     "Agent",
     "Approval",
@@ -138,6 +141,7 @@ __all__ = [
     "OutputGuardrail",
     "OutputGuardrailTripped",
     "OutputValidationError",
+    "PayloadTooLarge",
     "PendingApproval",
     "RaygentsError",
     "RunContext",
