@@ -2,14 +2,19 @@
 
 A session stores one conversation per session id. The runtime loads it before a run (the
 messages are prepended to the input) and, when the run completes, saves the run's whole
-conversation in its place. Three implementations ship:
+conversation in its place: through ``save_run`` where the session has it, which keeps what
+other runs on the same session saved since this one loaded (see :class:`Session`), else through
+``save``. Three implementations ship, each with ``save_run``:
 
 - :class:`MemorySession`: shared by every process of the Ray cluster, gone with the cluster;
 - :class:`SQLiteSession`: durable on one machine (a SQLite file);
 - :class:`StoreSession`: durable in a checkpoint store (``file://``, ``s3://``).
 
-Messages are stored as JSON-mode dicts (``Message.model_dump(mode="json")``). Session ids follow
-the store's key-segment rules everywhere, so a conversation can move between implementations.
+Messages are stored as JSON-mode dicts (``Message.model_dump(mode="json")``), checked to load
+back as :class:`~raygents.messages.Message` before they are stored; text that is not valid
+UTF-8 (lone surrogates) is stored with U+FFFD in its place, and found so in stored data it is
+replaced with a warning. Session ids follow the store's key-segment rules everywhere, so a
+conversation can move between implementations.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -45,7 +51,11 @@ __all__ = [
     "validate_session_id",
 ]
 
+log = logging.getLogger(__name__)
+
 _SESSION_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_FIELDS = set(Message.model_fields)
 
 
 @runtime_checkable
@@ -55,6 +65,15 @@ class Session(Protocol):
     Either method may be ``async def``; the runtime awaits what they return, and runs plain
     (blocking) methods in a worker thread so they never stall an agent actor's event loop.
     Implementations must pickle: agents carry their session to Ray actors.
+
+    A session may also have ``save_run(session_id, messages, *, input_len)`` (found with
+    ``hasattr``; sync or async), which the runtime then uses to save a completed run:
+    ``messages`` is the run's conversation, whose first ``input_len`` messages were its input
+    (the history it loaded from the session, then what it was given). It must store the
+    current conversation followed by the run's messages after the history it loaded, in one
+    atomic step, so that a run that suspended and resumed keeps what another run on the
+    session saved in between (the shipped sessions do). Without it the runtime calls
+    ``save``, which replaces the conversation.
     """
 
     def load(self, session_id: str) -> list[Message] | Awaitable[list[Message]]:
@@ -111,22 +130,31 @@ async def load_session(session: Session, session_id: str) -> list[Message]:
     return list(messages)
 
 
-async def save_session(session: Session, session_id: str, messages: Sequence[Message]) -> None:
+async def save_session(
+    session: Session, session_id: str, messages: Sequence[Message], *, input_len: int | None = None
+) -> None:
     """Save a conversation through any session, sync or async (for the runtime).
+
+    With ``input_len`` (a completed run's: its first ``input_len`` messages were its input,
+    loaded history included), through the session's ``save_run`` if it has one (see
+    :class:`Session`), which keeps what other runs saved since; else through ``save``.
 
     Raises:
         RaygentsError: the session failed; other errors are wrapped, naming the session and id.
     """
     validate_session_id(session_id)
-    await _call(session, "save", session_id, list(messages))
+    if input_len is not None and callable(getattr(session, "save_run", None)):
+        await _call(session, "save_run", session_id, list(messages), input_len=input_len)
+    else:
+        await _call(session, "save", session_id, list(messages))
 
 
-async def _call(session: Session, method: str, *args: Any) -> Any:
+async def _call(session: Session, method: str, *args: Any, **kwargs: Any) -> Any:
     function = getattr(session, method)
     try:
         if inspect.iscoroutinefunction(function):
-            return await function(*args)
-        out = await asyncio.to_thread(function, *args)
+            return await function(*args, **kwargs)
+        out = await asyncio.to_thread(function, *args, **kwargs)
         return await out if inspect.isawaitable(out) else out
     except RaygentsError:
         raise
@@ -136,45 +164,144 @@ async def _call(session: Session, method: str, *args: Any) -> Any:
         ) from exc
 
 
+def _scrub(value: Any) -> Any:
+    """``value`` (JSON-mode data) with every lone surrogate in its text replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
 def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages as the JSON-mode dicts a session stores, each checked to load back.
+
+    Only :class:`Message`'s own fields are kept (a subclass's extra fields would make every
+    later load fail); lone surrogates become U+FFFD (they cannot be encoded as UTF-8).
+    """
     if isinstance(messages, str) or not isinstance(messages, Sequence):
         raise UserError(f"a session saves a list of messages, not {type(messages).__name__}")
     out = []
-    for message in messages:
+    for index, message in enumerate(messages):
         if not isinstance(message, Message):
             raise UserError(f"a session saves Message objects, not {type(message).__name__}")
-        out.append(message.model_dump(mode="json"))
+        data = _scrub(message.model_dump(mode="json", include=_FIELDS, warnings=False))
+        try:  # Message has a custom __init__, which pydantic calls: bad data may raise TypeError
+            out.append(Message.model_validate(data).model_dump(mode="json"))
+        except (ValidationError, TypeError) as exc:
+            shown = repr(data)
+            shown = shown if len(shown) <= 200 else shown[:200] + "..."
+            raise UserError(
+                f"message {index} cannot be stored in a session, it would not load back: "
+                f"{shown}: {_first_error(exc)}; save valid Message objects"
+            ) from None
     return out
 
 
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError) and exc.errors():
+        error = exc.errors()[0]
+        return f"{'.'.join(map(str, error['loc'])) or 'message'}: {error['msg']}"
+    return str(exc)[:200]
+
+
 def _build(data: Sequence[Any], where: str) -> list[Message]:
+    """Stored JSON-mode dicts as messages; bad text is replaced, with a warning."""
+    clean = _scrub(list(data))
+    if clean != list(data):
+        log.warning("%s holds text that is not valid UTF-8; it was replaced with U+FFFD", where)
     try:  # Message has a custom __init__, which pydantic calls: bad data may raise TypeError
-        return [Message.model_validate(item) for item in data]
+        return [Message.model_validate(item) for item in clean]
     except (ValidationError, TypeError) as exc:
         raise RaygentsError(f"{where} holds a message raygents cannot read: {exc}") from exc
 
 
-# --- memory ----------------------------------------------------------------------------------
+def _check_input_len(input_len: Any) -> int:
+    if type(input_len) is not int or input_len < 0:
+        raise UserError(f"input_len must be an int >= 0, got {input_len!r}")
+    return input_len
 
-_LOCAL: dict[str, dict[str, list[dict[str, Any]]]] = {}
-_LOCAL_LOCK = threading.Lock()
+
+def _merge(
+    current: list[dict[str, Any]],
+    marks: Sequence[int],
+    messages: list[dict[str, Any]],
+    input_len: int | None,
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The conversation a save leaves, and its marks.
+
+    A mark is the length of a conversation once stored whose messages still begin the stored
+    conversation; the history a run loaded is one of them (or empty). A plain save
+    (``input_len`` None) replaces the conversation. A run's save (``save_run``) appends the
+    run's messages after the history it loaded: the longest mark that begins ``messages``
+    within its input. Marks, not the longest common prefix, because another run may have
+    begun with the same input (two runs that both asked "continue").
+    """
+    common = _common(current, messages)
+    if input_len is None:
+        new, kept = messages, common
+    else:
+        limit = min(common, input_len)
+        loaded = max(b for b in (0, len(current), *marks) if b <= limit)
+        new, kept = current + messages[loaded:], len(current)
+    out = {b for b in (*marks, len(current)) if 0 < b <= kept}
+    if new:
+        out.add(len(new))
+    return new, sorted(out)
+
+
+def _common(one: Sequence[Any], two: Sequence[Any]) -> int:
+    """The length of the longest common prefix of two lists."""
+    n = 0
+    for a, b in zip(one, two, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+# --- memory ----------------------------------------------------------------------------------
 
 
 class _ConversationTable:
-    """The Ray actor behind one MemorySession: session id -> JSON-mode messages."""
+    """The conversations of one MemorySession: session id -> JSON-mode messages, and their
+    marks (see :func:`_merge`). A Ray actor's state, or (without Ray) this process's."""
 
-    def __init__(self) -> None:
-        self.data: dict[str, list[dict[str, Any]]] = {}
+    def __init__(
+        self,
+        data: dict[str, list[dict[str, Any]]] | None = None,
+        marks: dict[str, list[int]] | None = None,
+    ) -> None:
+        self.data = {} if data is None else data
+        self.marks = {} if marks is None else marks
 
     def load(self, session_id: str) -> list[dict[str, Any]]:
         return self.data.get(session_id, [])
 
     def save(self, session_id: str, messages: list[dict[str, Any]]) -> None:
-        self.data[session_id] = messages
+        self.write(session_id, messages, None)
 
-    def merge(self, data: dict[str, list[dict[str, Any]]]) -> None:
+    def write(self, session_id: str, messages: list[dict[str, Any]], input_len: int | None) -> None:
+        """Save (``input_len`` None) or save a run's conversation (see :func:`_merge`)."""
+        current = self.data.get(session_id, [])
+        new, marks = _merge(current, self.marks.get(session_id, ()), messages, input_len)
+        self.data[session_id], self.marks[session_id] = new, marks
+
+    def merge(
+        self, data: dict[str, list[dict[str, Any]]], marks: dict[str, list[int]] | None = None
+    ) -> None:
+        """Take conversations saved before Ray was up (those the actor has win)."""
         for session_id, messages in data.items():
-            self.data.setdefault(session_id, messages)
+            if session_id not in self.data:
+                self.data[session_id] = messages
+                self.marks[session_id] = (marks or {}).get(session_id, [])
+
+
+_LOCAL: dict[str, dict[str, list[dict[str, Any]]]] = {}
+_LOCAL_MARKS: dict[str, dict[str, list[int]]] = {}
+_LOCAL_LOCK = threading.Lock()
 
 
 class MemorySession:
@@ -221,21 +348,33 @@ class MemorySession:
 
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the stored conversation with a copy of ``messages``."""
+        self._write(session_id, messages, None)
+
+    def save_run(self, session_id: str, messages: Sequence[Message], *, input_len: int) -> None:
+        """Save a run's conversation, keeping what other runs saved since it loaded (see
+        :class:`Session`)."""
+        self._write(session_id, messages, _check_input_len(input_len))
+
+    def _write(self, session_id: str, messages: Sequence[Message], input_len: int | None) -> None:
         validate_session_id(session_id)
         data = _dump(messages)
         actor = self._table()
         if actor is None:
             with _LOCAL_LOCK:
-                _LOCAL.setdefault(self.name, {})[session_id] = data
+                table = _ConversationTable(
+                    _LOCAL.setdefault(self.name, {}), _LOCAL_MARKS.setdefault(self.name, {})
+                )
+                table.write(session_id, data, input_len)
         else:
             import ray
 
-            ray.get(actor.save.remote(session_id, data))
+            ray.get(actor.write.remote(session_id, data, input_len))
 
     def close(self) -> None:
         """Forget every conversation and stop the backing actor (a later use starts afresh)."""
         with _LOCAL_LOCK:
             _LOCAL.pop(self.name, None)
+            _LOCAL_MARKS.pop(self.name, None)
         actor = self._table()
         if actor is not None:
             import ray
@@ -263,21 +402,31 @@ class MemorySession:
             )
             with _LOCAL_LOCK:
                 local = _LOCAL.pop(self.name, None)
+                marks = _LOCAL_MARKS.pop(self.name, None)
             if local:
-                ray.get(self._actor.merge.remote(local))
+                ray.get(self._actor.merge.remote(local, marks))
         return self._actor
 
 
 # --- SQLite ----------------------------------------------------------------------------------
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS raygents_session_messages (
     session_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
     message TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID
-"""
+""",
+    """
+CREATE TABLE IF NOT EXISTS raygents_session_marks (
+    session_id TEXT NOT NULL,
+    length INTEGER NOT NULL,
+    PRIMARY KEY (session_id, length)
+) WITHOUT ROWID
+""",
+)
 
 
 class SQLiteSession:
@@ -286,7 +435,9 @@ class SQLiteSession:
     Every call opens its own connection (WAL journal, busy timeout), so copies in many
     processes or threads can share the file; a save replaces a conversation in one
     transaction. It pickles as its absolute path: every process of a Ray cluster that uses it
-    must see that file (one machine, or a shared filesystem with working locks).
+    must see that file (one machine, or a shared filesystem with working locks). A file it
+    creates is readable by its owner only (mode 0600, as are SQLite's ``-wal`` and ``-shm``
+    files next to it); an existing file keeps its mode.
 
     Args:
         path: the database file; created, with its directory, on first use.
@@ -317,33 +468,82 @@ class SQLiteSession:
         """The stored conversation, or ``[]`` for an unknown id."""
         validate_session_id(session_id)
         with self._connect("load", session_id) as db:
-            rows = db.execute(
-                "SELECT message FROM raygents_session_messages WHERE session_id = ? ORDER BY seq",
-                (session_id,),
-            ).fetchall()
-        return [self._parse(row[0], session_id) for row in rows]
+            rows = self._rows(db, session_id)
+        return self._parse(rows, session_id)
 
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Replace the stored conversation with ``messages``, in one transaction."""
+        self._write(session_id, messages, None)
+
+    def save_run(self, session_id: str, messages: Sequence[Message], *, input_len: int) -> None:
+        """Save a run's conversation, keeping what other runs saved since it loaded (see
+        :class:`Session`), in one transaction."""
+        self._write(session_id, messages, _check_input_len(input_len))
+
+    def _write(self, session_id: str, messages: Sequence[Message], input_len: int | None) -> None:
         validate_session_id(session_id)
-        rows = [(session_id, seq, json.dumps(item)) for seq, item in enumerate(_dump(messages))]
+        data = _dump(messages)
         with self._connect("save", session_id) as db:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute(
-                    "DELETE FROM raygents_session_messages WHERE session_id = ?", (session_id,)
-                )
-                db.executemany("INSERT INTO raygents_session_messages VALUES (?, ?, ?)", rows)
+                self._replace(db, session_id, data, input_len)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
 
+    def _replace(
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        data: list[dict[str, Any]],
+        input_len: int | None,
+    ) -> None:
+        """Write the conversation a save leaves (inside the caller's transaction)."""
+        rows = self._rows(db, session_id)
+        try:
+            current = [m.model_dump(mode="json") for m in self._parse(rows, session_id)]
+        except RaygentsError:
+            if input_len is not None:  # a run's save adds to what is there: it must read it
+                raise
+            current = None  # a plain save replaces what cannot be read
+        marks = [
+            row[0]
+            for row in db.execute(
+                "SELECT length FROM raygents_session_marks WHERE session_id = ?", (session_id,)
+            )
+        ]
+        new, new_marks = _merge(current or [], marks, data, input_len)
+        keep = _common(current, new) if current is not None else 0
+        if keep < len(rows):
+            db.execute(
+                "DELETE FROM raygents_session_messages WHERE session_id = ? AND seq >= ?",
+                (session_id, keep),
+            )
+        db.executemany(
+            "INSERT INTO raygents_session_messages VALUES (?, ?, ?)",
+            [(session_id, seq, json.dumps(new[seq])) for seq in range(keep, len(new))],
+        )
+        db.execute("DELETE FROM raygents_session_marks WHERE session_id = ?", (session_id,))
+        db.executemany(
+            "INSERT INTO raygents_session_marks VALUES (?, ?)",
+            [(session_id, length) for length in new_marks],
+        )
+
+    @staticmethod
+    def _rows(db: sqlite3.Connection, session_id: str) -> list[tuple[int, bytes]]:
+        cursor = db.execute(
+            "SELECT seq, CAST(message AS BLOB) FROM raygents_session_messages "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        )
+        return [(int(seq), bytes(raw)) for seq, raw in cursor]
+
     @contextlib.contextmanager
     def _connect(self, action: str, session_id: str) -> Iterator[sqlite3.Connection]:
         try:
             if not self._ready:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                self._create()
             db = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
             try:
                 if not self._ready:
@@ -357,8 +557,14 @@ class SQLiteSession:
                 f"cannot {action} session {session_id!r} in SQLite file {self.path!r}: {exc}"
             ) from exc
 
+    def _create(self) -> None:
+        """Create the file, if missing, readable by its owner only: SQLite would create it
+        with the umask's mode, and gives its ``-wal`` and ``-shm`` files the database's."""
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+
     def _prepare(self, db: sqlite3.Connection) -> None:
-        """Switch the file to WAL and create the table. Switching needs the file to itself,
+        """Switch the file to WAL and create the tables. Switching needs the file to itself,
         and SQLite may refuse it at once ("database is locked") rather than wait while other
         connections open the same new file: retry until ``timeout_s``."""
         deadline = time.monotonic() + self.timeout_s
@@ -366,7 +572,8 @@ class SQLiteSession:
         while True:
             try:
                 db.execute("PRAGMA journal_mode=WAL")
-                db.execute(_SCHEMA)
+                for statement in _SCHEMA:
+                    db.execute(statement)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
@@ -376,14 +583,30 @@ class SQLiteSession:
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
 
-    def _parse(self, text: str, session_id: str) -> Message:
-        try:
-            return Message.model_validate_json(text)
-        except (ValidationError, TypeError) as exc:
-            raise RaygentsError(
-                f"session {session_id!r} in {self.path!r} holds a message raygents cannot "
-                f"read: {exc}"
-            ) from exc
+    def _parse(self, rows: list[tuple[int, bytes]], session_id: str) -> list[Message]:
+        """Stored rows as messages. Text that is not valid UTF-8 (written by hand, or a
+        lone surrogate's JSON escape written by an older raygents) is replaced, with a
+        warning, so that one bad row never makes a conversation unreadable."""
+        where = f"session {session_id!r} in {self.path!r}"
+        items = []
+        for seq, raw in rows:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                log.warning(
+                    "%s holds text that is not valid UTF-8 (message %d); it was replaced with "
+                    "U+FFFD",
+                    where,
+                    seq,
+                )
+                text = raw.decode("utf-8", errors="replace")
+            try:
+                items.append(json.loads(text))
+            except ValueError as exc:
+                raise RaygentsError(
+                    f"{where} holds a message raygents cannot read (message {seq}): {exc}"
+                ) from exc
+        return _build(items, where)
 
 
 # --- checkpoint store --------------------------------------------------------------------------
@@ -443,35 +666,77 @@ class StoreSession:
             for key in reversed(self._versions(store, session_id)):
                 data = store.get(key)
                 if data is not None:
-                    return self._decode(data, key, session_id)
+                    value = self._decode(data, key, session_id)
+                    return _build(value["messages"], f"session {key!r} in {self.url}")
         return []
 
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Write ``messages`` as the conversation's next version, then drop old versions."""
+        self._write(session_id, messages, None)
+
+    def save_run(self, session_id: str, messages: Sequence[Message], *, input_len: int) -> None:
+        """Save a run's conversation as the next version, keeping what other runs saved since
+        it loaded (see :class:`Session`); then drop old versions."""
+        self._write(session_id, messages, _check_input_len(input_len))
+
+    def _write(self, session_id: str, messages: Sequence[Message], input_len: int | None) -> None:
         validate_session_id(session_id)
-        payload = {"format": _FORMAT, "session_id": session_id, "messages": _dump(messages)}
-        data = codec.encode(payload, key=self._key(), source=f"sessions/{session_id}")
+        data = _dump(messages)
         store = self._open()
-        seq = self._put_next(store, session_id, data)
+        seq = self._put_next(store, session_id, data, input_len)
         old = [k for k in self._versions(store, session_id) if _seq(k) <= seq - self.keep_versions]
         store.delete(old)
 
-    def _put_next(self, store: Store, session_id: str, data: bytes) -> int:
-        """Put ``data`` under the next free version of the conversation; return its number."""
+    def _put_next(
+        self, store: Store, session_id: str, data: list[dict[str, Any]], input_len: int | None
+    ) -> int:
+        """Put the conversation the save leaves (see :func:`_merge`) under the version after
+        the newest, the one it was computed from; return its number. Keys are never
+        overwritten: when another save took that version first, start again from it."""
         for _ in range(_MAX_WRITE_ATTEMPTS):
             versions = self._versions(store, session_id)
-            seq = _seq(versions[-1]) + 1 if versions else 1
+            current, marks, seq = self._newest(store, session_id, versions, input_len)
+            if seq < 0:
+                continue  # the newest version went while we read it: a newer one exists
+            new, new_marks = _merge(current, marks, data, input_len)
+            payload: dict[str, Any] = {"format": _FORMAT, "session_id": session_id, "messages": new}
+            if new_marks:
+                payload["marks"] = new_marks
+            key = f"sessions/{session_id}/{seq + 1:010d}{_SUFFIX}"
+            frame = codec.encode(payload, key=self._key(), source=f"sessions/{session_id}")
             try:
-                store.put(f"sessions/{session_id}/{seq:010d}{_SUFFIX}", data)
-                return seq
+                store.put(key, frame)
+                return seq + 1
             except CheckpointError:
                 newest = self._versions(store, session_id)
-                if not newest or _seq(newest[-1]) < seq:  # not a lost race: the store failed
+                if not newest or _seq(newest[-1]) <= seq:  # not a lost race: the store failed
                     raise
         raise CheckpointError(
             f"cannot save session {session_id!r} in {self.url}: {_MAX_WRITE_ATTEMPTS} other "
             "saves of it won the race for a new version; try again"
         )
+
+    def _newest(
+        self, store: Store, session_id: str, versions: list[str], input_len: int | None
+    ) -> tuple[list[dict[str, Any]], list[int], int]:
+        """The newest version's messages (canonical JSON-mode dicts), marks and number; the
+        number is -1 if that version is gone. A plain save replaces a version it cannot read;
+        a run's save, which adds to it, raises."""
+        if not versions:
+            return [], [], 0
+        data = store.get(versions[-1])
+        if data is None:
+            return [], [], -1
+        try:
+            value = self._decode(data, versions[-1], session_id)
+            messages = _build(value["messages"], f"session {versions[-1]!r} in {self.url}")
+        except RaygentsError:
+            if input_len is not None:
+                raise
+            return [], [], _seq(versions[-1])
+        raw = value.get("marks")
+        marks = [b for b in raw if type(b) is int] if isinstance(raw, list) else []
+        return [m.model_dump(mode="json") for m in messages], marks, _seq(versions[-1])
 
     def _open(self) -> Store:
         if self._store is None:
@@ -495,7 +760,7 @@ class StoreSession:
             if key.endswith(_SUFFIX) and "/" not in key[len(prefix) :] and _seq(key) >= 0
         )
 
-    def _decode(self, data: bytes, key: str, session_id: str) -> list[Message]:
+    def _decode(self, data: bytes, key: str, session_id: str) -> dict[str, Any]:
         value = codec.decode(data, key=self._key(), source=key)
         if (
             not isinstance(value, dict)
@@ -508,7 +773,7 @@ class StoreSession:
                 key=key,
                 reason="bad session",
             )
-        return _build(value["messages"], f"session {key!r} in {self.url}")
+        return value
 
 
 def _seq(key: str) -> int:

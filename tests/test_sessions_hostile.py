@@ -1,0 +1,282 @@
+"""Sessions under hostile and concurrent use: runs that save over each other, text that is not
+UTF-8, messages of foreign types, and who may read a SQLite session's file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import stat
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raygents.errors import UserError
+from raygents.messages import Message, ToolCall
+from raygents.sessions import (
+    MemorySession,
+    SQLiteSession,
+    StoreSession,
+    load_session,
+    save_session,
+)
+
+KINDS = ["memory", "sqlite", "store-memory", "store-file"]
+HISTORY = [Message("user", "earlier"), Message("assistant", "earlier answer")]
+
+
+def make(kind: str, tmp_path: Path) -> Any:
+    if kind == "memory":
+        return MemorySession()
+    if kind == "sqlite":
+        return SQLiteSession(tmp_path / "sessions.db")
+    if kind == "store-memory":
+        return StoreSession(f"memory://sessions-{uuid.uuid4().hex}")
+    return StoreSession(f"file://{tmp_path}/store")
+
+
+@pytest.fixture(params=KINDS)
+def session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    made = make(request.param, tmp_path)
+    yield made
+    if isinstance(made, MemorySession):
+        made.close()
+
+
+def turn(question: str, answer: str) -> list[Message]:
+    return [Message("user", question), Message("assistant", answer)]
+
+
+def texts(messages: list[Message]) -> list[str]:
+    return [m.text for m in messages]
+
+
+# --- a run's save keeps what other runs saved since it loaded ----------------------------------
+
+
+def test_save_run_without_another_save_stores_the_run(session: Any) -> None:
+    session.save("s", HISTORY)
+    run = [*session.load("s"), *turn("q", "a")]
+    session.save_run("s", run, input_len=3)
+    assert session.load("s") == run
+
+
+def test_save_run_keeps_the_messages_another_run_saved_since(session: Any) -> None:
+    """Run A loads the history and suspends; run B loads the same history and completes; A
+    resumes and completes: the session holds the history, then B's turn, then A's."""
+    session.save("s", HISTORY)
+    loaded_a, loaded_b = session.load("s"), session.load("s")
+    session.save_run("s", [*loaded_b, *turn("from b", "b done")], input_len=3)
+    session.save_run("s", [*loaded_a, *turn("from a", "a done")], input_len=3)
+    expected = [*HISTORY, *turn("from b", "b done"), *turn("from a", "a done")]
+    assert session.load("s") == expected
+
+
+def test_save_run_when_both_runs_asked_the_same_thing(session: Any) -> None:
+    """The runs' inputs are equal: A's input is still stored (the merge is by what A loaded,
+    not by the longest common prefix)."""
+    session.save("s", HISTORY)
+    session.save_run("s", [*HISTORY, *turn("continue", "b")], input_len=3)
+    session.save_run("s", [*HISTORY, *turn("continue", "a")], input_len=3)
+    assert texts(session.load("s")) == [*texts(HISTORY), "continue", "b", "continue", "a"]
+
+
+def test_save_run_on_a_fresh_session_and_after_a_plain_save(session: Any) -> None:
+    session.save_run("s", turn("first", "one"), input_len=1)
+    loaded = session.load("s")
+    session.save("s", [*loaded, Message("user", "a note")])  # the user adds to it
+    session.save_run("s", [*loaded, *turn("second", "two")], input_len=3)
+    assert texts(session.load("s")) == ["first", "one", "a note", "second", "two"]
+
+
+def test_save_run_after_the_conversation_was_cleared_keeps_the_run(session: Any) -> None:
+    session.save("s", HISTORY)
+    loaded = session.load("s")
+    session.save("s", [])
+    session.save_run("s", [*loaded, *turn("q", "a")], input_len=3)
+    assert session.load("s") == [*HISTORY, *turn("q", "a")]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2", None])
+def test_save_run_refuses_a_bad_input_len(session: Any, bad: Any) -> None:
+    session.save("s", HISTORY)
+    with pytest.raises(UserError, match="input_len"):
+        session.save_run("s", [*HISTORY, *turn("q", "a")], input_len=bad)
+    assert session.load("s") == HISTORY
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "store-file"])
+def test_concurrent_save_runs_keep_every_run(kind: str, tmp_path: Path) -> None:
+    session = make(kind, tmp_path)
+    try:
+        session.save("s", HISTORY)
+        errors: list[BaseException] = []
+
+        def one_run(i: int) -> None:
+            try:
+                copy = make(kind, tmp_path) if kind != "memory" else session
+                loaded = copy.load("s")
+                run = [*loaded, *turn(f"q{i}", f"a{i}")]
+                copy.save_run("s", run, input_len=len(loaded) + 1)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one_run, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        stored = texts(session.load("s"))
+        assert stored[:2] == texts(HISTORY)
+        pairs = sorted(zip(stored[2::2], stored[3::2], strict=True))
+        assert pairs == sorted((f"q{i}", f"a{i}") for i in range(8))
+    finally:
+        if isinstance(session, MemorySession):
+            session.close()
+
+
+async def test_the_runtime_helper_saves_a_run_through_save_run(session: Any) -> None:
+    session.save("s", HISTORY)
+    await save_session(session, "s", [*HISTORY, *turn("from b", "b")], input_len=3)
+    await save_session(session, "s", [*HISTORY, *turn("from a", "a")], input_len=3)
+    assert texts(await load_session(session, "s"))[2:] == ["from b", "b", "from a", "a"]
+
+
+async def test_the_runtime_helper_saves_plainly_through_a_session_without_save_run() -> None:
+    class Plain:
+        def __init__(self) -> None:
+            self.saved: list[tuple[str, list[Message]]] = []
+
+        def load(self, session_id: str) -> list[Message]:
+            return []
+
+        def save(self, session_id: str, messages: list[Message]) -> None:
+            self.saved.append((session_id, messages))
+
+    plain = Plain()
+    await save_session(plain, "s", turn("q", "a"), input_len=1)  # type: ignore[arg-type]
+    assert plain.saved == [("s", turn("q", "a"))]
+
+
+# --- text that is not UTF-8, and messages of foreign types --------------------------------------
+
+
+def unchecked(role: str, content: str | None, **fields: Any) -> Message:
+    """A message built without validation (as a subclass or ``model_construct`` can)."""
+    return Message.model_construct(role=role, content=content, **fields)
+
+
+def test_a_lone_surrogate_never_poisons_a_session(session: Any) -> None:
+    bad = [
+        unchecked("user", "open report-\udcff.txt"),
+        unchecked(
+            "assistant",
+            None,
+            tool_calls=(ToolCall.model_construct(id="c\udc80", name="read", arguments='"\udcff"'),),
+        ),
+        unchecked("tool", "read \ud800", tool_call_id="c\udc80"),
+    ]
+    session.save("s", bad)
+    loaded = session.load("s")
+    assert texts(loaded) == ["open report-\ufffd.txt", "", "read \ufffd"]
+    assert loaded[1].tool_calls[0] == ToolCall("c\ufffd", "read", '"\ufffd"')
+    assert loaded[2].tool_call_id == "c\ufffd"
+    session.save("s", [*loaded, Message("assistant", "fine")])
+    assert texts(session.load("s"))[-1] == "fine"
+    session.save_run("s", [*session.load("s"), unchecked("user", "again \udcff")], input_len=4)
+    assert texts(session.load("s"))[-1] == "again \ufffd"
+
+
+class NotedMessage(Message):
+    """A user's own message type, with a field raygents does not know."""
+
+    note: str = ""
+
+
+def test_a_message_subclass_is_stored_as_a_message(session: Any) -> None:
+    session.save("s", [NotedMessage("user", "hi", note="private"), Message("assistant", "hello")])
+    loaded = session.load("s")
+    assert loaded == [Message("user", "hi"), Message("assistant", "hello")]
+    assert all(type(m) is Message for m in loaded)
+
+
+def test_a_message_that_would_not_load_back_is_refused(session: Any) -> None:
+    session.save("s", HISTORY)
+    broken = Message.model_construct(role="robot", content="beep")
+    with pytest.raises(UserError, match="robot"):
+        session.save("s", [*HISTORY, broken])
+    assert session.load("s") == HISTORY
+
+
+def test_sqlite_rows_with_bad_text_still_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file written by an older raygents (a JSON ``\\udcff`` escape) or by hand (bytes that
+    are not UTF-8): the bad text is replaced, with a warning, and every row still loads."""
+    session = SQLiteSession(tmp_path / "old.db")
+    session.save("s", HISTORY)
+    db = sqlite3.connect(session.path)
+    with db:
+        db.execute(
+            "INSERT INTO raygents_session_messages VALUES ('s', 2, ?)",
+            ('{"role": "user", "content": "report-\\udcff.txt"}',),
+        )
+        db.execute(
+            "INSERT INTO raygents_session_messages VALUES ('s', 3, CAST(? AS TEXT))",
+            (b'{"role": "assistant", "content": "ok\xff"}',),
+        )
+    db.close()
+    with caplog.at_level(logging.WARNING, logger="raygents.sessions"):
+        loaded = session.load("s")
+    assert texts(loaded) == [*texts(HISTORY), "report-\ufffd.txt", "ok\ufffd"]
+    assert "not valid UTF-8" in caplog.text and "'s'" in caplog.text
+    session.save("s", [*loaded, Message("user", "next")])
+    assert texts(session.load("s"))[-1] == "next"
+
+
+# --- who may read a SQLite session ------------------------------------------------------------
+
+
+def test_sqlite_files_are_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        session = SQLiteSession(tmp_path / "deep" / "private.db")
+        session.save("s", HISTORY)
+        db = sqlite3.connect(session.path)  # keeps -wal and -shm in place while we look
+        try:
+            db.execute("SELECT count(*) FROM raygents_session_messages").fetchone()
+            files = [Path(session.path + suffix) for suffix in ("", "-wal", "-shm")]
+            modes = {f.name: stat.S_IMODE(os.stat(f).st_mode) for f in files if f.exists()}
+        finally:
+            db.close()
+    finally:
+        os.umask(old)
+    assert "private.db" in modes and "private.db-wal" in modes
+    assert modes == dict.fromkeys(modes, 0o600)
+    assert session.load("s") == HISTORY
+
+
+def test_sqlite_leaves_an_existing_file_as_its_owner_made_it(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    sqlite3.connect(path).close()
+    path.chmod(0o640)
+    session = SQLiteSession(path)
+    session.save("s", HISTORY)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    assert session.load("s") == HISTORY
+
+
+def test_sqlite_creates_a_dangling_links_target_private(tmp_path: Path) -> None:
+    link = tmp_path / "linked.db"
+    link.symlink_to(tmp_path / "target.db")
+    old = os.umask(0o022)
+    try:
+        SQLiteSession(link).save("s", HISTORY)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "target.db").st_mode) == 0o600
