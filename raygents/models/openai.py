@@ -13,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, unquote
 
 import openai
 
@@ -45,6 +46,9 @@ _FINISH_REASONS: dict[str, FinishReason] = {
     "function_call": "tool_calls",
     "content_filter": "content_filter",
 }
+_SHOWN_QUERY = frozenset({"api-version", "api_version"})
+"""Query parameters of a base URL shown in repr and errors; every other value is masked."""
+_MASK = "***"
 _SAMPLING_SETTINGS = ("temperature", "top_p", "frequency_penalty", "presence_penalty", "max_tokens")
 _TOOL_SETTINGS = ("tool_choice", "parallel_tool_calls")
 
@@ -66,6 +70,9 @@ class OpenAIChatModel:
         api_key: the API key. Defaults to ``$OPENAI_API_KEY``; with a ``base_url`` and no key,
             a placeholder is sent, since local servers need none. The key travels with the
             model when it is pickled, and never appears in its repr or in error messages.
+            Neither do credentials in ``base_url`` (``user:password@``, and every query value
+            but ``api-version``): they are shown as ``***``. The URL's query parameters are
+            sent with every request.
         max_retries: how many times a transient failure is retried before giving up.
         timeout_s: the HTTP timeout of each attempt, in seconds; while streaming, of each read.
         http_client: an ``httpx2.AsyncClient`` (the transport the openai package uses) to send
@@ -93,6 +100,9 @@ class OpenAIChatModel:
             raise UserError(f"max_retries must be an int >= 0, got {max_retries!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise UserError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
+        if base_url is not None and not isinstance(base_url, str):
+            kind = type(base_url).__name__
+            raise UserError(f"base_url must be a URL string such as 'http://host/v1', got {kind}")
         self.model = model
         """The model name sent to the server."""
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
@@ -108,7 +118,7 @@ class OpenAIChatModel:
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r}, "
+            f"OpenAIChatModel({self.model!r}, base_url={_shown_opt(self.base_url)!r}, "
             f"max_retries={self.max_retries!r}, timeout_s={self.timeout_s!r})"
         )
 
@@ -187,9 +197,12 @@ class OpenAIChatModel:
             # A client's connection pool is bound to the loop it first ran on, and a driver
             # may run several loops one after another (``asyncio.run`` per blocking call).
             api_key, base_url = self._credentials()
+            # The openai client would put its paths after a query (``/v1?x=1chat/...``).
+            base_url, _, query = base_url.partition("#")[0].partition("?")
             self._client = openai.AsyncOpenAI(
                 api_key=api_key,
                 base_url=base_url,
+                default_query=dict(parse_qsl(query, keep_blank_values=True)) or None,
                 max_retries=self.max_retries,
                 timeout=self.timeout_s,
                 http_client=self._http_client,
@@ -236,7 +249,7 @@ class OpenAIChatModel:
         choice = choices[0]
         if getattr(choice, "message", None) is None:
             raise self._invalid("returned a choice without a message")
-        data = choice.message.to_dict(warnings=False)
+        data = self._text_parts(choice.message.to_dict(warnings=False))
         parsed = Message.from_openai({**data, "role": "assistant"})
         message = Message("assistant", parsed.content, tool_calls=_with_ids(parsed.tool_calls))
         self._check_refusal(message, data.get("refusal"))
@@ -245,6 +258,29 @@ class OpenAIChatModel:
             reason = "tool_calls" if message.tool_calls else "stop"
         usage = getattr(completion, "usage", None)
         return ModelResponse(message, self._finish_reason(reason), _usage(usage))
+
+    def _text_parts(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The message with content parts (some servers send a list) joined into text.
+
+        Raises:
+            ModelError: a part is not text or a refusal (an image, audio...): raygents
+                messages carry text only, and a part is never dropped silently.
+        """
+        parts = data.get("content")
+        if not isinstance(parts, list):
+            return data
+        texts: list[str] = []
+        refusals: list[str] = [data["refusal"]] if data.get("refusal") else []
+        for index, part in enumerate(parts):
+            kind = part.get("type", "text") if isinstance(part, Mapping) else type(part).__name__
+            value = part.get(kind) if isinstance(part, Mapping) else None
+            if kind not in ("text", "refusal") or not isinstance(value, str):
+                raise self._invalid(
+                    f"answered with content part #{index} of type {str(kind)[:40]!r}, which "
+                    "raygents cannot carry (its messages hold text only); ask for a text answer"
+                )
+            (texts if kind == "text" else refusals).append(value)
+        return {**data, "content": "".join(texts) or None, "refusal": "".join(refusals) or None}
 
     def _finish(self, acc: _StreamAccumulator) -> ModelResponse:
         message = Message("assistant", acc.content(), tool_calls=_with_ids(acc.tool_calls()))
@@ -275,14 +311,24 @@ class OpenAIChatModel:
 
     # -- errors ----------------------------------------------------------------------------
 
-    def _where(self) -> str:
+    def _url(self) -> str:
         return self.base_url or os.environ.get("OPENAI_BASE_URL") or _DEFAULT_BASE_URL
 
+    def _where(self) -> str:
+        """The endpoint as errors show it: without its credentials."""
+        return _shown_url(self._url())
+
     def _scrub(self, text: str) -> str:
-        """The text with the API key masked, in case a server echoes it back."""
+        """The text with the API key and the base URL's credentials masked, in case a server
+        echoes them back."""
+        url = self._url()
+        text = text.replace(url, _shown_url(url))
         key = self._api_key or os.environ.get("OPENAI_API_KEY")
         # A very short "key" (a test value, a typo) would mask random letters instead.
-        return text.replace(key, "***") if key and len(key) >= 8 else text
+        secrets = [*_url_secrets(url), key] if key and len(key) >= 8 else _url_secrets(url)
+        for secret in sorted(secrets, key=len, reverse=True):
+            text = text.replace(secret, _MASK)
+        return text
 
     def _invalid(self, what: str) -> ModelError:
         return ModelError(self._scrub(f"{self._where()} {what} (model {self.model!r})"))
@@ -450,3 +496,50 @@ def _detail(body: object) -> str:
 def _body_status(body: object) -> int | None:
     code = body.get("code") if isinstance(body, Mapping) else None
     return code if isinstance(code, int) and 400 <= code <= 599 else None
+
+
+def _shown_opt(url: str | None) -> str | None:
+    return None if url is None else _shown_url(url)
+
+
+def _split_url(url: str) -> tuple[str, str, str, str, str]:
+    """``url`` as (scheme and ``//``, userinfo, host and path, query, fragment), each part
+    without its separator. Everything up to the last ``@`` before the path's end counts as
+    userinfo, so that a password with an unescaped ``/`` or ``@`` is never shown."""
+    rest, _, fragment = url.partition("#")
+    head, _, query = rest.partition("?")
+    start = head.find("//") + 2 if "//" in head else 0
+    at = head.rfind("@")
+    if at < start:
+        return head[:start], "", head[start:], query, fragment
+    return head[:start], head[start:at], head[at + 1 :], query, fragment
+
+
+def _shown_url(url: str) -> str:
+    """``url`` with its userinfo, query values (but ``api-version``) and fragment masked."""
+    scheme, userinfo, host, query, fragment = _split_url(url)
+    shown = scheme + (f"{_MASK}@" if userinfo else "") + host
+    if query:
+        pairs = []
+        for pair in query.split("&"):
+            name, eq, value = pair.partition("=")
+            if not eq:
+                pairs.append(_MASK if pair else "")
+            else:
+                pairs.append(f"{name}={value if name.lower() in _SHOWN_QUERY else _MASK}")
+        shown += "?" + "&".join(pairs)
+    return shown + (f"#{_MASK}" if fragment else "")
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The parts of ``url`` that :func:`_shown_url` masks, as written and percent-decoded;
+    very short ones are left out (masking them would garble other words)."""
+    _, userinfo, _, query, fragment = _split_url(url)
+    found = [userinfo, *userinfo.split(":", 1), fragment]
+    for pair in query.split("&"):
+        name, eq, value = pair.partition("=")
+        if not eq:
+            found.append(pair)
+        elif name.lower() not in _SHOWN_QUERY:
+            found.append(value)
+    return [s for s in {*found, *map(unquote, found)} if len(s) >= 4]
