@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -29,6 +30,11 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a tool name may be: what model APIs accept (OpenAI's function names)."""
+EXCERPT = 300
+"""How many characters of a value an error message quotes."""
 
 
 class ToolResult(BaseModel):
@@ -91,7 +97,20 @@ class Tool:
         raise NotImplementedError(f"{type(self).__name__}.execute is not implemented")
 
     def spec(self) -> ToolSpec:
-        """What the model sees of this tool."""
+        """What the model sees of this tool.
+
+        Raises:
+            UserError: the name is not 1-64 letters, digits, ``_`` or ``-``, or ``parameters``
+                is not a JSON schema of an object that raygents can check arguments against
+                (see :func:`parameters_problem`).
+        """
+        _check_tool_name(self.name)
+        problem = parameters_problem(self.parameters)
+        if problem is not None:
+            raise UserError(
+                f"tool {self.name!r} has parameters that cannot be used: {problem}; "
+                "fix its JSON schema"
+            )
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     def options(self) -> ExecutionOptions:
@@ -163,8 +182,10 @@ class FunctionTool(Tool):
             raw = json.loads(arguments or "{}")
             value = drop_defaulted_nulls(raw, self.raw_schema)
             parsed = self.args_model.model_validate(value)
-        except (ValidationError, ValueError) as exc:
-            return ToolResult(f'Invalid parameters for tool "{self.name}": {exc}', is_error=True)
+        except (ValidationError, ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            message = f'Invalid parameters for tool "{self.name}": {excerpt(reason, 2 * EXCERPT)}'
+            return ToolResult(message, is_error=True)
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
@@ -195,10 +216,88 @@ def _is_context_param(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
 
 
 def _check_tool_name(name: str) -> None:
-    import re
+    if not valid_tool_name(name):
+        shown = excerpt(str(name), 80)
+        raise UserError(f"tool name {shown!r} is invalid: use 1-64 letters, digits, '_' or '-'")
 
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-        raise UserError(f"tool name {name!r} is invalid: use 1-64 letters, digits, '_' or '-'")
+
+def valid_tool_name(name: object) -> bool:
+    """Whether ``name`` is a tool name models accept (:data:`TOOL_NAME`)."""
+    return isinstance(name, str) and TOOL_NAME.fullmatch(name) is not None
+
+
+def excerpt(value: str, limit: int = EXCERPT) -> str:
+    """``value`` cut to ``limit`` characters, saying how long it was."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value)} characters in all)"
+
+
+def parameters_problem(schema: object) -> str | None:
+    """Why ``schema`` cannot be a tool's parameters, or None when it can.
+
+    The parameters must be a JSON schema of an object, valid under JSON Schema 2020-12 (the
+    dialect arguments are checked with) and under the dialect its ``$schema`` names, with
+    patterns that compile, and with every ``$ref`` pointing inside the schema and resolving:
+    a reference to a URL is never fetched. Checking a model's arguments against such a schema
+    raises nothing, however deep or odd the arguments.
+    """
+    if not isinstance(schema, dict):
+        return f"they are a {type(schema).__name__}, not a JSON schema object"
+    kind = schema.get("type")
+    if kind != "object":
+        return f"their type is {excerpt(repr(kind), 80)}, not 'object'"
+    try:
+        return _schema_problem(schema)
+    except RecursionError:
+        return "the schema is nested too deeply"
+    except Exception as exc:
+        return f"the schema cannot be checked ({type(exc).__name__}: {excerpt(str(exc))})"
+
+
+def _schema_problem(schema: dict[str, Any]) -> str | None:
+    import jsonschema  # (on first use, as in raygents.schema)
+    import referencing
+    import referencing.exceptions
+    import referencing.jsonschema
+    from jsonschema.validators import validator_for
+
+    default = jsonschema.Draft202012Validator
+    dialects: dict[Any, None] = dict.fromkeys((default, validator_for(schema, default=default)))
+    for dialect in dialects:
+        try:
+            dialect.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            where = "/" + "/".join(str(p) for p in exc.absolute_path)
+            return f"{excerpt(exc.message)} (at {excerpt(where, 80)})"
+    resource = referencing.jsonschema.DRAFT202012.create_resource(schema)
+    resolver = referencing.Registry().with_resource("", resource).resolver()
+    for ref in _refs(schema):
+        if not ref.startswith("#"):
+            return f"$ref {excerpt(ref, 80)!r} points outside the schema (it is never fetched)"
+        try:
+            resolver.lookup(ref)
+        except referencing.exceptions.Unresolvable:
+            return f"$ref {excerpt(ref, 80)!r} does not resolve"
+    return None
+
+
+def _refs(schema: dict[str, Any]) -> Iterator[str]:
+    """The ``$ref`` and ``$dynamicRef`` strings of a schema (walked without recursion).
+
+    Values of data keywords (``enum``, ``default``, ...) are walked too: telling them from
+    subschemas would need the schema's structure, and a false find only leaves a tool out."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                    yield value
+                else:
+                    stack.append(value)
 
 
 def to_tool_result(value: Any) -> ToolResult:
