@@ -219,10 +219,11 @@ def test_a_fenced_write_after_the_run_completed_is_deleted(tmp_path: Any) -> Non
         await coord.claim("r1", "driver", "agent")
         coord.noted([_direct(coord, "r1", 1)])
         await coord.finish(_info("r1", "completed", 1))
-        await _until(lambda: not coord.store.list("runs/"))
+        marker = "runs/r1/done.1"  # (kept: the run is never claimed again)
+        await _until(lambda: coord.store.list("runs/") == [marker])
         late = _direct(coord, "r1", 2)
         coord.discard("r1", checkpoint.key_for("r1", 2, late[2]))
-        await _until(lambda: not coord.store.list("runs/"))
+        await _until(lambda: coord.store.list("runs/") == [marker])
 
     asyncio.run(main())
 
@@ -266,7 +267,8 @@ def test_ends_reported_with_records_finish_children_after_the_records(tmp_path: 
         coord.noted([journal], [RunInfo("parent.c1", "completed", "worker", 1, seq=2)])
         assert coord.runs["parent"].seq == 1 and coord.runs["parent"].status == "running"
         assert coord.runs["parent.c1"].status == "completed" and "parent.c1" not in coord.hot
-        await _until(lambda: not coord.store.list("runs/parent.c1/"))
+        marker = "runs/parent.c1/done.1"  # (kept: the run is never claimed again)
+        await _until(lambda: coord.store.list("runs/parent.c1/") == [marker])
         assert coord.store.list("runs/parent/") == [checkpoint.key_for("parent", 1, 1)]
         coord.noted([_direct(coord, "parent.c1", 2)])  # a late report of the child: no change
         assert coord.runs["parent.c1"].status == "completed"

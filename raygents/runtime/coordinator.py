@@ -1,6 +1,17 @@
 """The coordinator actor: one per namespace. It owns agent actors, the run table and the
 checkpoints: hot copies in its memory (large ones in the object store), durable copies in the
-store."""
+store.
+
+Its tables are bounded. The run table keeps every running, suspended and awaiting-approval
+run (they are resumable), and the newest ``_COMPLETED_KEPT`` completed and ``_FAILED_KEPT``
+failed runs; older ended runs are forgotten, oldest first. Retention in the store: a completed
+run's records are deleted at its end, after a small completion marker
+(``runs/<run_id>/done.<epoch>``, kept) that stops it from being claimed again; a failed run
+keeps its records while it is in the table, so it can be resumed, and they are deleted when it
+is forgotten; a suspended or awaiting-approval run's records are never deleted here. Results
+of completed runs are kept for ``attach`` up to ``_RESULTS_KEPT`` of them and
+``_RESULTS_BYTES`` in all.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +19,10 @@ import asyncio
 import itertools
 import logging
 import os
+import queue
+import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -17,8 +30,10 @@ from typing import Any
 
 import ray
 
-from raygents import checkpoint
-from raygents.errors import CheckpointError, RaygentsError
+from raygents import checkpoint, codec
+from raygents.errors import CheckpointError, RaygentsError, UserError
+from raygents.messages import Usage
+from raygents.runtime import rebuild
 from raygents.runtime.actor import AgentActor
 from raygents.runtime.liveness import Beats
 from raygents.runtime.process import tune_collector
@@ -31,9 +46,25 @@ log = logging.getLogger("raygents")
 _MAX_CONCURRENCY = 10_000
 _ASYNC_BACKLOG = 1_000
 _RESULTS_KEPT = 10_000
+_RESULTS_BYTES = 64 * 1024 * 1024  # estimated: the text of their outputs and messages
+_COMPLETED_KEPT = 10_000  # completed runs in the run table, at most (the newest)
+_FAILED_KEPT = 1_000  # failed runs in the run table (and their records in the store), at most
+_MARKER_OUTPUT = 4096  # characters of output a completion marker keeps, at most
+_WRITE_ERRORS_KEPT = 100
+_REBUILD_INLINE_RUNS = 1_000  # a start-up reads at most this many runs before it returns,
+_REBUILD_INLINE_S = 1.0  # and for at most this long; the rest are read behind
+_REBUILD_THREADS = 8
+_REBUILD_WAIT_S = 10.0  # how long list_runs waits for a rebuild still reading
 _PARKED = 10_000  # stopped runs whose records stay in memory for a quick resume, at most
 _PARKED_BYTES = 64 * 1024 * 1024  # and their bytes
 _INLINE = 100 * 1024  # Ray's own limit for objects kept in their owner's memory
+
+
+_Chore = tuple[str, str, Any]
+"""Store clean-up, in order, behind everything else: ``("done", run_id, marker)`` (a completed
+run: its marker, then its records go), ``("void", run_id, key)`` (a fenced copy's write) and
+``("drop", run_id, None)`` (a forgotten failed run's records go)."""
+_ENDED = ("completed", "failed")
 
 
 @dataclass(frozen=True)
@@ -125,9 +156,12 @@ class Coordinator:
         """Stopped (resumable) runs whose hot records are kept (their bytes), oldest first."""
         self.parked_size = 0
         self.results: OrderedDict[str, Any] = OrderedDict()
+        self._result_sizes: dict[str, int] = {}
+        self.results_size = 0
+        """Estimated bytes of ``results``."""
         self.done: dict[str, asyncio.Event] = {}
         self.backlog: asyncio.Queue[tuple[str, bytes]] | None = None
-        self.write_errors: list[str] = []
+        self.write_errors: deque[str] = deque(maxlen=_WRITE_ERRORS_KEPT)
         self.epochs: dict[str, int] = {}
         self.ended: dict[str, int] = {}
         """Runs whose dispatch (this epoch) stored a stopping record here: it writes no more."""
@@ -141,7 +175,23 @@ class Coordinator:
         self._reads = ThreadPoolExecutor(4, thread_name_prefix="raygents-read")
         """Store reads (loads) get their own threads: they never queue behind writes."""
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="raygents-clean")
-        self.cleanup: asyncio.Queue[str] | None = None
+        self.cleanup: asyncio.Queue[_Chore] | None = None
+        self._cleaning: asyncio.Task[None] | None = None
+        self._later: list[_Chore] = []
+        """Chores found before the event loop ran (at start-up)."""
+        self._completed: dict[str, None] = {}
+        self._failed: dict[str, None] = {}
+        """Completed and failed runs in the table, in the order they ended (pruned oldest first)."""
+        self._forgot = False
+        """Whether ended runs were pruned: a claim of an unknown id then looks in the store."""
+        self.unreadable: set[str] = set()
+        """Runs in the table (as failed) only because their keys or records cannot be read."""
+        self.rebuild_error: str | None = None
+        """Why the store could not be listed at start-up (the table then starts empty)."""
+        self._unread: dict[str, rebuild.Listing] = {}
+        """Runs listed at start-up whose newest record is not read yet."""
+        self._rebuilt: queue.SimpleQueue[tuple[str, rebuild.Found | None]] = queue.SimpleQueue()
+        self._rebuild_done = threading.Event()
         self.node = _node_id()
         self.direct = durability != "exit" and isinstance(self.store, FileStore)
         """Agent actors on this node write running runs' records to the store themselves
@@ -333,10 +383,7 @@ class Coordinator:
     def discard(self, run_id: str, key: str) -> None:
         """A fenced copy of a run wrote ``key`` before it found its fence mark: delete it
         unless the run's valid records build on it (an ended run's records all go)."""
-        if self.cleanup is None:
-            self.cleanup = asyncio.Queue()
-            asyncio.get_running_loop().create_task(self._clean())
-        self.cleanup.put_nowait(f"{run_id}/{key}")
+        self._chore(("void", run_id, key))
 
     def _keep_hot(
         self, run_id: str, seq: int, epoch: int, data: bytes, full: bool, told: bool = False
@@ -394,14 +441,19 @@ class Coordinator:
         yet when the run is still running (``stopped`` False; by default: as the run table
         says) and such writes happen; then the store is read.
         """
+        blobs, _ = await self._load(run_id, stopped)
+        return blobs
+
+    async def _load(self, run_id: str, stopped: bool | None) -> tuple[list[bytes], str | None]:
+        """:meth:`load`, and the run's completion marker if the store was read and has one."""
         hot = self.hot.get(run_id)
         if stopped is None:
             info = self.runs.get(run_id)
             stopped = info is None or info.status != "running"
         if hot is not None and not hot.told and (stopped or not self.direct):
-            return [b if isinstance(b, bytes) else await b for b in hot.blobs()]
+            return [b if isinstance(b, bytes) else await b for b in hot.blobs()], None
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._reads, self._read_run, run_id)
+        return await loop.run_in_executor(self._reads, self._read_marked_run, run_id)
 
     async def claim_and_load(
         self, run_id: str, owner: str
@@ -412,29 +464,58 @@ class Coordinator:
         running it (nothing was claimed, no records); without records nothing stays claimed.
         ``before`` is the entry as it was, for :meth:`unclaim`.
         """
+        await self._known(run_id, look=True)
+        self._refuse_completed(run_id)
         before = self.runs.get(run_id)
         name = before.agent_name if before is not None else "?"
         taken, epoch = await self.claim(run_id, owner, name)
         if taken is not None:
             return taken, 0, [], before
-        blobs = await self.load(run_id, stopped=before is None or before.status != "running")
+        stopped = before is None or before.status != "running"
+        blobs, done = await self._load(run_id, stopped)
+        if done is not None:  # it completed, and its records were not all deleted
+            self.unclaim(run_id, before)
+            self._update(
+                replace(before, status="completed", last_error=None)
+                if before is not None
+                else RunInfo(run_id, "completed", "?")
+            )
+            self._chore(("done", run_id, self._marker(self.runs[run_id])))
+            self._refuse_completed(run_id)
         if not blobs:
             self.unclaim(run_id, before)
             return None, 0, [], before
         return None, epoch, blobs, before
 
+    def _refuse_completed(self, run_id: str) -> None:
+        info = self.runs.get(run_id)
+        if info is not None and info.status == "completed":
+            raise UserError(
+                f"run {run_id!r} already completed, and a completed run is never run again; "
+                f"attach({run_id!r}) gives its result while the coordinator keeps it. Start "
+                "a new run (with another run_id) to go on from its output",
+                run_id=run_id,
+            )
+
     def unclaim(self, run_id: str, before: RunInfo | None) -> None:
         """Put back a run's entry as it was before a claim its driver did not go on with."""
         if before is None:
             self.runs.pop(run_id, None)
+            self._track(RunInfo(run_id, "gone", "?"))
         else:
             self.runs[run_id] = before
+            self._track(before)
 
     def _read_run(self, run_id: str) -> list[bytes]:
         """A run's valid stored records, oldest first (one thread hop for all of them)."""
-        keys = checkpoint.chain(self.store.list(checkpoint.run_prefix(run_id)))
-        found = (self.store.get(key) for key in keys)
-        return [data for data in found if data is not None]
+        return self._read_marked_run(run_id)[0]
+
+    def _read_marked_run(self, run_id: str) -> tuple[list[bytes], str | None]:
+        """:meth:`_read_run`, and the run's completion marker if it has one (an agent-as-tool
+        parent resumes a child whose records a crash kept, marked or not)."""
+        listed = rebuild.listing(run_id, self.store.list(checkpoint.run_prefix(run_id)))
+        found = (self.store.get(key) for key in listed.chain)
+        return [data for data in found if data is not None], listed.done
 
     def lock_session(self, session_id: str, run_id: str) -> str | None:
         """Take a session for a run; returns the run holding it if another one does."""
@@ -456,9 +537,7 @@ class Coordinator:
             if holder == info.run_id:
                 del self.sessions[session_id]
         if result is not None:
-            self.results[info.run_id] = result
-            while len(self.results) > _RESULTS_KEPT:
-                self.results.popitem(last=False)
+            self._keep_result(info.run_id, result)
         event = self.done.pop(info.run_id, None)
         if event is not None:
             event.set()
@@ -472,36 +551,117 @@ class Coordinator:
             while len(self.parked) > _PARKED or self.parked_size > _PARKED_BYTES:
                 self._drop_hot(next(iter(self.parked)))
         if info.status == "completed":
-            if self.cleanup is None:
-                self.cleanup = asyncio.Queue()
-                asyncio.get_running_loop().create_task(self._clean())
-            self.cleanup.put_nowait(info.run_id)
+            self._chore(("done", info.run_id, self._marker(info, result)))
+
+    def _marker(self, info: RunInfo, result: Any = None) -> dict[str, Any]:
+        """What a completed run's marker holds: its entry, and its output if small."""
+        marker: dict[str, Any] = {
+            "format": 1,
+            "kind": "done",
+            "run_id": info.run_id,
+            "epoch": self.epochs.get(info.run_id, 0),
+            "seq": info.seq,
+            "agent_name": info.agent_name,
+            "turns": info.turns,
+            "at": time.time(),
+        }
+        output = result.get("final_output") if isinstance(result, dict) else None
+        if isinstance(output, str) and len(output) <= _MARKER_OUTPUT:
+            marker["output"] = output
+            usage = result.get("usage") if isinstance(result, dict) else None
+            if isinstance(usage, Usage):
+                marker["usage"] = usage.model_dump(mode="json")
+        return marker
+
+    def _keep_result(self, run_id: str, result: Any) -> None:
+        """Keep a completed run's result for ``attach``, within count and bytes."""
+        self.results_size -= self._result_sizes.pop(run_id, 0)
+        self.results.pop(run_id, None)
+        size = _result_size(result)
+        if size > _RESULTS_BYTES:
+            log.info("run %s: its result (~%d bytes) is too large to keep", run_id, size)
+            return
+        self.results[run_id] = result
+        self._result_sizes[run_id] = size
+        self.results_size += size
+        while len(self.results) > _RESULTS_KEPT or self.results_size > _RESULTS_BYTES:
+            self._drop_result(next(iter(self.results)))
+
+    def _drop_result(self, run_id: str) -> None:
+        self.results.pop(run_id, None)
+        self.results_size -= self._result_sizes.pop(run_id, 0)
+
+    def _chore(self, chore: _Chore) -> None:
+        """Queue store clean-up (kept for later when no event loop runs yet: at start-up)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._later.append(chore)
+            return
+        if self.cleanup is None:
+            self.cleanup = asyncio.Queue()
+            self._cleaning = loop.create_task(self._clean())
+        for later in self._later:
+            self.cleanup.put_nowait(later)
+        self._later.clear()
+        self.cleanup.put_nowait(chore)
 
     async def _clean(self) -> None:
-        """Delete the records of completed runs (and fenced writes), one at a time, behind
-        everything else."""
+        """Store clean-up (see :data:`_Chore`), one chore at a time, behind everything else."""
         assert self.cleanup is not None
         loop = asyncio.get_running_loop()
         while True:
-            run_id, _, key = (await self.cleanup.get()).partition("/")
+            kind, run_id, arg = await self.cleanup.get()
             info = self.runs.get(run_id)
-            done = info is not None and info.status == "completed"
-            if not key and info is not None and not done:
+            status = None if info is None else info.status
+            if kind != "void" and status not in (None, "completed" if kind == "done" else "failed"):
                 continue  # its id was taken again meanwhile
+            if kind == "done":
+                args: tuple[Any, ...] = (self._finished_run, run_id, arg)
+            elif kind == "void":
+                args = (self._delete_void, run_id, arg, status == "completed")
+            else:
+                args = (self._delete_records, run_id)
             try:
-                await loop.run_in_executor(self._cleaner, self._delete_run, run_id, key, done)
-            except CheckpointError as exc:
+                await loop.run_in_executor(self._cleaner, *args)
+            except Exception as exc:  # (the store's or a planted key's)
                 log.warning("cannot delete the checkpoints of run %s: %s", run_id, exc)
 
-    def _delete_run(self, run_id: str, void: str = "", done: bool = True) -> None:
-        """Delete a run's records, or only ``void`` if no valid record builds on it."""
-        keys = self.store.list(checkpoint.run_prefix(run_id))
-        if void and not done:
+    def _finished_run(self, run_id: str, marker: dict[str, Any]) -> None:
+        """A completed run: mark it done in the store (create-only), then delete its records.
+        The marker goes first, so a crash or a failed delete leaves records that no claim
+        runs again. A run without records needs no marker."""
+        prefix = checkpoint.run_prefix(run_id)
+        keys = self.store.list(prefix)
+        listed = rebuild.listing(run_id, keys)
+        if listed.chain:
+            epoch = max(int(marker["epoch"]), listed.epoch)
+            done = rebuild.done_key(run_id, epoch)
+            if done not in keys:
+                try:
+                    self.store.put(done, codec.encode({**marker, "epoch": epoch}, key=self.key))
+                except CheckpointError as exc:  # its records still go: nothing to run again
+                    log.warning("run %s: cannot store its completion marker: %s", run_id, exc)
+        doomed = listed.records
+        if doomed:
+            self.store.delete(doomed)
+        elif not keys and isinstance(self.store, FileStore):  # its agent actor made it a folder
+            self.store.remove_empty_dir(prefix)
+
+    def _delete_void(self, run_id: str, void: str, done: bool) -> None:
+        """Delete ``void``, a fenced copy's write, if no valid record builds on it (every
+        record, if the run completed; never a completion marker)."""
+        keys = rebuild.listing(run_id, self.store.list(checkpoint.run_prefix(run_id))).records
+        if not done:
             keys = [void] if void in keys and void not in checkpoint.chain(keys) else []
         if keys:
             self.store.delete(keys)
-        elif done and isinstance(self.store, FileStore):  # its agent actor made it a directory
-            self.store.remove_empty_dir(checkpoint.run_prefix(run_id))
+
+    def _delete_records(self, run_id: str) -> None:
+        """Delete a forgotten failed run's records (never a completion marker)."""
+        keys = rebuild.listing(run_id, self.store.list(checkpoint.run_prefix(run_id))).records
+        if keys:
+            self.store.delete(keys)
 
     async def apply(self, notes: list[tuple[str, tuple[Any, ...]]]) -> None:
         """What a driver noted about its runs, in order: claims of generated run ids (their
@@ -518,6 +678,7 @@ class Coordinator:
 
     async def wait(self, run_id: str) -> tuple[RunInfo | None, Any]:
         """Wait until a running run ends; its final info and result (if this coordinator has it)."""
+        await self._known(run_id)
         info = self.runs.get(run_id)
         if info is not None and info.status in ("running", "pending"):
             event = self.done.setdefault(run_id, asyncio.Event())
@@ -534,7 +695,17 @@ class Coordinator:
         ``force``), else ``(None, epoch)``. Where agent actors write records themselves, the
         store gets a fence mark first, which a copy of an earlier dispatch finds after its
         next write (and then stops).
+
+        A run this coordinator has not read yet (a rebuild still reading, or a run it forgot)
+        is read first, so its epoch and status are known.
+
+        Raises:
+            UserError: the run completed (unless ``force``: an agent-as-tool parent that
+                resumes runs a child whose result it has not journaled again).
         """
+        await self._known(run_id, look=not force)
+        if not force:
+            self._refuse_completed(run_id)
         taken, epoch = self._claim(run_id, owner, agent_name, force)
         if taken is not None:
             return taken, epoch
@@ -605,15 +776,69 @@ class Coordinator:
             info = replace(
                 info, attempts=max(info.attempts, old.attempts), owner=info.owner or old.owner
             )
-        self.runs[info.run_id] = replace(info, updated_at=time.time())
+        elif self._unread:  # news of a run not read yet: newer than its records
+            self._unread.pop(info.run_id, None)
+        self.runs[info.run_id] = info = replace(info, updated_at=time.time())
+        if old is None or old.status != info.status:
+            self._track(info)
 
-    def list_runs(self, status: str | None = None) -> list[RunInfo]:
-        """Runs in the table, oldest update first, optionally of one status."""
+    def _track(self, info: RunInfo) -> None:
+        """Follow the order in which runs end; forget the oldest ended runs beyond the caps."""
+        run_id = info.run_id
+        self._completed.pop(run_id, None)
+        self._failed.pop(run_id, None)
+        if info.status not in _ENDED:
+            self.unreadable.discard(run_id)
+            return
+        ended = self._completed if info.status == "completed" else self._failed
+        ended[run_id] = None
+        cap = _COMPLETED_KEPT if ended is self._completed else _FAILED_KEPT
+        if len(ended) > cap + cap // 10:  # (a batch at a time: each sorts them)
+            self._prune(ended, cap)
+
+    def _prune(self, ended: dict[str, None], cap: int) -> None:
+        """Forget the oldest of ``ended`` beyond ``cap``; a forgotten failed run's records go
+        (an unreadable one's stay: they are not raygents' to judge)."""
+        oldest = sorted(ended, key=lambda r: self.runs[r].updated_at if r in self.runs else 0.0)
+        for run_id in oldest[: len(ended) - cap]:
+            del ended[run_id]
+            info = self.runs.pop(run_id, None)
+            self.epochs.pop(run_id, None)
+            self.ended.pop(run_id, None)
+            self._drop_hot(run_id)
+            self._drop_result(run_id)
+            if info is not None and info.status == "failed" and run_id not in self.unreadable:
+                self._chore(("drop", run_id, None))
+            self.unreadable.discard(run_id)
+        self._forgot = True
+
+    async def list_runs(self, status: str | None = None) -> list[RunInfo]:
+        """Runs in the table, oldest update first, optionally of one status.
+
+        While a start-up rebuild is still reading the store, this waits for it up to
+        ``_REBUILD_WAIT_S``; runs still not read then are listed with status ``"unknown"``
+        (and a ``last_error`` that says so) when every status, or ``"unknown"``, is asked for.
+        """
+        complete = await self.rebuilt(_REBUILD_WAIT_S)
         found = [r for r in self.runs.values() if status is None or r.status == status]
-        return sorted(found, key=lambda r: r.updated_at)
+        found.sort(key=lambda r: r.updated_at)
+        if not complete and status in (None, "unknown"):
+            found += [
+                RunInfo(
+                    run_id,
+                    "unknown",
+                    "?",
+                    updated_at=0.0,
+                    last_error="not read yet: the coordinator is still reading the run table "
+                    "back from the store (it restarted); ask again",
+                )
+                for run_id in list(self._unread)
+            ]
+        return found
 
-    def get_run(self, run_id: str) -> RunInfo | None:
-        """One run's entry."""
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        """One run's entry (read from the store first if a rebuild has not read it yet)."""
+        await self._known(run_id)
         return self.runs.get(run_id)
 
     def ping(self) -> bool:
@@ -641,45 +866,145 @@ class Coordinator:
             "node": self.node,
         }
 
+    # --- the run table, read back from the store ---------------------------------------
     def _rebuild(self) -> None:
-        """Rebuild the run table from the newest record of every run in the store."""
+        """Rebuild the run table from the store, run by run; never raises.
+
+        One listing gives every run's epoch and whether it completed; then each run's newest
+        record (or completion marker) is read, here for up to ``_REBUILD_INLINE_RUNS`` runs
+        and ``_REBUILD_INLINE_S``, and the rest in a background thread with
+        ``_REBUILD_THREADS`` reads at a time (a run asked for meanwhile is read on demand). A
+        run whose keys or records cannot be read is listed as failed, saying why.
+        """
         try:
             keys = self.store.list("runs/")
-        except CheckpointError as exc:
+        except Exception as exc:
             log.error("cannot list checkpoints to rebuild the run table: %s", exc)
+            self.rebuild_error = f"{type(exc).__name__}: {exc}"
+            self._rebuild_done.set()
             return
-        by_run: dict[str, list[str]] = {}
-        for key in keys:
-            by_run.setdefault(key.split("/")[1], []).append(key)
-        for run_id, run_keys in by_run.items():
-            valid = checkpoint.chain(run_keys)
-            if not valid:
-                continue
-            key = valid[-1]
+        for run_id, listed in rebuild.group(keys).items():
+            if listed.epoch:
+                self.epochs[run_id] = listed.epoch
+            self._unread[run_id] = listed
+        deadline = time.monotonic() + _REBUILD_INLINE_S
+        for count, listed in enumerate(list(self._unread.values())):
+            if count >= _REBUILD_INLINE_RUNS or time.monotonic() > deadline:
+                break
+            del self._unread[listed.run_id]
+            self._enter(listed.run_id, rebuild.read(self.store, listed, self.key))
+        rest = list(self._unread.values())
+        if not rest:
+            self._rebuild_done.set()
+            return
+        log.info("reading %d more runs' records behind the start-up", len(rest))
+        reader = threading.Thread(
+            target=self._read_rest, args=(rest,), name="raygents-rebuild", daemon=True
+        )
+        reader.start()
+
+    def _read_rest(self, rest: list[rebuild.Listing]) -> None:
+        """Read runs the start-up left (a background thread): each lands in ``_rebuilt``."""
+        try:
+
+            def read(listed: rebuild.Listing) -> tuple[str, rebuild.Found | None]:
+                if listed.run_id not in self._unread:  # read on demand meanwhile
+                    return listed.run_id, None
+                return listed.run_id, rebuild.read(self.store, listed, self.key)
+
+            with ThreadPoolExecutor(
+                _REBUILD_THREADS, thread_name_prefix="raygents-rebuild"
+            ) as pool:
+                for found in pool.map(read, rest):
+                    self._rebuilt.put(found)
+        except Exception:  # runs not read stay so: each is read when asked for
+            log.exception("the background rebuild of the run table stopped")
+        finally:
+            self._rebuild_done.set()
+
+    def _absorb(self) -> None:
+        """Enter the runs the background rebuild has read since (on the event loop)."""
+        while True:
             try:
-                data = self.store.get(key)
-                record = checkpoint.decode(data or b"", key=self.key, source=key)
-            except CheckpointError as exc:
-                log.error("cannot read %s while rebuilding the run table: %s", key, exc)
-                continue
-            status = record["status"]
-            error = record.get("error")
-            if status == "running":  # whoever drove it is gone: leave it resumable
-                status = "suspended"
-                error = "its driver or the coordinator stopped while it ran; resume it"
-            state = record.get("state") or record.get("changes") or {}
-            marks = [k for k in run_keys if k.rpartition("/")[2].startswith("fence.")]
-            fenced = max((int(k.rpartition(".")[2]) for k in marks), default=0)
-            self.epochs[run_id] = max(int(state.get("epoch", 0)), fenced)
-            self.runs[run_id] = RunInfo(
-                run_id,
-                status,
-                str(state.get("agent_name", "?")),
-                int(state.get("turns", 0)),
-                updated_at=float(record.get("at") or time.time()),
-                last_error=error,
-                seq=int(record["seq"]),
-            )
+                run_id, found = self._rebuilt.get_nowait()
+            except queue.Empty:
+                return
+            if self._unread.pop(run_id, None) is not None:  # (nothing newer came meanwhile)
+                self._enter(run_id, found)
+
+    def _enter(self, run_id: str, found: rebuild.Found | None) -> None:
+        """Put a run read back from the store in the table."""
+        if found is None:
+            return
+        info = RunInfo(
+            run_id,
+            found.status,
+            found.agent_name,
+            found.turns,
+            updated_at=found.at or time.time(),
+            last_error=found.error,
+            seq=found.seq,
+        )
+        if found.unreadable:
+            log.error("run %s is listed as failed: %s", run_id, found.error)
+            self.unreadable.add(run_id)
+        self.runs[run_id] = info
+        if found.status == "completed":
+            if found.output is not None:
+                usage = Usage.model_validate(found.usage) if found.usage else Usage()
+                summary = {
+                    "final_output": found.output,
+                    "messages": (),  # (a marker keeps the output, not the conversation)
+                    "usage": usage,
+                    "turns": found.turns,
+                    "agent_name": found.agent_name,
+                }
+                self._keep_result(run_id, summary)
+            if found.leftovers:  # its clean-up did not happen: do it now
+                self._chore(("done", run_id, self._marker(info)))
+        self._track(info)
+
+    async def _known(self, run_id: str, look: bool = False) -> None:
+        """Make sure the table has what the store says of ``run_id``: read it now if the
+        rebuild has not yet, or (``look``) if this coordinator may have forgotten it."""
+        self._absorb()
+        if run_id in self.runs:
+            return
+        loop = asyncio.get_running_loop()
+        listed = self._unread.get(run_id)
+        if listed is None:
+            if not (look and self._forgot):
+                return
+            prefix = checkpoint.run_prefix(run_id)
+            keys = await loop.run_in_executor(self._reads, self.store.list, prefix)
+            if not keys or run_id in self.runs or run_id in self._unread:
+                return
+            listed = self._unread[run_id] = rebuild.listing(run_id, keys)
+            self.epochs[run_id] = max(self.epochs.get(run_id, 0), listed.epoch)
+        found = await loop.run_in_executor(self._reads, rebuild.read, self.store, listed, self.key)
+        if self._unread.pop(run_id, None) is not None:
+            self._enter(run_id, found)
+
+    async def rebuilt(self, timeout_s: float = 0.0) -> bool:
+        """Whether the run table holds every run the store listed at start-up, waiting up to
+        ``timeout_s`` for a rebuild still reading."""
+        if not self._rebuild_done.is_set() and timeout_s > 0:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._rebuild_done.wait, timeout_s)
+        self._absorb()
+        return not self._unread
+
+
+def _result_size(result: Any) -> int:
+    """A cheap estimate of a kept result's bytes: its texts, plus a little for each part."""
+    if not isinstance(result, dict):
+        return 256
+    size = 256 + len(str(result.get("final_output") or ""))
+    for message in result.get("messages") or ():
+        size += 64 + len(getattr(message, "content", None) or "")
+        for call in getattr(message, "tool_calls", ()):
+            size += 64 + len(call.arguments)
+    return size
 
 
 def _node_id() -> str:
