@@ -50,7 +50,9 @@ def legacy_child_run_id(parent_run_id: str, call_id: str) -> str:
 def child_budget(state: RunState) -> int | None:
     """The model calls a child started now may make: an equal share, among the calls of the
     batch, of what the parent has left. The parent adds each child's usage when the batch
-    ends, so the run's model calls, its children's included, never pass its budget."""
+    ends, so the run's model calls, its children's included, never pass its budget. A child
+    that failed counts as having made its whole share: its state at the failure may not be
+    the one it reached."""
     if state.max_model_calls is None:
         return None
     left = state.max_model_calls - state.usage.requests
@@ -149,6 +151,8 @@ async def run_child(
         ended(outcome.state)
         return StepResult(ToolResult(outcome.output or ""), usage=usage)
     if outcome.kind == "failed":
+        if budget is not None and usage.requests < budget:  # (see child_budget)
+            usage = usage.model_copy(update={"requests": budget})
         return StepResult(tool_error(tool.name, outcome.error or "sub-agent failed"), usage=usage)
     return StepResult(ToolResult(f"sub-agent run {outcome.kind}"), halt=outcome)
 
