@@ -314,13 +314,18 @@ def _trip_text(kind: str, name: str, message: str) -> str:
 class _Detector:
     kind: str
     pattern: re.Pattern[str]
-    check: Literal["random", "basic", "none"] = "random"
+    check: Literal["random", "strong", "basic", "userinfo", "password", "none"] = "random"
     """How a match is confirmed: ``random`` needs two of upper / lower / digit characters in
-    the captured value, ``basic`` needs it to be base64 of ``user:password``."""
+    the captured value, ``strong`` all three, ``basic`` needs it to be base64 of
+    ``user:password``, ``userinfo`` a ``user:password`` whose password is no placeholder,
+    ``password`` a value with a digit or a symbol that is no placeholder or code."""
 
 
 _TOKEN_START = r"(?<![A-Za-z0-9_-])"
 _TOKEN_END = r"(?![A-Za-z0-9_-])"
+_DATABASE_SCHEMES = (
+    r"(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?)(?:\+[a-z0-9]+)?"
+)
 _DETECTORS = (
     _Detector("Anthropic API key", re.compile(_TOKEN_START + r"sk-ant-([A-Za-z0-9_-]{20,})")),
     _Detector(
@@ -334,16 +339,43 @@ _DETECTORS = (
     _Detector(
         "AWS secret access key",
         re.compile(
-            r"aws[ _.-]?secret[A-Za-z _.-]{0,16}?[\"']?\s*[:=]\s*[\"']?"
-            r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+            r"(?:aws[ _.-]?secret[A-Za-z _.-]{0,16}?|secret[ _.-]?access[ _.-]?key)"
+            r"[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
             re.IGNORECASE,
         ),
+    ),
+    _Detector(  # unlabelled, right after its access key id
+        "AWS secret access key",
+        re.compile(
+            r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}[\"',:;=|\s]{1,20}"
+            r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        check="strong",
     ),
     _Detector(
         "GitHub token",
         re.compile(_TOKEN_START + r"(?:gh[pousr]_([A-Za-z0-9]{36,})|github_pat_(\w{22,}))"),
     ),
     _Detector("Slack token", re.compile(_TOKEN_START + r"xox[baprs]-([A-Za-z0-9-]{10,})")),
+    _Detector(
+        "GitLab token", re.compile(_TOKEN_START + r"gl(?:pat|dt|rt|ptt)-([\w-]{20,}(?:\.[\w.-]+)?)")
+    ),
+    _Detector(
+        "Hugging Face token",
+        re.compile(_TOKEN_START + r"(?:hf_|api_org_)([A-Za-z0-9]{34,})" + _TOKEN_END),
+    ),
+    _Detector("npm token", re.compile(_TOKEN_START + r"npm_([A-Za-z0-9]{36})" + _TOKEN_END)),
+    _Detector(
+        "SendGrid API key",
+        re.compile(_TOKEN_START + r"SG\.([\w-]{22}\.[\w-]{43})" + _TOKEN_END),
+    ),
+    _Detector(
+        "Azure storage key",
+        re.compile(
+            r"(?<![A-Za-z0-9])(?:AccountKey|SharedAccessKey)\s*=\s*([A-Za-z0-9+/]{30,}={0,2})",
+            re.IGNORECASE,
+        ),
+    ),
     _Detector("Google API key", re.compile(_TOKEN_START + r"AIza([0-9A-Za-z_-]{35})" + _TOKEN_END)),
     _Detector(
         "JSON web token",
@@ -375,19 +407,51 @@ _DETECTORS = (
     _Detector(
         "database URL with credentials",
         re.compile(
-            r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?)"
-            r"(?:\+[a-z0-9]+)?://[^\s:/@]*:[^\s/@]+@[^\s/@]+",
+            r"\b" + _DATABASE_SCHEMES + r"://[^\s:/@]*:[^\s/@]+@[^\s/@]+",
             re.IGNORECASE,
         ),
         check="none",
     ),
+    _Detector(
+        "URL with credentials",
+        re.compile(
+            # any scheme but the database ones above, which name their own kind
+            r"(?<![A-Za-z0-9+.-])(?!" + _DATABASE_SCHEMES + r"://)[a-z][a-z0-9+.-]*://"
+            r"([^\s:/?#@]*:[^\s/?#@]+)@[^\s/?#@]+",
+            re.IGNORECASE,
+        ),
+        check="userinfo",
+    ),
+    _Detector(
+        "password",
+        re.compile(
+            r"(?<![A-Za-z0-9_])(?:password|passwd|passphrase)[\"']?\s*[:=]\s*[\"']?"
+            r"([^\s\"'`,;&<>{}()\[\]$]{4,})",
+            re.IGNORECASE,
+        ),
+        check="password",
+    ),
 )
+_PLACEHOLDER = re.compile(r"[A-Z_]+|[*xX.\u2022]+|[<{\[$%(].*")
+"""Values that stand for a secret rather than being one: ``PASSWORD``, ``****``, ``<pw>``."""
+_CODE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+"""A dotted name such as ``os.environ`` or ``settings.db.password``: code, not a value."""
+_NOT_PASSWORDS = frozenset({"none", "null", "nil", "true", "false", "undefined", "redacted"})
 
 
 def _confirmed(detector: _Detector, match: re.Match[str]) -> bool:
     value = next((group for group in match.groups() if group), "")
     if detector.check == "none":
         return True
+    if detector.check == "userinfo":
+        return not _PLACEHOLDER.fullmatch(value.partition(":")[2])
+    if detector.check == "password":
+        return not (
+            _PLACEHOLDER.fullmatch(value)
+            or _CODE.fullmatch(value)
+            or value.casefold() in _NOT_PASSWORDS
+            or value.isalpha()
+        )
     if detector.check == "basic":
         try:
             decoded = base64.b64decode(value, validate=True).decode("utf-8")
@@ -399,17 +463,20 @@ def _confirmed(detector: _Detector, match: re.Match[str]) -> bool:
         any(c.islower() for c in value),
         any(c.isdigit() for c in value),
     )
-    return sum(classes) >= 2
+    return sum(classes) >= (3 if detector.check == "strong" else 2)
 
 
 class SensitiveDataGuardrail(OutputGuardrail):
     """Trips when the final message contains credentials.
 
-    It finds API keys and tokens of common providers (OpenAI, Anthropic, AWS, GitHub, Slack,
-    Stripe, Google), JSON web tokens, ``Authorization: Bearer`` / ``Basic`` credentials, PEM
-    private keys and database URLs with a password. Token-like matches must look random (mix
-    letters and digits or cases), so placeholders such as ``sk-your-key-here`` pass. The trip
-    message names the kinds found, never the values.
+    It finds API keys and tokens of common providers (OpenAI, Anthropic, AWS, GitHub, GitLab,
+    Slack, Stripe, Google, Hugging Face, npm, SendGrid, Azure storage), JSON web tokens,
+    ``Authorization: Bearer`` / ``Basic`` credentials, PEM private keys, URLs with a password
+    (``https://user:pw@host``, database URLs) and ``password=`` / ``"password": ...`` values.
+    Token-like matches must look random (mix letters and digits or cases), and passwords must
+    hold a digit or a symbol, so placeholders such as ``sk-your-key-here``, ``PASSWORD``,
+    ``<password>`` or ``os.environ[...]`` pass. The trip message names the kinds found, never
+    the values.
     """
 
     def __init__(self, *, name: str = "sensitive-data") -> None:
