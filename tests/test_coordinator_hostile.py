@@ -222,3 +222,76 @@ def test_list_runs_of_a_rebuilt_table_reports_the_unreadable_runs() -> None:
 
     [broken] = asyncio.run(main())
     assert broken.run_id == "broken" and broken.last_error is not None
+
+
+# --- 6: a failure record is stored after the failing activation's own records ------------
+
+
+class _Remote:
+    """A coordinator method as an agent actor calls it on a Ray handle (``.remote``)."""
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+
+    def remote(self, *args: Any) -> Any:
+        result = self.method(*args)
+        if asyncio.iscoroutine(result):
+            return asyncio.ensure_future(result)
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(result)
+        return done
+
+
+class _Handle:
+    """A plain Coordinator behind the handle interface agent actors use."""
+
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+
+    def __getattr__(self, name: str) -> _Remote:
+        return _Remote(getattr(self.coord, name))
+
+
+def test_a_run_that_fails_after_its_own_records_stores_its_failure(tmp_path: Any) -> None:
+    import raygents as rg
+    from raygents.envelope import Envelope, RunState
+    from raygents.errors import ModelError
+    from raygents.messages import Message
+    from raygents.runtime.actor import AgentActor
+    from raygents.runtime.drive import SuspendToken
+    from raygents.testing import ScriptedModel, calls
+
+    @rg.tool(remote=False)
+    def lookup(q: str) -> str:
+        """Look up ``q``."""
+        return q.upper()
+
+    model = ScriptedModel([calls(("lookup", {"q": "x"})), ModelError("the provider is down")])
+    agent = rg.Agent("failing", model=model, tools=[lookup])
+    url = f"file://{tmp_path}"
+
+    async def main() -> None:
+        coord = Coordinator("test", url)
+        actor = AgentActor({"failing": agent}, "failing", "fp", "ns", coordinator=_Handle(coord))
+        actor._beater = object()  # type: ignore[assignment]  # (no beats outside Ray)
+        actor._store, actor._store_known = coord.store, True  # it writes records itself
+        _, epoch = await coord.claim("r1", "driver", "failing")
+        state = RunState(
+            run_id="r1",
+            agent_name="failing",
+            messages=(Message("user", "go"),),
+            input_len=1,
+            epoch=epoch,
+        )
+        outcome = await actor._run(Envelope(state, "fp"), SuspendToken("r1"), lambda e: None)
+        assert outcome.kind == "failed" and "provider is down" in str(outcome.error)
+        await coord.flush()
+        assert coord.runs["r1"].status == "failed"
+
+    asyncio.run(main())
+    stored = Coordinator("test", url).store.list("runs/r1/")
+    assert len([k for k in stored if k.endswith(".ckpt")]) >= 2, stored  # the batch's, the end
+    rebuilt = _rebuilt(url)  # a coordinator that restarted
+    info = rebuilt.runs["r1"]
+    assert info.status == "failed", info
+    assert info.last_error is not None and "provider is down" in info.last_error

@@ -266,6 +266,8 @@ class AgentActor:
         self._early: dict[str, tuple[str, float]] = {}
         self._bodies: dict[str, tuple[int, checkpoint.Body]] = {}
         """The run-state body of each active run's newest record, by run (for deltas)."""
+        self._newest: dict[str, RunState] = {}
+        """Each active run's state as its newest record wrote it (a failure record follows it)."""
         self._unsettled: dict[str, list[Any]] = {}
         """Write-behind (``async`` mode) checkpoint writes not yet acknowledged, by run."""
         self._store: FileStore | None = None
@@ -451,6 +453,7 @@ class AgentActor:
         finally:
             self._active.pop(state.run_id, None)
             self._bodies.pop(state.run_id, None)
+            self._newest.pop(state.run_id, None)
             self._keys.pop(state.run_id, None)
 
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
@@ -614,6 +617,7 @@ class AgentActor:
             state, status, previous, cause=cause, error=error
         )
         self._bodies[state.run_id] = (new.seq, body)
+        self._newest[state.run_id] = new
         data = checkpoint.encode(record, key=settings["key"])
         info = _info(new, status, error)
         full = record["kind"] == "full"
@@ -850,8 +854,13 @@ class AgentActor:
         return Outcome(kind, state, cause=cause)
 
     async def _fail(self, state: RunState, error: RaygentsError) -> Outcome:
+        """Store the run's failure at its next free seq: after the newest record this
+        activation wrote, if it wrote any (``state`` is the one it started from)."""
+        newest = self._newest.get(state.run_id)
+        if newest is not None and newest.seq > state.seq:
+            state = newest
         try:
-            await self._save(state, "failed", None, error=str(error)[:2000], durable=True)
+            state = await self._save(state, "failed", None, error=str(error)[:2000], durable=True)
         except Exception as exc:  # the failure itself is what the caller must see
             log.warning("run %s: cannot store its failure checkpoint: %s", state.run_id, exc)
         return Outcome("failed", state, error=error)
