@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from raygents.errors import UserError
+from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
 from raygents.tools import AgentTool, RunContext, Tool, _sanitise
@@ -97,7 +98,8 @@ class Agent:
     after creating both agents to build handoff cycles.
 
     Args:
-        name: the agent's name, unique within the graph a run uses.
+        name: the agent's name, unique within the graph a run uses: at most 128 characters,
+            spaces and any letters allowed, no ``/`` or control characters.
         instructions: the system prompt, or a function ``(RunContext, Agent) -> str`` (sync or
             async) evaluated each time the agent becomes active.
         tools: tools, including other agents' ``as_tool()``.
@@ -172,8 +174,7 @@ class Agent:
 
     def validate(self) -> None:
         """Check the options; raises :class:`UserError` naming the first bad one."""
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise UserError(f"agent name must be a non-empty string, got {self.name!r}")
+        validate_agent_name(self.name)
         if not (isinstance(self.instructions, str) or callable(self.instructions)):
             raise UserError(f"agent {self.name!r}: instructions must be a str or a function")
         for field, low in (

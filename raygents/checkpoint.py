@@ -8,6 +8,12 @@ full record add up to ``FULL_RATIO`` times its size: the full records of a growi
 then sum to at most ``1 + 1/FULL_RATIO`` times the final history, and a replay reads at most
 ``FULL_RATIO + 1`` full-record sizes. A record's run-state body leaves out fields at their
 defaults and what a replay derives; a delta's holds only the fields that changed.
+
+Every record says where it lives: its run id and seq (and its dispatch's epoch, in the body)
+are inside the checked (with a key, signed) payload. A record read from a key of another run,
+seq or epoch, or replayed into another run's chain, is refused as ``misplaced``: records
+cannot be moved between runs or rolled back onto a later seq. Deltas written before records
+carried their run id are accepted where their key and the chain's full record bind them.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ __all__ = [
     "key_for",
     "make_record",
     "next_record",
+    "parse_key",
     "replay",
+    "restore",
     "run_prefix",
 ]
 
@@ -75,22 +83,33 @@ def fence_key(run_id: str, epoch: int) -> str:
     return f"{run_prefix(run_id)}fence.{epoch}"
 
 
-_RECORD_NAME = re.compile(r"(\d{10})(?:\.(\d+))?\.ckpt")
+_RECORD_KEY = re.compile(r"runs/([^/]+)/(\d{10})(?:\.(\d+))?\.ckpt")
 
 
-def chain(keys: Iterable[str]) -> list[str]:
+def parse_key(key: str) -> tuple[str, int, int] | None:
+    """The run id, seq and epoch that a record key ``runs/<run_id>/<seq>[.<epoch>].ckpt``
+    names (the run id one segment), or None for any other key."""
+    match = _RECORD_KEY.fullmatch(key)
+    if match is None:
+        return None
+    return match[1], int(match[2]), int(match[3] or 0)
+
+
+def chain(keys: Iterable[str], run_id: str | None = None) -> list[str]:
     """The keys of a run's valid records, oldest first.
 
     A record written by dispatch ``e`` at seq ``s`` is void when a later dispatch wrote a
     record at ``s`` or before: the later dispatch did not build on it (a fenced copy's last
     write). The chain is the valid records up to the first seq without one. Keys that are not
-    records (fence marks) are left out.
+    records (fence marks), and keys that are not directly in one run's folder
+    (``runs/<run_id>/``, or only ``run_id``'s when given), are left out: records planted in
+    ``runs/victim/x/`` never join run ``victim``'s chain.
     """
     found: dict[int, dict[int, str]] = {}
     for key in keys:
-        match = _RECORD_NAME.fullmatch(key.rpartition("/")[2])
-        if match:
-            found.setdefault(int(match[1]), {})[int(match[2] or 0)] = key
+        parsed = parse_key(key)
+        if parsed is not None and (run_id is None or parsed[0] == run_id):
+            found.setdefault(parsed[1], {})[parsed[2]] = key
     kept: list[str] = []
     newest = -1
     expected = min(found, default=0)
@@ -157,6 +176,7 @@ def next_record(
         }
     record: Record = {
         "format": FORMAT,
+        "run_id": state.run_id,
         "seq": seq,
         "kind": "full" if full else "delta",
         "status": status,
@@ -180,8 +200,6 @@ def next_record(
         unset = [k for k in previous if k not in body]
         if unset:
             record["unset"] = unset
-    if full:
-        record["run_id"] = state.run_id
     if cause is not None:
         record["cause"] = cause
     if error is not None:
@@ -210,7 +228,19 @@ def decode(
     source: str | None = None,
     max_bytes: int = 10 * 1024 * 1024,
 ) -> Record:
-    """Checkpoint bytes as a record; damaged bytes raise :class:`CheckpointCorrupt`."""
+    """Checkpoint bytes as a record.
+
+    When ``source`` is a record key (``runs/<run_id>/<seq>[.<epoch>].ckpt``), the record must
+    say it belongs there: its run id (when it carries one: deltas written before records
+    carried it do not), seq and epoch (when the key names one: keys written before they named
+    epochs hold records of epoch 1) must be the key's.
+
+    Raises:
+        CheckpointCorrupt: the bytes are damaged, unsigned or signed with another key (see
+            :func:`raygents.codec.decode`), of an unknown record format ("record format"),
+            not a record ("invalid record"), or found under another run's, seq's or epoch's
+            key ("misplaced").
+    """
     value = codec.decode(data, key=key, source=source, max_bytes=max_bytes)
     if not isinstance(value, dict) or value.get("format") not in _READS:
         found = value.get("format") if isinstance(value, dict) else type(value).__name__
@@ -220,23 +250,88 @@ def decode(
             key=source,
             reason="record format",
         )
+    seq, run_id = value.get("seq"), value.get("run_id", "")
+    if type(seq) is not int or seq < 1 or type(run_id) is not str:
+        raise CheckpointCorrupt(
+            f"checkpoint {source or ''} is not a valid record: seq {seq!r}, run id {run_id!r}",
+            key=source,
+            reason="invalid record",
+        )
+    if source is not None and source.startswith(_RUNS):
+        _check_place(value, source)
     return value
 
 
-def replay(records: Sequence[Record]) -> tuple[RunState, Record]:
-    """Rebuild the newest state from a run's records (oldest first); returns it and the last record.
+_RUNS = "runs/"
+
+
+def _check_place(record: Record, source: str) -> None:
+    """Refuse a record read from a record key that is not its own."""
+    place = parse_key(source)
+    if place is None:
+        if source.endswith(".ckpt"):  # e.g. runs/victim/x/0000000001.ckpt
+            run_part = source[len(_RUNS) :].rpartition("/")[0]
+            raise CheckpointCorrupt(
+                f"checkpoint {source!r} is in folder {run_part!r}, which is not a valid run id "
+                "(one segment): no raygents run writes there",
+                key=source,
+                reason="misplaced",
+            )
+        return
+    # (records written before keys named their epoch: epoch 1 under a key without one)
+    own = (record.get("run_id") or place[0], record["seq"], _epoch(record) if place[2] else 0)
+    if own != place:
+        raise CheckpointCorrupt(
+            f"checkpoint {source!r} belongs to run {own[0]!r}, seq {own[1]}, epoch {own[2]}, "
+            f"not to run {place[0]!r}, seq {place[1]}, epoch {place[2]}: it was moved or "
+            "copied there; remove it, or restore the run's records from a backup",
+            key=source,
+            reason="misplaced",
+        )
+
+
+def _epoch(record: Record) -> int:
+    """The epoch of the dispatch that wrote ``record`` (0 when its body leaves it out)."""
+    body = record.get("state")
+    if not isinstance(body, dict):
+        body = record.get("changes")
+    epoch = body.get("epoch", 0) if isinstance(body, dict) else 0
+    return epoch if type(epoch) is int else -1
+
+
+def restore(
+    blobs: Iterable[bytes], *, run_id: str, key: bytes | None = None
+) -> tuple[RunState, Record]:
+    """Decode a run's stored records (oldest first) and replay them as run ``run_id``'s.
 
     Raises:
+        CheckpointCorrupt: a record is damaged, or belongs to another run ("misplaced").
+        CheckpointError: the records do not form a chain starting at a full record.
+    """
+    source = run_prefix(run_id)
+    return replay([decode(b, key=key, source=source) for b in blobs], run_id=run_id)
+
+
+def replay(records: Sequence[Record], *, run_id: str | None = None) -> tuple[RunState, Record]:
+    """Rebuild the newest state from a run's records (oldest first); returns it and the last record.
+
+    Every record that names its run must name the same one (``run_id`` when given; the full
+    record's otherwise), and epochs never go back along the chain.
+
+    Raises:
+        CheckpointCorrupt: a record belongs to another run, or comes from an earlier dispatch
+            than the record before it ("misplaced").
         CheckpointError: the records do not form a chain starting at a full record.
     """
     if not records:
         raise CheckpointError("no checkpoint records to replay")
     ordered = sorted(records, key=lambda r: int(r["seq"]))
-    run_id = next((r["run_id"] for r in ordered if r.get("run_id")), "?")
+    found = next((r["run_id"] for r in ordered if r.get("run_id")), "?")
     start = max((i for i, r in enumerate(ordered) if r["kind"] == "full"), default=None)
     if start is None:
-        raise CheckpointError(f"run {run_id!r} has no full checkpoint record")
-    run_id = ordered[start].get("run_id", run_id)
+        raise CheckpointError(f"run {run_id or found!r} has no full checkpoint record")
+    run_id = run_id or ordered[start].get("run_id") or found
+    _check_chain(ordered[start:], run_id)
     messages: list[Message] = []
     sizes: list[int] = []
     body: Body = {}
@@ -274,3 +369,26 @@ def replay(records: Sequence[Record]) -> tuple[RunState, Record]:
             reason="invalid state",
         ) from None
     return state, last
+
+
+def _check_chain(records: Sequence[Record], run_id: str) -> None:
+    """Refuse a chain holding another run's record, or going back to an earlier epoch."""
+    epoch = 0
+    for record in records:
+        owner = record.get("run_id", run_id)
+        if owner != run_id:
+            raise CheckpointCorrupt(
+                f"checkpoint record {record['seq']} in the chain of run {run_id!r} belongs to "
+                f"run {owner!r}: it was moved or copied there",
+                run_id=run_id,
+                reason="misplaced",
+            )
+        if _epoch(record) < epoch:
+            raise CheckpointCorrupt(
+                f"checkpoint record {record['seq']} of run {run_id!r} was written by dispatch "
+                f"epoch {_epoch(record)}, earlier than the epoch of the record before it "
+                f"({epoch}): it was moved or copied there",
+                run_id=run_id,
+                reason="misplaced",
+            )
+        epoch = _epoch(record)

@@ -33,9 +33,11 @@ __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_DEPTH",
+    "MIN_KEY_BYTES",
     "OVERHEAD",
     "decode",
     "encode",
+    "key_id",
     "packed_size",
 ]
 
@@ -46,6 +48,7 @@ DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MAX_DEPTH = 256
 """Deepest container nesting that encodes; the msgpack unpacker itself stops at 1024."""
 MIN_KEY_BYTES = 16
+"""The shortest HMAC key accepted."""
 
 _FLAG_CHECKSUM = 0
 _FLAG_HMAC = 1
@@ -104,8 +107,8 @@ def encode(
             f"{_name(source)} too large: {size} bytes encoded, over the limit of {max_bytes}",
             key=source,
         )
-    flags, key_id = (_FLAG_CHECKSUM, _NO_KEY_ID) if key is None else (_FLAG_HMAC, _key_id(key))
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, flags, key_id, len(payload))
+    flags, signer = (_FLAG_CHECKSUM, _NO_KEY_ID) if key is None else (_FLAG_HMAC, key_id(key))
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, flags, signer, len(payload))
     return b"".join((header, _tag(header, payload, key), payload))
 
 
@@ -154,7 +157,7 @@ def _check_header(data: bytes, max_bytes: int, source: str | None) -> None:
         _corrupt(source, "bad magic", "is not a raygents checkpoint (bad magic bytes)")
     if len(data) < OVERHEAD:
         _corrupt(source, "truncated", f"is truncated: {len(data)} bytes, shorter than a header")
-    _, version, flags, key_id, length = _HEADER.unpack_from(data)
+    _, version, flags, signer, length = _HEADER.unpack_from(data)
     if version > FORMAT_VERSION:
         _corrupt(
             source,
@@ -164,7 +167,7 @@ def _check_header(data: bytes, max_bytes: int, source: str | None) -> None:
         )
     if version < 1:
         _corrupt(source, "unknown version", f"has unknown format version {version}")
-    if flags not in (_FLAG_CHECKSUM, _FLAG_HMAC) or (flags == _FLAG_CHECKSUM and any(key_id)):
+    if flags not in (_FLAG_CHECKSUM, _FLAG_HMAC) or (flags == _FLAG_CHECKSUM and any(signer)):
         _corrupt(source, "bad header", f"has an invalid header (flags {flags:#04x})")
     expected = OVERHEAD + length
     if length > max_bytes:
@@ -176,7 +179,7 @@ def _check_header(data: bytes, max_bytes: int, source: str | None) -> None:
 
 
 def _check_tag(data: bytes, key: bytes | None, source: str | None) -> None:
-    flags, key_id = data[5], data[6:10]
+    flags, signer = data[5], data[6:10]
     if flags == _FLAG_HMAC and key is None:
         _corrupt(
             source,
@@ -189,7 +192,7 @@ def _check_tag(data: bytes, key: bytes | None, source: str | None) -> None:
             "unsigned",
             "is not signed, but an HMAC key is configured; unsigned checkpoints are refused",
         )
-    if key is not None and not hmac.compare_digest(key_id, _key_id(key)):
+    if key is not None and not hmac.compare_digest(signer, key_id(key)):
         _corrupt(source, "wrong key", "is signed with a different HMAC key than the one configured")
     header, tag = data[: _HEADER.size], data[_HEADER.size : OVERHEAD]
     if not hmac.compare_digest(tag, _tag(header, memoryview(data)[OVERHEAD:], key)):
@@ -315,7 +318,9 @@ def _tag(header: bytes, payload: bytes | memoryview, key: bytes | None) -> bytes
     return digest.digest()
 
 
-def _key_id(key: bytes) -> bytes:
+def key_id(key: bytes) -> bytes:
+    """The 4-byte id of an HMAC key that frames carry (HMAC-SHA256 of a fixed label): tells
+    keys apart without revealing them."""
     return hmac.new(key, _KEY_ID_LABEL, hashlib.sha256).digest()[:4]
 
 

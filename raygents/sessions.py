@@ -38,8 +38,9 @@ from pydantic import ValidationError
 
 from raygents import codec
 from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
+from raygents.ids import validate_id
 from raygents.messages import Message
-from raygents.store import MAX_SEGMENT_LENGTH, Store, default_store_url, open_store
+from raygents.store import Store, default_store_url, open_store
 
 __all__ = [
     "MemorySession",
@@ -53,7 +54,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_SESSION_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELDS = set(Message.model_fields)
 
@@ -94,19 +94,7 @@ def validate_session_id(session_id: str) -> str:
     Raises:
         UserError: the id is not a str or breaks a rule.
     """
-    if type(session_id) is not str:
-        raise UserError(f"a session id must be a str, not {type(session_id).__name__}")
-    if (
-        len(session_id) > MAX_SEGMENT_LENGTH
-        or not _SESSION_ID.fullmatch(session_id)
-        or ".." in session_id
-    ):
-        shown = session_id if len(session_id) <= 80 else session_id[:60] + "..."
-        raise UserError(
-            f"invalid session id {shown!r}: use 1 to {MAX_SEGMENT_LENGTH} ASCII letters, digits, "
-            "'.', '_' or '-', starting with a letter, digit or '_', without '..'"
-        )
-    return session_id
+    return validate_id(session_id, "session id")
 
 
 async def load_session(session: Session, session_id: str) -> list[Message]:

@@ -98,7 +98,8 @@ def test_a_missing_delta_breaks_the_chain() -> None:
 
 def test_replay_derives_the_bookkeeping_the_bodies_leave_out() -> None:
     last, records, _ = _write_all(_growing_run(30, 700))
-    assert "run_id" not in records[-1] and "seq" not in records[-1]["state"]
+    assert records[-1]["run_id"] == "r1" and records[-1]["kind"] == "delta"
+    assert "run_id" not in records[-1]["state"] and "seq" not in records[-1]["state"]
     state, _ = checkpoint.replay([checkpoint.decode(checkpoint.encode(r)) for r in records])
     derived = ("run_id", "seq", "recorded", "since_full", "full_size")
     assert {f: getattr(state, f) for f in derived} == {f: getattr(last, f) for f in derived}

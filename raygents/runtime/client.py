@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import itertools
 import logging
 import math
@@ -21,6 +22,7 @@ from typing import Any, Literal, TypeVar
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raygents import codec
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
 from raygents.runtime.coordinator import Coordinator
 from raygents.runtime.directory import COORDINATOR_NAME, Directory
@@ -93,15 +95,9 @@ class Runtime:
         return cls.remote(*self._args, creator=self.owner)
 
     def _mismatch(self, settings: dict[str, Any]) -> UserError | None:
-        """The error for a coordinator that runs with another store or durability."""
-        _, store_url, durability, *_ = self._args
-        if settings["store"] == store_url and settings["durability"] == durability:
-            return None
-        return UserError(
-            f"the raygents coordinator of namespace {self.namespace!r} already runs with store "
-            f"{settings['store']!r} and durability {settings['durability']!r}; use those, "
-            "or another namespace"
-        )
+        """The error for a coordinator that runs with another store, durability or key."""
+        _, store_url, durability, key, *_ = self._args
+        return _settings_mismatch(self.namespace, store_url, durability, key, settings)
 
     async def _revive(self, failed: Any) -> bool:
         """Take over from a coordinator that is gone for good; True once the directory uses
@@ -244,6 +240,43 @@ class Runtime:
         return sum(1 for h in running if h.done())
 
 
+def _settings_mismatch(
+    namespace: str, store_url: str, durability: str, key: bytes | None, settings: dict[str, Any]
+) -> UserError | None:
+    """The error for joining a coordinator whose settings are not this driver's, or None.
+
+    A driver with a checkpoint key never joins a coordinator without one, or with another
+    one (their key ids are compared; no key is shown). A driver without a key may join one
+    that has a key: the coordinator signs and checks the records of every run anyway.
+    """
+    if settings["store"] != store_url or settings["durability"] != durability:
+        return UserError(
+            f"the raygents coordinator of namespace {namespace!r} already runs with store "
+            f"{settings['store']!r} and durability {settings['durability']!r}; use those, "
+            "or another namespace"
+        )
+    if key is None:
+        return None
+    theirs = settings.get("key_id")
+    if "key_id" not in settings and settings.get("key") is not None:
+        theirs = codec.key_id(settings["key"])
+    mine = codec.key_id(key)
+    if theirs is None:
+        return UserError(
+            f"the raygents coordinator of namespace {namespace!r} runs without a checkpoint "
+            f"key, but $RAYGENTS_CHECKPOINT_KEY is set here (key id {mine.hex()}); restart "
+            "it with the key (end the drivers and detached coordinator that use it), or use "
+            "another namespace"
+        )
+    if not hmac.compare_digest(theirs, mine):
+        return UserError(
+            f"the raygents coordinator of namespace {namespace!r} runs with another "
+            f"checkpoint key (key id {theirs.hex()}; this driver's $RAYGENTS_CHECKPOINT_KEY "
+            f"has key id {mine.hex()}); use the same key on every driver, or another namespace"
+        )
+    return None
+
+
 def _run_of(note: tuple[str, tuple[Any, ...]]) -> str:
     method, args = note
     return str(args[0].run_id if method == "finish" else args[0])
@@ -295,6 +328,10 @@ def _wait_until_free(namespace: str, coordinator: Any, timeout_s: float) -> None
 
 
 _runtime: Runtime | None = None
+_KEY_ENV = "RAYGENTS_CHECKPOINT_KEY"
+_REQUIRE_KEY_ENV = "RAYGENTS_REQUIRE_KEY"
+_warned_unkeyed = False
+"""Whether this process has warned about a shared store without a key (once is enough)."""
 _IDLE_WORKERS_PER_CPU = 4
 _CPUS_PER_WORKER_REQUEST = 2
 _NOTE_WINDOW_S = 0.005
@@ -352,7 +389,10 @@ def init(
         namespace: raygents' Ray namespace (its coordinator and agent actors live there).
         store: where checkpoints go: ``file://<dir>``, ``s3://bucket/prefix`` or
             ``memory://``; default ``$RAYGENTS_STORE``, else ``file://`` + ``./.raygents``.
-            ``$RAYGENTS_CHECKPOINT_KEY`` (if set) turns checksums into HMACs.
+            ``$RAYGENTS_CHECKPOINT_KEY`` (if set; at least 16 bytes) turns checksums into
+            HMACs: without it, whoever can write the store can forge run state (a shared
+            ``s3://`` store without a key is warned about; ``$RAYGENTS_REQUIRE_KEY=1`` makes
+            a missing key an error). Every driver of a namespace uses the same key.
         durability: ``"sync"`` (a checkpoint is durable before the run goes on), ``"async"``
             (written behind, bounded backlog) or ``"exit"`` (only when a run stops early).
         detached: the coordinator and agent actors outlive this driver.
@@ -381,7 +421,7 @@ def init(
     if store_url.startswith("file://") and not store_url.startswith("file:///"):
         store_url = "file://" + os.path.abspath(store_url[len("file://") :])
     open_store(store_url)  # fail here, in the caller's process, on a bad URL
-    key = os.environ.get("RAYGENTS_CHECKPOINT_KEY")
+    key = _checkpoint_key(store_url)
     with _lock:
         if _runtime is not None:
             if _runtime.namespace != namespace:
@@ -408,13 +448,56 @@ def init(
             started,
             store_url,
             durability,
-            key.encode() if key else None,
+            key,
             detached,
             recovery,
             dict(actor_options or {}),
         )
     if handle_sigterm:
         _install_sigterm(sigterm_grace_s)
+
+
+def _checkpoint_key(store_url: str) -> bytes | None:
+    """The checkpoint HMAC key from ``$RAYGENTS_CHECKPOINT_KEY``, checked, or None.
+
+    Without a key, records carry a checksum only: whoever can write the store can forge a
+    run's state (approve a pending call, rewrite its conversation). A store others can write
+    (``s3://``) without a key gets a loud warning, once per process; with
+    ``$RAYGENTS_REQUIRE_KEY=1`` a missing key is an error whatever the store.
+
+    Raises:
+        UserError: the key is shorter than ``codec.MIN_KEY_BYTES``, or missing while required.
+    """
+    global _warned_unkeyed
+    text = os.environ.get(_KEY_ENV)
+    if text:
+        key = text.encode()
+        if len(key) < codec.MIN_KEY_BYTES:
+            raise UserError(
+                f"${_KEY_ENV} is {len(key)} bytes long; a checkpoint key needs at least "
+                f"{codec.MIN_KEY_BYTES} bytes: set it to a long random value, e.g. the output "
+                "of: python -c 'import secrets; print(secrets.token_hex(32))'"
+            )
+        return key
+    if os.environ.get(_REQUIRE_KEY_ENV, "").strip().lower() in ("1", "true", "yes"):
+        raise UserError(
+            f"${_REQUIRE_KEY_ENV} is set but ${_KEY_ENV} is not: set the key (at least "
+            f"{codec.MIN_KEY_BYTES} random bytes, the same on every driver of the store), or "
+            f"unset ${_REQUIRE_KEY_ENV}"
+        )
+    if store_url.startswith("s3://") and not _warned_unkeyed:
+        _warned_unkeyed = True
+        log.warning(
+            "the checkpoint store %s has no key: anyone who can write to it can forge run "
+            "state (approve a pending tool call, rewrite a conversation) and raygents will "
+            "resume it. Set $%s to at least %d random bytes (the same on every driver) to "
+            "sign checkpoints; $%s=1 makes a missing key an error",
+            store_url,
+            _KEY_ENV,
+            codec.MIN_KEY_BYTES,
+            _REQUIRE_KEY_ENV,
+        )
+    return None
 
 
 def _check_recovery(

@@ -7,8 +7,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from raygents import checkpoint
 from raygents.agent import Agent
-from raygents.approvals import ApprovalDecision, normalise
+from raygents.approvals import ApprovalDecision, PendingApproval, normalise
 from raygents.envelope import Envelope, Outcome, RunState, new_run_id
 from raygents.errors import (
     SUSPEND_FOR_CHECKPOINT,
@@ -21,9 +22,9 @@ from raygents.errors import (
     UserError,
 )
 from raygents.events import RunEvent
+from raygents.ids import validate_id
 from raygents.messages import Message, to_messages
 from raygents.result import RunResult, TypedResult
-from raygents.runtime.children import replay_blobs
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.drive import SuspendToken, drive
@@ -31,7 +32,6 @@ from raygents.runtime.handle import RunHandle
 from raygents.runtime.snapshot import snapshot
 from raygents.schema import drop_defaulted_nulls, type_is_wrapped, type_name, type_schema
 from raygents.sessions import validate_session_id
-from raygents.store import validate_key
 
 __all__ = ["attach", "resume", "run", "run_streamed", "run_typed", "runs", "start"]
 
@@ -76,7 +76,9 @@ def start(
         agent: the start agent.
         input: a string (one user message) or messages / OpenAI-style dicts.
         context: any picklable value, given to tools and dynamic instructions.
-        run_id: the run's id (letters, digits, ``._-``); a fresh one by default.
+        run_id: the run's id: one store key segment of 1 to 128 ASCII letters, digits,
+            ``.``, ``_`` and ``-`` (see :func:`raygents.ids.validate_id`); a fresh one by
+            default.
         session_id: the conversation to load from and save to the agent's session.
         timeout_s: a wall-clock budget after which the run suspends (it is never killed).
         max_turns: caps ``max_turns`` of every agent in this run.
@@ -88,7 +90,7 @@ def start(
             raise UserError(f"session_id was given but agent {agent.name!r} has no session")
         validate_session_id(session_id)
     if run_id is not None:
-        validate_key(f"runs/{run_id}")
+        validate_id(run_id, "run id")
     rt = current()
     if session_id is not None:
         rt.send_notes()  # this driver's last run on the session has released it
@@ -348,8 +350,10 @@ def resume(
     Raises:
         RunNotFound: no checkpoint exists for ``run_id``.
         ApprovalDecisionsMismatch: ``approvals`` does not cover exactly the pending calls.
-        UserError: the run already completed, runs elsewhere, or names an unknown agent.
+        UserError: ``run_id`` is not a valid run id, or the run already completed, runs
+            elsewhere, or names an unknown agent.
     """
+    validate_id(run_id, "run id")
     _check_run_args(agent, timeout_s, None)
     rt = current()
     known = rt.handles.get(run_id)
@@ -364,7 +368,8 @@ def resume(
     if not blobs:
         raise RunNotFound(f"no checkpoint for run {run_id!r}", run_id=run_id)
     try:  # claimed: from here on, a failure puts the run's entry back
-        state, _ = replay_blobs(blobs, rt.directory.cached_settings()["key"], run_id)
+        key = rt.directory.cached_settings()["key"]
+        state, _ = checkpoint.restore(blobs, run_id=run_id, key=key)
         graph, blob, fp = snapshot(agent)
         if state.agent_name not in graph:
             raise UserError(
@@ -407,11 +412,15 @@ def attach(run_id: str) -> RunHandle:
     A run of this driver that is running, or whose handle is still referenced, gives its own
     handle (with every event). For other runs the handle resolves when the run ends; only the
     terminal event is delivered, and the result's ``last_agent`` is a placeholder ``Agent``
-    carrying the agent's name.
+    carrying the agent's name. A run awaiting approval raises :class:`RunInterrupted` with its
+    pending calls (read from its newest checkpoint), which any driver can approve with
+    :func:`resume`.
 
     Raises:
+        UserError: ``run_id`` is not a valid run id.
         RunNotFound: the coordinator knows no such run.
     """
+    validate_id(run_id, "run id")
     rt = current()
     handle = rt.handles.get(run_id)
     if handle is not None:
@@ -447,17 +456,33 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
             "agent run suspended", run_id=handle.run_id, cause=SUSPEND_FOR_CHECKPOINT
         )
     elif info.status == "awaiting_approval":
+        pending = await _pending(rt, handle.run_id)
         error = RunInterrupted(
-            "run is waiting for approval; resume it with decisions",
+            f"run is waiting for approval of {len(pending)} tool call(s); resume it with decisions",
             run_id=handle.run_id,
-            pending=[],
+            pending=pending,
         )
+        data = {"pending": [p.model_dump() for p in pending]}
+        handle._emit(RunEvent(type="interrupted", data=data, **base))
+        handle._resolve(None, error, info.status)
+        return
     else:
         error = RaygentsError(
             info.last_error or f"run ended as {info.status}", run_id=handle.run_id
         )
     handle._emit(RunEvent(type="error", error=str(error), **base))
     handle._resolve(None, error, info.status)
+
+
+async def _pending(rt: Runtime, run_id: str) -> list[PendingApproval]:
+    """The calls a run awaiting approval waits for, from its newest checkpoint (the
+    coordinator's copy, else the store's)."""
+    blobs = await rt.directory.call("load", run_id)
+    if not blobs:
+        return []
+    key = rt.directory.cached_settings()["key"]
+    state, _ = checkpoint.restore(blobs, run_id=run_id, key=key)
+    return list(state.pending)
 
 
 def runs(status: str | None = None) -> list[RunInfo]:
