@@ -3,27 +3,29 @@
 Every store is synchronous and thread-safe; callers run it in a thread pool. Keys are
 ``/``-separated safe segments (see :func:`validate_key`). Writes are create-only: putting an
 existing key fails unless the stored bytes are identical, so a retried put is harmless and
-nothing is ever overwritten in place. Only this module imports ``boto3``, and only lazily.
+nothing is ever overwritten in place. No read returns (or reads) more than a limit, the
+codec's by default. Only this module imports ``boto3``, and only lazily; the file store lives in
+:mod:`raygents.filestore` and is re-exported here.
 """
 
 from __future__ import annotations
 
 import abc
 import builtins
-import errno
 import functools
 import os
 import random
 import re
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
-from pathlib import Path
-from typing import Any, NamedTuple, NoReturn, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
-from raygents.errors import CheckpointError, RaygentsError, UserError
+from raygents.codec import DEFAULT_MAX_BYTES
+from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
+
+if TYPE_CHECKING:
+    from raygents.filestore import FileStore
 
 __all__ = [
     "FileStore",
@@ -43,6 +45,15 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", re.ASCII)
 _SCHEMES = "memory://[name], file://<dir>, s3://<bucket>[/<prefix>]"
 _T = TypeVar("_T")
+
+
+def __getattr__(name: str) -> Any:
+    """``FileStore``, imported on first use: :mod:`raygents.filestore` builds on this module."""
+    if name == "FileStore":
+        from raygents.filestore import FileStore
+
+        return FileStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def validate_key(key: str) -> str:
@@ -98,6 +109,19 @@ def _short(text: str) -> str:
     return repr(text) if len(text) <= 80 else repr(text[:60]) + f"... ({len(text)} characters)"
 
 
+def _too_large(url: str, key: str, size: int | None, max_bytes: int) -> CheckpointCorrupt:
+    """The error for a value over ``max_bytes``: ``size`` bytes, or None when only the bytes
+    read so far (``max_bytes`` + 1) are known."""
+    amount = f"{size} bytes" if size is not None else f"more than {max_bytes} bytes"
+    return CheckpointCorrupt(
+        f"checkpoint {key!r} in {url} is {amount}, over the limit of {max_bytes}, and was not "
+        "read; raygents writes nothing that large: remove it, or read it with a larger "
+        "max_bytes if it is yours",
+        key=key,
+        reason="too large",
+    )
+
+
 class Store(abc.ABC):
     """A create-only map from keys to bytes; every method is thread-safe and blocking."""
 
@@ -119,9 +143,27 @@ class Store(abc.ABC):
             raise UserError(f"a store value must be bytes, not {type(data).__name__}")
         self._put(key, bytes(data))
 
-    def get(self, key: str) -> bytes | None:
-        """Return the bytes under ``key``, or ``None`` when there are none."""
-        return self._get(validate_key(key))
+    def get(self, key: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | None:
+        """Return the bytes under ``key``, or ``None`` when there are none.
+
+        Args:
+            key: the key.
+            max_bytes: the largest value returned; of a larger one, no more than
+                ``max_bytes`` + 1 bytes are read. The codec's limit by default, which no
+                checkpoint raygents writes exceeds.
+
+        Raises:
+            CheckpointCorrupt: the value is larger than ``max_bytes`` (``reason`` "too large").
+            CheckpointError: the store failed, or the file store found a symbolic link or
+                something other than a file where the key or its directories should be.
+            UserError: the key or ``max_bytes`` is invalid.
+        """
+        validate_key(key)
+        if type(max_bytes) is not int or max_bytes < 0:
+            raise UserError(
+                f"max_bytes must be an int of at least 0, got {_short(repr(max_bytes))}"
+            )
+        return self._get(key, max_bytes)
 
     def mark(self, key: str) -> None:
         """Create an empty ``key`` if it does not exist: a mark that writers look for, which
@@ -152,7 +194,7 @@ class Store(abc.ABC):
     def _put(self, key: str, data: bytes) -> None: ...
 
     @abc.abstractmethod
-    def _get(self, key: str) -> bytes | None: ...
+    def _get(self, key: str, max_bytes: int) -> bytes | None: ...
 
     @abc.abstractmethod
     def _list(self, prefix: str) -> Iterable[str]: ...
@@ -185,9 +227,12 @@ class MemoryStore(Store):
         if existing != data:
             raise self._conflict(key)
 
-    def _get(self, key: str) -> bytes | None:
+    def _get(self, key: str, max_bytes: int) -> bytes | None:
         with _MEMORY_LOCK:
-            return self._data.get(key)
+            data = self._data.get(key)
+        if data is not None and len(data) > max_bytes:
+            raise _too_large(self.url, key, len(data), max_bytes)
+        return data
 
     def _list(self, prefix: str) -> builtins.list[str]:
         with _MEMORY_LOCK:
@@ -197,257 +242,6 @@ class MemoryStore(Store):
         with _MEMORY_LOCK:
             for key in keys:
                 self._data.pop(key, None)
-
-
-_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
-_NO_UNNAMED = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EISDIR, errno.EINVAL})
-"""What ``open(dir, O_TMPFILE)`` fails with where the kernel or filesystem lacks unnamed files."""
-
-
-class FileStore(Store):
-    """Files under a directory, one per key, written atomically and create-only.
-
-    A put writes an unnamed file in the key's directory (``O_TMPFILE``), fsyncs it, and links
-    it to the key's name, which fails if the name exists; readers never see partial files.
-    Where unnamed files are not supported it writes a hidden temporary file instead, links it
-    the same way and removes the temporary name; on filesystems without hard links it claims
-    the name with ``O_EXCL`` and then renames the temporary file over it, so a reader may
-    briefly see an empty file there.
-    """
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self._root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
-        self._unnamed = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
-        """Whether puts write unnamed files (until the filesystem turns out not to allow it)."""
-
-    @property
-    def url(self) -> str:
-        return f"file://{self._root}"
-
-    @property
-    def root(self) -> Path:
-        """The directory that holds the files."""
-        return self._root
-
-    def has(self, key: str) -> bool:
-        """Whether ``key`` exists (reads nothing)."""
-        return self._root.joinpath(*validate_key(key).split("/")).is_file()
-
-    def make_dir(self, prefix: str) -> None:
-        """Create (durably) the directory that the keys under ``prefix`` go into, as the first
-        put there would; a put there then only writes its file."""
-        with self._os_errors("write", prefix):
-            self._make_dirs(self._dir_of(prefix))
-
-    def remove_empty_dir(self, prefix: str) -> None:
-        """Remove the directory of ``prefix`` if it is empty (one :meth:`make_dir` made for
-        keys that never came), and the directories above it left empty, as deletes do."""
-        self._prune(self._dir_of(prefix))
-
-    def _dir_of(self, prefix: str) -> Path:
-        if not prefix.endswith("/"):
-            raise ValueError(f"a directory prefix ends with '/', got {prefix!r}")
-        return self._root.joinpath(*validate_key(prefix[:-1]).split("/"))
-
-    def put_if_dir(self, key: str, data: bytes) -> bool:
-        """:meth:`put`, but only into a directory that exists; False (nothing written) if the
-        key's directory is gone, e.g. a run's records were deleted when it completed."""
-        validate_key(key)
-        try:
-            self._put(key, bytes(data), parents=False)
-        except CheckpointError as exc:
-            if isinstance(exc.__cause__, FileNotFoundError):
-                return False
-            raise
-        return True
-
-    def _put(self, key: str, data: bytes, parents: bool = True) -> None:
-        path = self._root.joinpath(*key.split("/"))
-        with self._os_errors("write", key):
-            published = self._put_unnamed(path, data, parents) if self._unnamed else None
-            if published is not None:
-                if not published and self._get(key) != data:
-                    raise self._conflict(key)
-                return
-            temp = self._write_temp(path, data, parents)
-            try:
-                if not self._publish(temp, path):
-                    if self._get(key) != data:
-                        raise self._conflict(key)
-                    return
-                _fsync_dir(path.parent)
-            finally:
-                with suppress(FileNotFoundError):
-                    os.unlink(temp)
-
-    def _put_unnamed(self, path: Path, data: bytes, parents: bool) -> bool | None:
-        """Put ``data`` at ``path`` through an unnamed file: True if written, False if the name
-        exists, None if this filesystem does not allow it (``self._unnamed`` is then off)."""
-        for attempt in range(_DIR_ATTEMPTS):
-            if parents:
-                self._make_dirs(path.parent)
-            try:
-                return self._link_unnamed(path, data)
-            except FileNotFoundError:  # a concurrent delete removed the empty directory
-                if not parents or attempt == _DIR_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _link_unnamed(self, path: Path, data: bytes) -> bool | None:
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            try:
-                fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600, dir_fd=directory)
-            except OSError as exc:
-                if exc.errno not in _NO_UNNAMED:
-                    raise
-                self._unnamed = False
-                return None
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-                try:  # (a directory fd makes it linkat, which follows the /proc link)
-                    os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=directory)
-                except FileExistsError:
-                    return False
-                except OSError as exc:
-                    if exc.errno not in _NO_HARD_LINKS:
-                        raise
-                    self._unnamed = False
-                    return None
-            finally:
-                os.close(fd)
-            os.fsync(directory)
-            return True
-        finally:
-            os.close(directory)
-
-    def _write_temp(self, path: Path, data: bytes, parents: bool = True) -> str:
-        """Write ``data`` to a fsynced hidden file next to ``path``; return its name."""
-        for attempt in range(_DIR_ATTEMPTS):
-            if parents:
-                self._make_dirs(path.parent)
-            try:
-                fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-                break
-            except FileNotFoundError:  # a concurrent delete removed the empty directory
-                if not parents or attempt == _DIR_ATTEMPTS - 1:
-                    raise
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-        except BaseException:
-            os.unlink(temp)
-            raise
-        return temp
-
-    @staticmethod
-    def _publish(temp: str, path: Path) -> bool:
-        """Give ``temp``'s content the name ``path``; False if the name already exists."""
-        try:
-            os.link(temp, path)
-            return True
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            if exc.errno not in _NO_HARD_LINKS:
-                raise
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        except FileExistsError:
-            return False
-        os.replace(temp, path)
-        return True
-
-    def mark(self, key: str) -> None:
-        path = self._root.joinpath(*validate_key(key).split("/"))
-        with self._os_errors("write", key):
-            self._make_dirs(path.parent)
-            with suppress(FileExistsError):
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-
-    def _get(self, key: str) -> bytes | None:
-        with self._os_errors("read", key):
-            try:
-                return self._root.joinpath(*key.split("/")).read_bytes()
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                return None
-
-    def _list(self, prefix: str) -> Iterator[str]:
-        base = prefix if prefix.endswith("/") else prefix.rpartition("/")[0]
-        start = self._root.joinpath(*base.split("/")) if base else self._root
-        with self._os_errors("list", prefix or None):
-            for directory, dirs, files in os.walk(start):
-                dirs[:] = [name for name in dirs if not name.startswith(".")]
-                relative = Path(directory).relative_to(self._root).as_posix()
-                for name in files:
-                    key = name if relative == "." else f"{relative}/{name}"
-                    if key.startswith(prefix) and _is_key(key):  # not temp or stray files
-                        yield key
-
-    def _delete(self, keys: builtins.list[str]) -> None:
-        with self._os_errors("delete", keys[0] if len(keys) == 1 else None):
-            for key in keys:
-                path = self._root.joinpath(*key.split("/"))
-                with suppress(FileNotFoundError, NotADirectoryError):
-                    path.unlink()
-                self._prune(path.parent)
-
-    def _prune(self, directory: Path) -> None:
-        """Remove ``directory`` and the directories above it while they are empty, up to the
-        root."""
-        for path in (directory, *directory.parents):
-            if path == self._root:
-                break
-            try:
-                path.rmdir()
-            except OSError:  # not empty, or gone
-                break
-
-    def _make_dirs(self, directory: Path) -> None:
-        for attempt in range(_DIR_ATTEMPTS):
-            missing = []
-            path = directory
-            while not path.is_dir():
-                missing.append(path)
-                path = path.parent
-            try:
-                # Every directory first, then their parents' fsyncs: a directory left empty
-                # for the length of an fsync is one a concurrent delete may remove.
-                for path in reversed(missing):
-                    with suppress(FileExistsError):
-                        path.mkdir()
-                for path in reversed(missing):
-                    _fsync_dir(path.parent)
-                return
-            except FileNotFoundError:  # a delete just removed a parent it left empty
-                if attempt == _DIR_ATTEMPTS - 1:
-                    raise
-
-    @contextmanager
-    def _os_errors(self, action: str, key: str | None) -> Iterator[None]:
-        try:
-            yield
-        except OSError as exc:
-            what = f"checkpoint {key!r}" if key else "checkpoints"
-            raise CheckpointError(
-                f"cannot {action} {what} in {self.url}: {exc.strerror or exc}", key=key
-            ) from exc
-
-
-_DIR_ATTEMPTS = 20  # a put racing deletes that remove the directories it needs tries again
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _RETRYABLE_CODES = frozenset(
@@ -543,7 +337,12 @@ class S3Store(Store):
         for _ in range(3):
             if self._call("write", key, lambda: self._put_once(name, data)):
                 return
-            existing = self._get(key)  # 412: compare; a retry after a lost reply lands here
+            try:  # 412: compare; a retry after a lost reply lands here
+                existing = self._get(key, len(data))
+            except CheckpointCorrupt as exc:
+                if getattr(exc, "reason", None) != "too large":
+                    raise
+                raise self._conflict(key) from None
             if existing == data:
                 return
             if existing is not None:
@@ -560,13 +359,13 @@ class S3Store(Store):
             raise
         return True
 
-    def _get(self, key: str) -> bytes | None:
-        return self._call("read", key, lambda: self._get_once(self._object_key(key)))
+    def _get(self, key: str, max_bytes: int) -> bytes | None:
+        return self._call("read", key, lambda: self._get_once(key, max_bytes))
 
-    def _get_once(self, name: str) -> bytes | None:
+    def _get_once(self, key: str, max_bytes: int) -> bytes | None:
         client = self._client()
         try:
-            response = client.get_object(Bucket=self._bucket, Key=name)
+            response = client.get_object(Bucket=self._bucket, Key=self._object_key(key))
         except client.exceptions.ClientError as exc:
             if _code(exc) in ("NoSuchKey", "404") or (
                 _status(exc) == 404 and _code(exc) != "NoSuchBucket"
@@ -574,10 +373,16 @@ class S3Store(Store):
                 return None
             raise
         body = response["Body"]
-        try:
-            return bytes(body.read())
+        try:  # (closing a body not read to its end drops the connection, as it should)
+            size = response.get("ContentLength")
+            if type(size) is int and size > max_bytes:
+                raise _too_large(self.url, key, size, max_bytes)
+            data = _read_at_most(body, max_bytes + 1)  # the length may lie
         finally:
             body.close()
+        if len(data) > max_bytes:
+            raise _too_large(self.url, key, None, max_bytes)
+        return data
 
     def _list(self, prefix: str) -> builtins.list[str]:
         return self._call("list", prefix or None, lambda: self._list_once(prefix))
@@ -696,6 +501,18 @@ class S3Store(Store):
         return _Failure(CheckpointError(message, key=key), retry=retry)
 
 
+def _read_at_most(body: Any, limit: int) -> bytes:
+    """Read ``body`` to its end or to ``limit`` bytes, whichever comes first; at the end,
+    botocore checks that the body was as long as the response said."""
+    data = bytearray()
+    while len(data) < limit:
+        chunk = body.read(limit - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
 def _boto3() -> tuple[Any, Any]:
     try:
         import boto3
@@ -765,6 +582,8 @@ def open_store(url: str) -> Store:
     if scheme == "memory" and sep:
         return MemoryStore(rest)
     if scheme == "file" and sep and rest:
+        from raygents.filestore import FileStore
+
         return FileStore(rest)
     if scheme == "s3" and sep:
         bucket, _, prefix = rest.partition("/")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from s3_server import Fault, LocalS3, MotoServer, aws_env, local_s3
 
-from raygents.errors import CheckpointError, UserError
+from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
 from raygents.store import (
     FileStore,
     MemoryStore,
@@ -80,6 +80,16 @@ def test_empty_and_large_values(store: Store) -> None:
     store.put("large", large)
     assert store.get("empty") == b""
     assert store.get("large") == large
+
+
+def test_get_refuses_values_over_max_bytes(store: Store) -> None:
+    store.put("runs/r1/000001", b"x" * 100)
+    assert store.get("runs/r1/000001", max_bytes=100) == b"x" * 100
+    assert store.get("runs/r1/000404", max_bytes=0) is None
+    with pytest.raises(CheckpointCorrupt, match="over the limit of 99") as caught:
+        store.get("runs/r1/000001", max_bytes=99)
+    assert caught.value.reason == "too large" and caught.value.key == "runs/r1/000001"
+    assert "100 bytes" in str(caught.value)
 
 
 def test_put_is_create_only(store: Store) -> None:
@@ -429,7 +439,7 @@ def test_a_delete_during_a_puts_directory_fsyncs_cannot_remove_what_it_made(
 ) -> None:
     """A put that makes ``runs/`` and the run's directory fsyncs their parents only once both
     exist: a concurrent delete that prunes empty directories finds ``runs/`` in use."""
-    from raygents import store as store_module
+    from raygents import filestore as store_module
 
     store = FileStore(tmp_path / "s")
     runs = tmp_path / "s" / "runs"
