@@ -4,18 +4,24 @@ loop, without Ray."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
 
 from raygents import checkpoint, loop
-from raygents.envelope import RunState
+from raygents.envelope import Envelope, RunState
 from raygents.errors import OutputValidationError, ToolNotFound, UserError
 from raygents.messages import Message, ModelResponse, ToolCall, ToolSpec
-from raygents.runtime.children import child_budget, child_run_id, legacy_child_run_id
+from raygents.runtime.children import (
+    child_budget,
+    child_run_id,
+    existing_child,
+    legacy_child_run_id,
+)
 from raygents.schema import type_schema
 from raygents.sessions import SQLiteSession
 from raygents.testing import call, calls, text
@@ -175,6 +181,45 @@ def test_child_run_ids_are_hashed_bounded_distinct_and_stable() -> None:
         child = child_run_id("p", odd)
         assert child.startswith("p.") and child.isascii() and "/" not in child
     assert legacy_child_run_id("p", "a:b") == "p.a_b"  # found for runs of older versions
+
+
+class Records:
+    """A directory that only loads runs' records (what finding a child needs)."""
+
+    def __init__(self, runs: dict[str, RunState]) -> None:
+        self.blobs = {}
+        for run_id, state in runs.items():
+            _, record, _ = checkpoint.next_record(state, "running", None)
+            self.blobs[run_id] = [checkpoint.encode(record)]
+
+    async def call(self, method: str, run_id: str) -> list[bytes]:
+        assert method == "load"
+        return self.blobs.get(run_id, [])
+
+    async def settings(self) -> dict[str, Any]:
+        return {"key": None}
+
+
+@pytest.mark.parametrize("stored_as", ["hashed", "legacy", "none"])
+def test_a_resumed_parent_finds_its_child_under_the_new_or_the_old_id(stored_as: str) -> None:
+    parent = RunState(run_id="p", agent_name="a", messages=(Message("user", "x"),))
+    hashed, legacy = child_run_id("p", "call:1"), legacy_child_run_id("p", "call:1")
+    runs = {}
+    if stored_as != "none":
+        run_id = hashed if stored_as == "hashed" else legacy
+        runs[run_id] = RunState(run_id=run_id, agent_name="b", messages=(Message("user", "y"),))
+    directory: Any = Records(runs)
+    envelope = Envelope(parent, "fp", resumed=True)
+    child_id, child = asyncio.run(
+        existing_child(directory, parent, call("b", id="call:1"), envelope)
+    )
+    assert child_id == (legacy if stored_as == "legacy" else hashed)
+    assert (child is None) == (stored_as == "none")
+    fresh = Envelope(parent, "fp", resumed=False)
+    assert asyncio.run(existing_child(directory, parent, call("b", id="call:1"), fresh)) == (
+        hashed,
+        None,
+    )
 
 
 def test_a_childs_budget_is_its_share_of_what_the_parent_has_left() -> None:

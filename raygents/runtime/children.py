@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "child_budget",
     "child_run_id",
+    "existing_child",
     "legacy_child_run_id",
     "load_state",
     "replay_blobs",
@@ -105,14 +106,7 @@ async def run_child(
                 "this sub-agent",
             )
         )
-    child_id = child_run_id(state.run_id, call.id)
-    child = None
-    if envelope.resumed:
-        child = await _resumable(directory, child_id, envelope)
-        legacy = legacy_child_run_id(state.run_id, call.id)
-        if child is None and legacy.isascii() and len(legacy) <= 128:
-            child = await _resumable(directory, legacy, envelope)
-            child_id = legacy if child is not None else child_id
+    child_id, child = await existing_child(directory, state, call, envelope)
     fresh = child is None
     if child is None:
         child = RunState(
@@ -155,6 +149,23 @@ async def run_child(
             usage = usage.model_copy(update={"requests": budget})
         return StepResult(tool_error(tool.name, outcome.error or "sub-agent failed"), usage=usage)
     return StepResult(ToolResult(f"sub-agent run {outcome.kind}"), halt=outcome)
+
+
+async def existing_child(
+    directory: Directory, state: RunState, call: ToolCall, envelope: Envelope
+) -> tuple[str, RunState | None]:
+    """The id of a call's child run, and its state to resume when a resumed parent finds one
+    that did not end. A child that a version before hashed ids started keeps its old id."""
+    child_id = child_run_id(state.run_id, call.id)
+    if not envelope.resumed:
+        return child_id, None
+    child = await _resumable(directory, child_id, envelope)
+    legacy = legacy_child_run_id(state.run_id, call.id)
+    if child is None and legacy.isascii() and len(legacy) <= 128:
+        found = await _resumable(directory, legacy, envelope)
+        if found is not None:
+            return legacy, found
+    return child_id, child
 
 
 async def _resumable(directory: Directory, child_id: str, envelope: Envelope) -> RunState | None:
