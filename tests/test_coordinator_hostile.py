@@ -295,3 +295,302 @@ def test_a_run_that_fails_after_its_own_records_stores_its_failure(tmp_path: Any
     info = rebuilt.runs["r1"]
     assert info.status == "failed", info
     assert info.last_error is not None and "provider is down" in info.last_error
+
+
+# --- 7: a completed run is never claimed again --------------------------------------------
+
+
+async def _completed_run(coord: Coordinator, run_id: str = "r1", output: str = "42") -> None:
+    """A run that wrote two records, then completed (its end as a driver notes it)."""
+    _, epoch = await coord.claim(run_id, "driver", "agent")
+    for seq in (1, 2):
+        data = codec.encode(_record(run_id, seq, "running"))
+        await coord.save(run_id, seq, data, ("running", "agent", 3, None), True, epoch, seq == 1)
+    summary = {"final_output": output, "messages": (), "usage": None, "turns": 3}
+    await coord.finish(RunInfo(run_id, "completed", "agent", 3, seq=2), summary)
+
+
+def _records(coord: Coordinator, run_id: str = "r1") -> list[str]:
+    return [k for k in coord.store.list(f"runs/{run_id}/") if k.endswith(".ckpt")]
+
+
+async def _until(check: Any, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_a_completed_run_is_refused_between_its_end_and_its_clean_up() -> None:
+    from raygents.errors import UserError
+
+    async def main() -> None:
+        coord = Coordinator("test", _url())
+        await _completed_run(coord)  # (the cleaner has not run: nothing awaited since)
+        assert _records(coord), "its records are still there"
+        with pytest.raises(UserError, match="'r1' already completed"):
+            await coord.claim_and_load("r1", "driver-2")
+        with pytest.raises(UserError, match="'r1' already completed"):
+            await coord.claim("r1", "driver-2", "agent")  # a start that names its id
+        assert coord.runs["r1"].status == "completed" and coord.runs["r1"].owner == "driver"
+        await _until(lambda: coord.store.list("runs/r1/") == ["runs/r1/done.1"])
+
+    asyncio.run(main())
+
+
+def test_a_run_completed_before_a_crash_stays_completed_and_its_records_go() -> None:
+    from raygents.errors import UserError
+
+    url = _url()
+    # the coordinator crashed after the marker and before the records went
+    for seq in (1, 2):
+        _put(url, checkpoint.key_for("r1", seq, 1), _record("r1", seq, "running"))
+    marker = {"format": 1, "kind": "done", "run_id": "r1", "epoch": 1, "seq": 2}
+    _put(url, "runs/r1/done.1", {**marker, "agent_name": "agent", "turns": 3, "output": "42"})
+
+    async def main() -> None:
+        coord = Coordinator("test", url)
+        assert coord.runs["r1"].status == "completed"
+        with pytest.raises(UserError, match="'r1' already completed"):
+            await coord.claim_and_load("r1", "driver")
+        info, result = await coord.wait("r1")
+        assert info is not None and result["final_output"] == "42"  # the marker kept it
+        await _until(lambda: coord.store.list("runs/r1/") == ["runs/r1/done.1"])
+
+    asyncio.run(main())
+
+
+def test_a_completed_run_whose_records_were_not_deleted_is_refused(tmp_path: Any) -> None:
+    from raygents.errors import CheckpointError, UserError
+
+    url = f"file://{tmp_path}"
+
+    async def main() -> None:
+        coord = Coordinator("test", url)
+
+        def refuse(keys: Any) -> None:
+            raise CheckpointError("permission denied")
+
+        coord.store.delete = refuse  # type: ignore[method-assign]
+        await _completed_run(coord)
+        await _until(lambda: "runs/r1/done.1" in coord.store.list("runs/r1/"))
+        await asyncio.sleep(0.1)
+        assert len(_records(coord)) == 2, "the delete failed: the records stay"
+        with pytest.raises(UserError, match="'r1' already completed"):
+            await coord.claim_and_load("r1", "driver-2")
+
+    asyncio.run(main())
+
+    async def restarted() -> None:
+        coord = Coordinator("test", url)  # a restart: the marker says it completed
+        assert coord.runs["r1"].status == "completed"
+        with pytest.raises(UserError, match="'r1' already completed"):
+            await coord.claim_and_load("r1", "driver-3")
+        await _until(lambda: not _records(coord))  # and this time its records go
+
+    asyncio.run(restarted())
+
+
+def test_a_forgotten_completed_run_is_still_refused_from_its_marker(monkeypatch: Any) -> None:
+    from raygents.errors import UserError
+
+    monkeypatch.setattr(coordinator_module, "_COMPLETED_KEPT", 1)
+
+    async def main() -> None:
+        coord = Coordinator("test", _url())
+        await _completed_run(coord, "r1")
+        await _until(lambda: coord.store.list("runs/r1/") == ["runs/r1/done.1"])
+        for run_id in ("r2", "r3"):
+            await coord.finish(RunInfo(run_id, "completed", "agent"))
+        assert "r1" not in coord.runs and "r1" not in coord.epochs, "forgotten"
+        with pytest.raises(UserError, match="'r1' already completed"):
+            await coord.claim_and_load("r1", "driver")
+        with pytest.raises(UserError, match="'r1' already completed"):
+            await coord.claim("r1", "driver", "agent")
+
+    asyncio.run(main())
+
+
+def test_a_completed_child_that_its_parent_runs_again_is_not_listed_as_completed() -> None:
+    async def main() -> str:
+        coord = Coordinator("test", url)
+        await _completed_run(coord, "p.c1")
+        await _until(lambda: coord.store.list("runs/p.c1/") == ["runs/p.c1/done.1"])
+        [(taken, epoch)] = await coord.claim_many([("p.c1", "actor", "agent", True)])
+        assert (taken, epoch) == (None, 2), "a parent's forced claim runs its child again"
+        state = {"agent_name": "agent", "turns": 1, "epoch": 2}
+        data = codec.encode({**_record("p.c1", 1, "running"), "state": state})
+        await coord.save("p.c1", 1, data, ("running", "agent", 1, None), True, epoch, True)
+        return coord.store.url
+
+    url = _url()
+    asyncio.run(main())
+    assert _rebuilt(url).runs["p.c1"].status == "suspended"  # (its parent's to resume)
+
+
+# --- 12: bounded tables, retention, and a rebuild that does not hold up the start ---------
+
+
+def test_ended_runs_beyond_the_caps_are_forgotten_oldest_first(monkeypatch: Any) -> None:
+    monkeypatch.setattr(coordinator_module, "_COMPLETED_KEPT", 3)
+    monkeypatch.setattr(coordinator_module, "_FAILED_KEPT", 2)
+
+    async def main() -> None:
+        coord = Coordinator("test", _url())
+        for n in range(4):  # stopped runs are resumable: never forgotten, nor their records
+            await coord.claim(f"s{n}", "driver", "agent")
+            data = codec.encode(_record(f"s{n}", 1, "suspended"))
+            await coord.save(f"s{n}", 1, data, ("suspended", "agent", 3, None), True, 1, True)
+            await coord.finish(RunInfo(f"s{n}", "suspended", "agent", 3, seq=1))
+        for n in range(5):
+            await coord.claim(f"f{n}", "driver", "agent")
+            data = codec.encode(_record(f"f{n}", 1, "failed"))
+            await coord.save(f"f{n}", 1, data, ("failed", "agent", 3, "boom"), True, 1, True)
+            await coord.finish(RunInfo(f"f{n}", "failed", "agent", 3, last_error="boom", seq=1))
+        for n in range(10):
+            await coord.claim(f"c{n}", "driver", "agent")
+            await coord.finish(RunInfo(f"c{n}", "completed", "agent"), {"final_output": "ok"})
+        assert sorted(r for r in coord.runs if r[0] == "c") == ["c7", "c8", "c9"]
+        assert sorted(r for r in coord.runs if r[0] == "f") == ["f3", "f4"]
+        assert sorted(r for r in coord.runs if r[0] == "s") == ["s0", "s1", "s2", "s3"]
+        assert set(coord.epochs) == set(coord.runs)
+        assert set(coord.results) <= {"c7", "c8", "c9"}
+        # a forgotten failed run's records go; kept failed runs and stopped runs keep theirs
+        await _until(lambda: not coord.store.list("runs/f0/"))
+        for run_id in ("f3", "f4", "s0", "s1", "s2", "s3"):
+            assert coord.store.list(f"runs/{run_id}/"), run_id
+
+    asyncio.run(main())
+
+
+def test_a_resumed_failed_run_leaves_the_failed_runs(monkeypatch: Any) -> None:
+    monkeypatch.setattr(coordinator_module, "_FAILED_KEPT", 1)
+
+    async def main() -> None:
+        coord = Coordinator("test", _url())
+        await coord.finish(RunInfo("f0", "failed", "agent"))
+        await coord.claim("f0", "driver", "agent")  # resumed: running now
+        await coord.finish(RunInfo("f1", "failed", "agent"))
+        await coord.finish(RunInfo("f2", "failed", "agent"))
+        assert coord.runs["f0"].status == "running"
+        assert set(coord.runs) == {"f0", "f2"}
+
+    asyncio.run(main())
+
+
+def test_results_are_bounded_in_bytes_as_well_as_in_count(monkeypatch: Any) -> None:
+    from raygents.messages import Message
+
+    monkeypatch.setattr(coordinator_module, "_RESULTS_BYTES", 3000)
+
+    async def main() -> None:
+        coord = Coordinator("test", _url())
+        for n in range(5):
+            result = {"final_output": "x" * 500, "messages": (Message("user", "y" * 500),)}
+            await coord.finish(RunInfo(f"r{n}", "completed", "agent"), result)
+        assert list(coord.results) == ["r3", "r4"] and coord.results_size <= 3000
+        huge = {"final_output": "z" * 5000, "messages": ()}
+        await coord.finish(RunInfo("huge", "completed", "agent"), huge)
+        assert "huge" not in coord.results and list(coord.results) == ["r3", "r4"]
+        assert coord.runs["huge"].status == "completed"
+
+    asyncio.run(main())
+
+
+class _SlowStore(MemoryStore):
+    reads = 0
+
+    def _get(self, key: str, *args: Any) -> bytes | None:
+        type(self).reads += 1
+        time.sleep(0.02)
+        return super()._get(key, *args)
+
+
+def _slow_coordinator(url: str, monkeypatch: Any) -> Coordinator:
+    monkeypatch.setattr(
+        coordinator_module, "open_store", lambda _: _SlowStore(url.removeprefix("memory://"))
+    )
+    return Coordinator("test", url)
+
+
+def test_a_big_rebuild_reads_behind_the_start_and_answers_each_run_on_demand(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(coordinator_module, "_REBUILD_INLINE_RUNS", 5)
+    monkeypatch.setattr(coordinator_module, "_REBUILD_THREADS", 1)
+    url = _url()
+    for n in range(60):
+        record = _record(f"r{n}", status="suspended")
+        record["state"]["epoch"] = 3
+        _put(url, checkpoint.key_for(f"r{n}", 1, 3), record)
+        _put(url, checkpoint.fence_key(f"r{n}", 4), b"")
+    started = time.monotonic()
+    coord = _slow_coordinator(url, monkeypatch)
+    assert time.monotonic() - started < 0.02 * 30, "the start-up did not wait for every read"
+    assert len(coord.runs) == 5 and len(coord._unread) == 55
+    assert coord.epochs["r59"] == 4, "epochs come from the listing, before any read"
+
+    async def main() -> None:
+        info = await coord.get_run("r59")  # read now, not in its turn
+        assert info is not None and info.status == "suspended"
+        # a claim of a run not read yet reads it first: the rebuild never overwrites it
+        taken, epoch = await coord.claim("r58", "driver", "agent")
+        assert (taken, epoch) == (None, 5)
+        assert await coord.rebuilt(timeout_s=30.0)
+        assert coord.runs["r58"].status == "running" and coord.runs["r58"].owner == "driver"
+        taken, _ = await coord.claim("r58", "driver-2", "agent")
+        assert taken is not None, "not dispatched twice"
+        assert len(coord.runs) == 60
+
+    asyncio.run(main())
+
+
+def test_list_runs_waits_a_bounded_time_then_says_what_is_not_read_yet(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(coordinator_module, "_REBUILD_INLINE_RUNS", 0)
+    monkeypatch.setattr(coordinator_module, "_REBUILD_THREADS", 1)
+    monkeypatch.setattr(coordinator_module, "_REBUILD_WAIT_S", 0.05)
+    url = _url()
+    for n in range(100):
+        _put(url, checkpoint.key_for(f"r{n}", 1, 1), _record(f"r{n}"))
+    coord = _slow_coordinator(url, monkeypatch)
+
+    async def main() -> None:
+        started = time.monotonic()
+        listed = await coord.list_runs()
+        assert time.monotonic() - started < 2.0
+        unknown = [r for r in listed if r.status == "unknown"]
+        assert unknown and len(listed) == 100
+        assert unknown[0].last_error is not None and "still reading" in unknown[0].last_error
+        assert all(r.status == "suspended" for r in await coord.list_runs("suspended"))
+
+    asyncio.run(main())
+
+
+def test_a_run_the_store_failed_to_read_is_read_again_not_listed_as_failed(
+    monkeypatch: Any,
+) -> None:
+    from raygents.errors import CheckpointError
+
+    class Flaky(MemoryStore):
+        failures = 1
+
+        def _get(self, key: str, *args: Any) -> bytes | None:
+            if type(self).failures:
+                type(self).failures -= 1
+                raise CheckpointError("503 Slow Down")
+            return super()._get(key, *args)
+
+    url = _url()
+    _with_good_run(url)
+    monkeypatch.setattr(coordinator_module, "open_store", lambda _: Flaky(url[len("memory://") :]))
+    coord = Coordinator("test", url)
+    assert "good" not in coord.runs and "good" in coord._unread
+
+    async def main() -> None:
+        info = await coord.get_run("good")
+        assert info is not None and info.status == "suspended"
+
+    asyncio.run(main())

@@ -822,15 +822,15 @@ class Coordinator:
         complete = await self.rebuilt(_REBUILD_WAIT_S)
         found = [r for r in self.runs.values() if status is None or r.status == status]
         found.sort(key=lambda r: r.updated_at)
-        if not complete and status in (None, "unknown"):
+        if not complete and status in (None, rebuild.UNKNOWN):
             found += [
                 RunInfo(
                     run_id,
-                    "unknown",
+                    rebuild.UNKNOWN,
                     "?",
                     updated_at=0.0,
                     last_error="not read yet: the coordinator is still reading the run table "
-                    "back from the store (it restarted); ask again",
+                    "back from the store (it restarted), or the store failed; ask again",
                 )
                 for run_id in list(self._unread)
             ]
@@ -892,7 +892,7 @@ class Coordinator:
             if count >= _REBUILD_INLINE_RUNS or time.monotonic() > deadline:
                 break
             del self._unread[listed.run_id]
-            self._enter(listed.run_id, rebuild.read(self.store, listed, self.key))
+            self._settle(listed, rebuild.read(self.store, listed, self.key))
         rest = list(self._unread.values())
         if not rest:
             self._rebuild_done.set()
@@ -923,14 +923,26 @@ class Coordinator:
             self._rebuild_done.set()
 
     def _absorb(self) -> None:
-        """Enter the runs the background rebuild has read since (on the event loop)."""
+        """Enter the runs the background rebuild has read since (on the event loop), and
+        queue the clean-up the start-up found."""
         while True:
             try:
                 run_id, found = self._rebuilt.get_nowait()
             except queue.Empty:
-                return
-            if self._unread.pop(run_id, None) is not None:  # (nothing newer came meanwhile)
-                self._enter(run_id, found)
+                break
+            listed = self._unread.pop(run_id, None)
+            if listed is not None:  # (nothing newer came meanwhile)
+                self._settle(listed, found)
+        if self._later:
+            self._chore(self._later.pop())
+
+    def _settle(self, listed: rebuild.Listing, found: rebuild.Found | None) -> None:
+        """Put a run read back from the store in the table, or keep it unread if the store
+        failed (it is read again when asked for)."""
+        if found is not None and found.status == rebuild.UNKNOWN:
+            self._unread[listed.run_id] = listed
+        else:
+            self._enter(listed.run_id, found)
 
     def _enter(self, run_id: str, found: rebuild.Found | None) -> None:
         """Put a run read back from the store in the table."""
@@ -983,7 +995,7 @@ class Coordinator:
             self.epochs[run_id] = max(self.epochs.get(run_id, 0), listed.epoch)
         found = await loop.run_in_executor(self._reads, rebuild.read, self.store, listed, self.key)
         if self._unread.pop(run_id, None) is not None:
-            self._enter(run_id, found)
+            self._settle(listed, found)
 
     async def rebuilt(self, timeout_s: float = 0.0) -> bool:
         """Whether the run table holds every run the store listed at start-up, waiting up to

@@ -17,9 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raygents import checkpoint, codec
+from raygents.errors import CheckpointCorrupt, CheckpointError
 from raygents.store import validate_key
 
-__all__ = ["DONE", "Found", "Listing", "done_key", "group", "listing", "read", "unreadable"]
+__all__ = [
+    "DONE",
+    "UNKNOWN",
+    "UNREADABLE",
+    "Found",
+    "Listing",
+    "done_key",
+    "group",
+    "listing",
+    "read",
+    "unreadable",
+]
 
 log = logging.getLogger("raygents")
 
@@ -32,6 +44,8 @@ _RECORD_NAME = re.compile(r"(\d{10})(?:\.(\d+))?\.ckpt")  # the names of checkpo
 _MARK_NAME = re.compile(r"(fence|done)\.(\d{1,12})")
 _STATUSES = frozenset(("running", "suspended", "awaiting_approval", "failed", "completed"))
 _ERROR_CHARS = 2000
+UNKNOWN = "unknown"
+"""The status of a run not read back yet (the store failed, or the rebuild is still reading)."""
 UNREADABLE = "unreadable: "
 """How the ``last_error`` of a run listed because its records cannot be read starts."""
 
@@ -164,6 +178,11 @@ def read(store: Any, listed: Listing, key: bytes | None) -> Found | None:
             return unreadable(listed.run_id, f"{where} went while it was read")
         record = checkpoint.decode(data, key=key, source=newest)
         return _entry(listed.run_id, newest, record)
+    except CheckpointError as exc:
+        if isinstance(exc, CheckpointCorrupt):
+            return unreadable(listed.run_id, f"{where} cannot be read: {exc}")
+        log.warning("cannot read run %s back from the store (yet): %s", listed.run_id, exc)
+        return Found(UNKNOWN, error=_short_text(f"the store failed: {exc}"))  # (tried again)
     except Exception as exc:
         return unreadable(listed.run_id, f"{where} cannot be read: {type(exc).__name__}: {exc}")
 
