@@ -1,4 +1,5 @@
-"""The Model protocol, model settings, and how a model name becomes a model."""
+"""The Model protocol, model settings, how a model name becomes a model, and the size caps a
+model's answer is held to."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from raygents.errors import PayloadTooLarge
 from raygents.messages import ModelRequest, ModelResponse, ModelSettingsData
 
-__all__ = ["Model", "ModelSettings", "StreamingModel", "resolve_model"]
+__all__ = ["Model", "ModelSettings", "StreamingModel", "check_response", "resolve_model"]
 
 
 @runtime_checkable
@@ -68,3 +70,19 @@ def resolve_model(model: str | Model | None) -> Model:
         name = model or os.environ.get("RAYGENTS_MODEL") or "gpt-4o-mini"
         return OpenAIChatModel(name)
     return model
+
+
+def check_response(response: ModelResponse, agent_name: str) -> ModelResponse:
+    """``response``, once its text and each tool call's arguments are checked against
+    ``MAX_PAYLOAD_BYTES`` (``"model output"``, ``"tool arguments"``), before the answer goes
+    anywhere: into events, hooks, a checkpoint or a tool task.
+
+    Raises:
+        PayloadTooLarge: the text, or the arguments of a call, are over their cap.
+    """
+    message = response.message
+    PayloadTooLarge.check("model output", message.text, what=f"of agent {agent_name!r}")
+    for call in message.tool_calls:
+        what = f"of call {call.id[:64]!r} to tool {call.name[:64]!r}"
+        PayloadTooLarge.check("tool arguments", call.arguments, what=what)
+    return response

@@ -26,7 +26,7 @@ from raygents.events import RunEvent
 from raygents.guardrails import run_input_guardrails, run_output_guardrails
 from raygents.hooks import fire
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
-from raygents.models.base import Model, resolve_model
+from raygents.models.base import Model, check_response, resolve_model
 from raygents.runtime.children import run_child
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken
@@ -1002,7 +1002,7 @@ class AgentActor:
                 f"model of agent {self.agent.name!r} returned "
                 f"{type(response).__name__!r}, not ModelResponse"
             )
-        return response
+        return check_response(response, self.agent.name)
 
     async def _stream_model(
         self, chunks: AsyncIterator[Any], state: RunState, emit: Emit

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import ray
 import ray.exceptions
 
+from raygents.errors import MAX_PAYLOAD_BYTES, PayloadTooLarge
 from raygents.messages import Usage
 from raygents.runtime import wire
 from raygents.runtime.worker import TaskReport, describe, error_text, function_task, tool_task
@@ -67,10 +69,48 @@ def remote_tool(tool: Tool) -> Any:
 
 
 def task_body(tool: Tool) -> Any:
-    """The function a task of ``tool`` runs in its worker (:mod:`raygents.runtime.worker`)."""
+    """The function a task of ``tool`` runs in its worker (:mod:`raygents.runtime.worker`).
+
+    A result over ``MAX_PAYLOAD_BYTES["tool result"]`` is replaced, in the worker, by an
+    error result naming its size and the limit: it never goes into Ray's object store."""
     if _calls_function(tool):
-        return function_task(tool.name, tool.fn, tool.takes_context)
-    return tool_task(tool)
+        body = function_task(tool.name, tool.fn, tool.takes_context)
+    else:
+        body = tool_task(tool)
+    return _capped(body, tool.name, MAX_PAYLOAD_BYTES["tool result"])
+
+
+def _capped(body: Callable[[bytes], bytes], name: str, limit: int) -> Callable[[bytes], bytes]:
+    """``body``, with a result over ``limit`` bytes replaced by an error report.
+
+    A closure, so that cloudpickle sends it by value: the worker imports only what it
+    names (the worker, wire and errors modules), not this module and the model classes."""
+
+    def run_tool(blob: bytes) -> bytes:
+        packed = body(blob)
+        if len(packed) <= limit:  # the packed report holds the text and a little more
+            return packed
+        report: TaskReport = wire.loads(packed)
+        size = PayloadTooLarge.size_of(report.content)
+        if size <= limit:
+            return packed
+        del packed
+        error = PayloadTooLarge(kind="tool result", size=size, limit=limit)
+        text = error_text(name, error)
+        return wire.dumps(TaskReport(text, True, report.seconds, report.pid))
+
+    run_tool.__name__ = body.__name__
+    run_tool.__qualname__ = body.__qualname__
+    return run_tool
+
+
+def _checked(name: str, result: ToolResult) -> ToolResult:
+    """``result``, or an error result if it is over the tool result cap."""
+    try:
+        PayloadTooLarge.check("tool result", result.content)
+    except PayloadTooLarge as error:
+        return tool_error(name, error)
+    return result
 
 
 async def run_tool(
@@ -86,7 +126,7 @@ async def run_tool(
             result = await tool.execute(ctx, arguments)
         except Exception as exc:
             return StepResult(tool_error(tool.name, describe(exc)))
-        return StepResult(result if isinstance(result, ToolResult) else to_tool_result(result))
+        return StepResult(_checked(tool.name, to_tool_result(result)))
     payload: Any = arguments
     if _calls_function(tool):
         payload = tool.parse_arguments(arguments)
