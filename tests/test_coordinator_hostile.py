@@ -194,19 +194,15 @@ def test_a_rebuild_over_a_file_store_with_planted_files_lists_them(tmp_path: Any
     _assert_listed(coord, "evil", "0000000001.1.ckpt")
 
 
-def test_an_unlistable_store_starts_an_empty_table() -> None:
+def test_an_unlistable_store_starts_an_empty_table(monkeypatch: Any) -> None:
     class Broken(MemoryStore):
         def _list(self, prefix: str) -> list[str]:
             raise OSError("the disk is on fire")
 
     url = _url()
     _with_good_run(url)
-    original = coordinator_module.open_store
-    try:
-        coordinator_module.open_store = lambda _: Broken(url.removeprefix("memory://"))  # type: ignore[assignment]
-        coord = Coordinator("test", url)
-    finally:
-        coordinator_module.open_store = original
+    monkeypatch.setattr(coordinator_module, "open_store", lambda _: Broken(url[len("memory://") :]))
+    coord = Coordinator("test", url)
     assert coord.runs == {}
     assert coord.rebuild_error is not None and "fire" in coord.rebuild_error
 
@@ -274,7 +270,8 @@ def test_a_run_that_fails_after_its_own_records_stores_its_failure(tmp_path: Any
         coord = Coordinator("test", url)
         actor = AgentActor({"failing": agent}, "failing", "fp", "ns", coordinator=_Handle(coord))
         actor._beater = object()  # type: ignore[assignment]  # (no beats outside Ray)
-        actor._store, actor._store_known = coord.store, True  # it writes records itself
+        actor._store = coord.store  # type: ignore[assignment]  # it writes records itself
+        actor._store_known = True
         _, epoch = await coord.claim("r1", "driver", "failing")
         state = RunState(
             run_id="r1",

@@ -468,7 +468,7 @@ class Coordinator:
         self._refuse_completed(run_id)
         before = self.runs.get(run_id)
         name = before.agent_name if before is not None else "?"
-        taken, epoch = await self.claim(run_id, owner, name)
+        taken, epoch = await self._dispatch(run_id, owner, name)
         if taken is not None:
             return taken, 0, [], before
         stopped = before is None or before.status != "running"
@@ -706,6 +706,12 @@ class Coordinator:
         await self._known(run_id, look=not force)
         if not force:
             self._refuse_completed(run_id)
+        return await self._dispatch(run_id, owner, agent_name, force)
+
+    async def _dispatch(
+        self, run_id: str, owner: str, agent_name: str, force: bool = False
+    ) -> tuple[RunInfo | None, int]:
+        """:meth:`claim` of a run whose entry is known (and not completed unless ``force``)."""
         taken, epoch = self._claim(run_id, owner, agent_name, force)
         if taken is not None:
             return taken, epoch
