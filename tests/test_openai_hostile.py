@@ -65,6 +65,11 @@ def test_repr_shows_the_base_url_without_credentials(url: str, shown: str) -> No
     assert model.base_url == url  # the model still connects to the URL it was given
 
 
+def test_a_key_in_the_path_of_the_base_url_is_masked() -> None:
+    model = OpenAIChatModel("m", base_url=f"https://h.example/v1/{KEY}/", api_key=KEY)
+    assert "base_url='https://h.example/v1/***/'" in repr(model)
+
+
 def test_a_base_url_from_the_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", f"https://alice:{PASSWORD}@env.example/v1")
     assert "https://***@env.example/v1" in repr(OpenAIChatModel("m"))

@@ -117,8 +117,10 @@ class OpenAIChatModel:
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
+        # the key is masked too, for a server that takes it in the path (``/v1/<key>/``)
+        shown = None if self.base_url is None else self._scrub(_shown_url(self.base_url))
         return (
-            f"OpenAIChatModel({self.model!r}, base_url={_shown_opt(self.base_url)!r}, "
+            f"OpenAIChatModel({self.model!r}, base_url={shown!r}, "
             f"max_retries={self.max_retries!r}, timeout_s={self.timeout_s!r})"
         )
 
@@ -496,10 +498,6 @@ def _detail(body: object) -> str:
 def _body_status(body: object) -> int | None:
     code = body.get("code") if isinstance(body, Mapping) else None
     return code if isinstance(code, int) and 400 <= code <= 599 else None
-
-
-def _shown_opt(url: str | None) -> str | None:
-    return None if url is None else _shown_url(url)
 
 
 def _split_url(url: str) -> tuple[str, str, str, str, str]:
