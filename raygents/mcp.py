@@ -5,6 +5,12 @@ actor connects on first use and keeps the connection until :meth:`MCPServer.clos
 tool becomes an :class:`MCPTool` (``remote = False``): a call is one request on that connection,
 sent from the actor's event loop, so many runs can call one server concurrently.
 
+A server is not trusted: a call it leaves unanswered ends after the server's
+``tool_timeout_s`` (:data:`MCP_TOOL_TIMEOUT_S` by default) as an error result; its tool list
+must come within :data:`_LIST_TIMEOUT_S` and in at most :data:`_MAX_LIST_PAGES` pages; a tool
+whose input schema cannot be used is left out with a warning; and a tool name that model APIs
+refuse is offered to the model under a name derived from it (see :func:`tool_name`).
+
 Only this module imports the ``mcp`` SDK (version 2), and only when a server first connects.
 """
 
@@ -12,15 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
+import math
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from raygents.errors import RaygentsError, UserError
-from raygents.tools import Tool, ToolContext, ToolResult
+from raygents.tools import (
+    Tool,
+    ToolContext,
+    ToolResult,
+    excerpt,
+    parameters_problem,
+    valid_tool_name,
+)
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -30,7 +46,14 @@ if TYPE_CHECKING:
     from mcp.types import CallToolResult
     from mcp.types import Tool as MCPToolInfo
 
-__all__ = ["MCPServer", "MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool"]
+__all__ = [
+    "MCP_TOOL_TIMEOUT_S",
+    "MCPServer",
+    "MCPServerStdio",
+    "MCPServerStreamableHTTP",
+    "MCPTool",
+    "tool_name",
+]
 
 T = TypeVar("T")
 _Streams = tuple[Any, Any]
@@ -44,6 +67,12 @@ _HTTP_TIMEOUT_S = 30.0
 _HTTP_READ_TIMEOUT_S = 300.0
 """A streamable-HTTP response may be an event stream that stays quiet for a while."""
 _SESSION_NOT_FOUND = -32001
+MCP_TOOL_TIMEOUT_S = 300.0
+"""How long an MCP tool call may take when its server sets no ``tool_timeout_s``."""
+_LIST_TIMEOUT_S = 60.0
+"""How long listing a server's tools may take, all pages together."""
+_MAX_LIST_PAGES = 100
+"""A server that sends more ``tools/list`` pages than this is taken to page forever."""
 
 
 def _require_mcp() -> None:
@@ -65,12 +94,25 @@ class MCPServer:
 
     Attributes:
         name: the server's name, for messages and for telling servers apart.
+        tool_timeout_s: after this many seconds a call of one of its tools ends as an error
+            result (the message a remote tool's ``timeout_s`` gives).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, tool_timeout_s: float = MCP_TOOL_TIMEOUT_S) -> None:
         if not isinstance(name, str) or not name:
             raise UserError(f"an MCP server needs a non-empty name, got {name!r}")
+        if (
+            isinstance(tool_timeout_s, bool)
+            or not isinstance(tool_timeout_s, (int, float))
+            or not math.isfinite(tool_timeout_s)
+            or tool_timeout_s <= 0
+        ):
+            raise UserError(
+                f"MCP server {name!r}: tool_timeout_s must be a positive number of seconds, "
+                f"got {tool_timeout_s!r}"
+            )
         self.name = name
+        self.tool_timeout_s = tool_timeout_s
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -85,6 +127,7 @@ class MCPServer:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self.tool_timeout_s = MCP_TOOL_TIMEOUT_S  # (pickled before the option existed)
         self.__dict__.update(state)
         self._reset_runtime()
 
@@ -93,10 +136,15 @@ class MCPServer:
 
         The list is fetched page by page on the first call and cached until
         :meth:`reset_cache`; each call returns a new list of the same :class:`MCPTool` objects.
+        Tools whose input schema cannot be used (see
+        :func:`~raygents.tools.parameters_problem`) or that have no name are left out, with a
+        warning in this module's log; a name that model APIs refuse is mapped
+        (:func:`tool_name`).
 
         Raises:
             UserError: the ``mcp`` package is missing.
-            RaygentsError: the server could not be reached or could not list its tools.
+            RaygentsError: the server could not be reached or could not list its tools: no
+                answer within a minute, a cursor sent twice, more than 100 pages.
         """
         self._check_loop()
         _require_mcp()
@@ -104,35 +152,60 @@ class MCPServer:
             async with self._list_lock:
                 if self._tools is None:
                     try:
-                        infos = await self._request(_list_all_tools)
+                        infos = await _within(self._request(_list_all_tools), _LIST_TIMEOUT_S)
                     except Exception as exc:
+                        if isinstance(exc, _Late):
+                            exc = TimeoutError(f"no answer to tools/list within {exc}s")
                         raise RaygentsError(
-                            f'cannot list the tools of MCP server "{self.name}": {_describe(exc)}'
+                            f'cannot list the tools of MCP server "{self.name}": '
+                            f"{excerpt(_describe(exc), 1000)}"
                         ) from exc
-                    self._tools = [MCPTool.from_info(self, info) for info in infos]
+                    self._tools = _usable_tools(self, infos)
         return list(self._tools)
 
     def reset_cache(self) -> None:
         """Forget the cached tool list; the next :meth:`list_tools` asks the server again."""
         self._tools = None
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
-        """Call tool ``name`` on the server; every failure becomes an error result.
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        timeout_s: float | None = None,
+        shown_as: str | None = None,
+    ) -> ToolResult:
+        """Call tool ``name`` (the server's name for it) on the server; every failure becomes
+        an error result.
 
         A call that fails because the connection or the server process is gone connects again
         and is sent once more, so a tool may run twice if the server died while running it.
+        A call that has no answer after ``timeout_s`` seconds (the server's ``tool_timeout_s``
+        by default) ends with ``timed out after <timeout_s> s``; the server is told to cancel
+        it.
+
+        Args:
+            name: the tool's name on the server.
+            arguments: the call's arguments.
+            timeout_s: how long to wait for the answer.
+            shown_as: the tool's name in error results (the name the model knows it by).
         """
         self._check_loop()
         args = dict(arguments) if arguments is not None else None
+        limit = timeout_s if timeout_s is not None else self.tool_timeout_s
+        shown = name if shown_as is None else shown_as
 
         async def call(session: ClientSession) -> CallToolResult:
             return await session.call_tool(name, args)
 
         try:
-            result = await self._request(call)
-        except Exception as exc:
-            message = f'Error: cannot execute tool "{name}": {_describe(exc)}'
+            result = await _within(self._request(call), limit)
+        except _Late:
+            message = f'Error: cannot execute tool "{shown}": timed out after {limit} s'
             return ToolResult(message, is_error=True)
+        except Exception as exc:
+            reason = excerpt(_describe(exc), 1000)
+            return ToolResult(f'Error: cannot execute tool "{shown}": {reason}', is_error=True)
         return _to_tool_result(result)
 
     async def close(self) -> None:
@@ -212,6 +285,8 @@ class MCPServerStdio(MCPServer):
         env: extra environment variables, on top of the SDK's safe defaults (``PATH``,
             ``HOME``, ...); the rest of the caller's environment is not passed on.
         cwd: the working directory; the actor's by default.
+        tool_timeout_s: how long a call of one of its tools may take (default
+            :data:`MCP_TOOL_TIMEOUT_S`, 300 s); past it the call is an error result.
     """
 
     def __init__(
@@ -221,8 +296,10 @@ class MCPServerStdio(MCPServer):
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        *,
+        tool_timeout_s: float = MCP_TOOL_TIMEOUT_S,
     ) -> None:
-        super().__init__(name)
+        super().__init__(name, tool_timeout_s=tool_timeout_s)
         if not isinstance(command, str) or not command:
             raise UserError(f"MCP server {name!r} needs a non-empty command, got {command!r}")
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
@@ -251,10 +328,19 @@ class MCPServerStreamableHTTP(MCPServer):
         name: the server's name.
         url: the MCP endpoint, e.g. ``"http://127.0.0.1:8000/mcp"``.
         headers: HTTP headers sent with every request (e.g. ``Authorization``).
+        tool_timeout_s: how long a call of one of its tools may take (default
+            :data:`MCP_TOOL_TIMEOUT_S`, 300 s); past it the call is an error result.
     """
 
-    def __init__(self, name: str, url: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(name)
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        tool_timeout_s: float = MCP_TOOL_TIMEOUT_S,
+    ) -> None:
+        super().__init__(name, tool_timeout_s=tool_timeout_s)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise UserError(f"MCP server {name!r} needs an http(s) URL, got {url!r}")
         self.url = url
@@ -278,6 +364,8 @@ class MCPTool(Tool):
 
     Attributes:
         server: the server that owns the tool.
+        mcp_name: the tool's name on the server; ``name`` is what the model sees
+            (:func:`tool_name`).
     """
 
     remote = False
@@ -288,32 +376,129 @@ class MCPTool(Tool):
         name: str,
         description: str = "",
         parameters: dict[str, Any] | None = None,
+        *,
+        mcp_name: str | None = None,
     ) -> None:
         self.server = server
         self.name = name
+        self.mcp_name = name if mcp_name is None else mcp_name
         self.description = description
         self.parameters = parameters or {"type": "object", "properties": {}}
+        self.timeout_s = server.tool_timeout_s
 
     @classmethod
     def from_info(cls, server: MCPServer, info: MCPToolInfo) -> MCPTool:
-        """Build the tool from the server's ``tools/list`` entry."""
+        """Build the tool from the server's ``tools/list`` entry, named by :func:`tool_name`
+        (its own name when that is empty)."""
         schema = dict(info.input_schema) if info.input_schema else None
-        return cls(server, info.name, info.description or "", schema)
+        name = tool_name(info.name) or info.name
+        return cls(server, name, info.description or "", schema, mcp_name=info.name)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("mcp_name", self.name)  # (pickled before the mapping)
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
-        """Parse the model's JSON ``arguments`` and call the tool on the server."""
+        """Parse the model's JSON ``arguments`` and call the tool on the server, waiting at
+        most ``timeout_s`` (the server's ``tool_timeout_s``)."""
         args: dict[str, Any] | None = None
         if arguments.strip():
             try:
                 parsed = json.loads(arguments)
-            except json.JSONDecodeError as exc:
-                return ToolResult(f"Invalid arguments: {exc}", is_error=True)
+            except (json.JSONDecodeError, RecursionError) as exc:
+                reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+                return ToolResult(f"Invalid arguments: {excerpt(reason)}", is_error=True)
             if not isinstance(parsed, dict):
                 kind = type(parsed).__name__
                 message = f"Invalid arguments: expected a JSON object, got {kind}"
                 return ToolResult(message, is_error=True)
             args = parsed
-        return await self.server.call_tool(self.name, args)
+        timeout = self.timeout_s if self.timeout_s is not None else self.server.tool_timeout_s
+        return await self.server.call_tool(
+            self.mcp_name, args, timeout_s=timeout, shown_as=self.name
+        )
+
+
+def tool_name(mcp_name: str) -> str | None:
+    """The name the model sees for the MCP tool named ``mcp_name``; None for an empty name.
+
+    A name that model APIs accept (1-64 letters, digits, ``_`` or ``-``) stays as it is. Any
+    other (MCP allows dots, slashes, spaces, 128 characters) becomes its allowed characters,
+    the others as ``_``, cut to 55, then ``_`` and 8 hex digits of its SHA-256: a function of
+    the name alone, so a tool keeps its name in every listing, process and resumed run, and
+    two names that differ only in refused characters stay apart. A server's name is mapped
+    rather than refused so that its tool stays usable; a call goes out under ``mcp_name``.
+    """
+    if valid_tool_name(mcp_name):
+        return mcp_name
+    if not mcp_name:
+        return None
+    digest = hashlib.sha256(mcp_name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', mcp_name)[:55]}_{digest}"
+
+
+def _usable_tools(server: MCPServer, infos: Sequence[MCPToolInfo]) -> list[Tool]:
+    """The server's tools that can be offered to a model, in its order, with a warning for
+    each one left out or renamed. Names that need no mapping are taken first, so that a mapped
+    name never takes the place of a name the server gave."""
+    built: dict[int, Tool] = {}
+    taken: set[str] = set()
+    for i in sorted(range(len(infos)), key=lambda i: not valid_tool_name(infos[i].name)):
+        info = infos[i]
+        shown = excerpt(info.name, 80)
+        name = tool_name(info.name)
+        schema = dict(info.input_schema) if info.input_schema else None
+        problem = parameters_problem(schema) if schema is not None else None
+        if name is None:
+            problem = "it has no name"
+        elif problem is not None:
+            problem = f"its input schema cannot be used: {problem}"
+        elif name in taken:
+            problem = f"another of its tools has the name {name!r}"
+        if problem is not None:
+            logger.warning("MCP server %r: tool %r left out: %s", server.name, shown, problem)
+            continue
+        assert name is not None
+        if name != info.name:
+            logger.warning(
+                "MCP server %r: tool %r is offered to the model as %r (model APIs accept "
+                "1-64 letters, digits, '_' and '-')",
+                server.name,
+                shown,
+                name,
+            )
+        taken.add(name)
+        built[i] = MCPTool(server, name, info.description or "", schema, mcp_name=info.name)
+    return [built[i] for i in sorted(built)]
+
+
+class _Late(Exception):
+    """An awaitable had no outcome within its time limit (the limit is the message)."""
+
+
+async def _within(aw: Awaitable[T], limit: float) -> T:
+    """``await aw``, or raise :class:`_Late` after ``limit`` seconds and cancel it.
+
+    Unlike :func:`asyncio.wait_for`, a ``TimeoutError`` that ``aw`` raises itself stays what
+    it is, and a late awaitable is not waited for once cancelled: telling a hung server to
+    cancel must not hang too. Cancelling the caller cancels ``aw``.
+    """
+    task = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=limit)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        task.add_done_callback(_forget)
+        raise _Late(f"{limit:g}")
+    return task.result()
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("a late MCP request ended with %r", task.exception())
 
 
 class _Connection:
@@ -393,13 +578,14 @@ class _Connection:
 
 
 async def _list_all_tools(session: ClientSession) -> list[MCPToolInfo]:
-    """Page through ``tools/list`` until the server stops returning a cursor."""
+    """Page through ``tools/list`` until the server stops returning a cursor; at most
+    :data:`_MAX_LIST_PAGES` pages, each cursor once."""
     from mcp.types import PaginatedRequestParams
 
     tools: list[MCPToolInfo] = []
     cursor: str | None = None
     seen: set[str] = set()
-    while True:
+    for _ in range(_MAX_LIST_PAGES):
         params = PaginatedRequestParams(cursor=cursor) if cursor is not None else None
         page = await session.list_tools(params=params)
         tools.extend(page.tools)
@@ -407,8 +593,12 @@ async def _list_all_tools(session: ClientSession) -> list[MCPToolInfo]:
         if cursor is None:
             return tools
         if cursor in seen:
-            raise RuntimeError(f"the server repeated the tools/list cursor {cursor!r}")
+            raise RuntimeError(f"the server repeated the tools/list cursor {excerpt(cursor, 80)!r}")
         seen.add(cursor)
+    raise RuntimeError(
+        f"the server sent more than {_MAX_LIST_PAGES} pages of tools/list, and a cursor for "
+        "one more; it seems to page forever"
+    )
 
 
 def _to_tool_result(result: CallToolResult) -> ToolResult:

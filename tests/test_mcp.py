@@ -260,6 +260,7 @@ async def test_pickle_round_trip(time_mcp: MCPServerStdio) -> None:
         "args": TIME_ARGS,
         "env": None,
         "cwd": None,
+        "tool_timeout_s": 300.0,
     }
 
     tools = await tools_by_name(time_mcp)
