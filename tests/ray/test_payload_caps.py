@@ -180,3 +180,45 @@ def test_a_200_mb_tool_result_never_reaches_the_object_store() -> None:
 
 def test_each_cap_is_below_the_checkpoint_cap() -> None:
     assert max(OUTPUT_CAP, ARGS_CAP, RESULT_CAP) < MAX_PAYLOAD_BYTES["checkpoint"]
+
+
+# -- run input, at start --------------------------------------------------------------------------
+
+INPUT_CAP = MAX_PAYLOAD_BYTES["run input"]
+
+
+class _Started(Exception):
+    """Raised where ``start`` would reach the runtime: the input was accepted."""
+
+
+@pytest.fixture
+def no_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse() -> None:
+        raise _Started
+
+    monkeypatch.setattr("raygents.runtime.runs.current", refuse)
+
+
+def quiet_agent() -> rg.Agent:
+    return rg.Agent("quiet", model=ScriptedModel([text("x")]))
+
+
+@pytest.mark.usefixtures("no_runtime")
+def test_run_input_at_the_cap_is_accepted() -> None:
+    half = INPUT_CAP // 2
+    with pytest.raises(_Started):
+        rg.start(quiet_agent(), [{"role": "user", "content": "x" * half}] * 2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the check belongs in raygents/runtime/runs.py _input_messages (owned elsewhere); "
+    "it is proposed in issue 30's B4 report",
+)
+@pytest.mark.usefixtures("no_runtime")
+@pytest.mark.parametrize("times", [1, 10], ids=["cap+1", "10x cap"])
+def test_run_input_over_the_cap_is_refused_before_anything_starts(times: int) -> None:
+    size = INPUT_CAP * times + (1 if times == 1 else 0)
+    with pytest.raises(PayloadTooLarge) as caught:
+        rg.start(quiet_agent(), "x" * size)
+    assert (caught.value.kind, caught.value.size) == ("run input", size)
