@@ -5,6 +5,7 @@ API refuses, oversized or deep arguments, and calls of names that are no registe
 from __future__ import annotations
 
 import ast
+import asyncio
 import builtins
 import contextlib
 import http.server
@@ -369,3 +370,43 @@ def test_calls_are_dispatched_through_dicts_of_registered_tools() -> None:
     assert "self._tools = tools" in resolve
     needs = ast.unparse(actor_fns["_needs_approval"])
     assert "tools = self.tools()" in needs
+
+
+# --- in-actor tools' timeout ------------------------------------------------------------
+
+
+@rg.tool(remote=False, timeout_s=0.2)
+async def stall() -> str:
+    """Never finish."""
+    await asyncio.sleep(3600)
+    return "never"
+
+
+class Stalled(Tool):
+    name = "stalled"
+    remote = False
+    timeout_s = 0.2
+
+    async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
+        await asyncio.sleep(3600)
+        return ToolResult("never")
+
+
+@pytest.mark.parametrize("t", [stall, Stalled()], ids=["function", "custom"])
+async def test_a_tool_that_runs_in_the_actor_honours_its_timeout(t: Tool) -> None:
+    """As a remote tool's ``timeout_s`` does (raygents.runtime.tasks.run_tool), with its text."""
+    from raygents.envelope import Envelope
+    from raygents.runtime.actor import AgentActor
+
+    agent = rg.Agent("host", model=rg.testing.ScriptedModel([]), tools=[t])
+    actor = AgentActor({"host": agent}, "host", "fp", "ns")
+    await actor.resolve_tools()
+    events: list[Any] = []
+    step = loop.Execute(call(t.name, {}, id="c1"))
+    started = asyncio.get_running_loop().time()
+    out = await actor._run_step(_state(), Envelope(_state(), "fp"), step, events.append)
+    assert asyncio.get_running_loop().time() - started < 5
+    assert out.result == ToolResult(
+        f'Error: cannot execute tool "{t.name}": timed out after 0.2 s', is_error=True
+    )
+    assert [e.type for e in events] == ["tool_start", "tool_end"]

@@ -33,7 +33,7 @@ from raygents.runtime.drive import SuspendToken
 from raygents.runtime.liveness import Beater
 from raygents.runtime.mailbox import pack
 from raygents.runtime.process import tune_collector
-from raygents.runtime.tasks import StepResult, run_tool
+from raygents.runtime.tasks import StepResult, run_tool, tool_error
 from raygents.schema import type_name, type_schema
 from raygents.sessions import load_session, save_session
 from raygents.store import FileStore, open_store
@@ -1102,7 +1102,14 @@ class AgentActor:
             ctx = ToolContext(
                 state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context
             )
-            out = await run_tool(t, ctx, call.arguments, self.task_cache)
+            running = run_tool(t, ctx, call.arguments, self.task_cache)
+            if t.remote or t.timeout_s is None:
+                out = await running
+            else:  # in this actor (a remote call's task has its own limit)
+                try:
+                    out = await asyncio.wait_for(running, t.timeout_s)
+                except asyncio.TimeoutError:
+                    out = StepResult(tool_error(t.name, f"timed out after {t.timeout_s} s"))
         self._emit(
             emit,
             state,
