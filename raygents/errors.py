@@ -205,7 +205,7 @@ MAX_PAYLOAD_BYTES: Mapping[PayloadKind, int] = MappingProxyType(
     {
         "model output": 1024 * 1024,
         "tool arguments": 1024 * 1024,
-        "tool result": 4 * 1024 * 1024,
+        "tool result": 1024 * 1024,
         "run input": 4 * 1024 * 1024,
         "checkpoint": 10 * 1024 * 1024,
     }
@@ -213,10 +213,11 @@ MAX_PAYLOAD_BYTES: Mapping[PayloadKind, int] = MappingProxyType(
 """The size caps, in bytes of UTF-8 text, that raygents holds payloads to.
 
 Model output is the text of one answer, tool arguments those of one call (both checked by the
-agent actor as the answer arrives: 1 MiB is more than any model writes in one turn); a tool
-result is checked in the tool's worker before it is returned into Ray (4 MiB, the text of a
-context window of a million tokens); run input is all input messages of a run; a checkpoint is
-one encoded record (:data:`raygents.codec.DEFAULT_MAX_BYTES`).
+agent actor as the answer arrives); a tool result is checked in the tool's worker before it is
+returned into Ray, and becomes an error result for the model past its cap; run input is the
+text of all input messages of a run; a checkpoint is one encoded record
+(:data:`raygents.codec.DEFAULT_MAX_BYTES`). 1 MiB of text is about 250,000 tokens, more than
+most models read or write in a turn, and several such payloads fit in one checkpoint.
 """
 
 _ADVICE: Mapping[str, str] = {
