@@ -51,3 +51,54 @@ def rt(ray_session: None, request: pytest.FixtureRequest) -> None:
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(request.module)
+
+
+STORE_PREFIXES = ("runs", "sessions")
+"""The top-level folders raygents writes in a store (under the store URL's own prefix)."""
+
+
+def hostile_keys(keys: list[str]) -> list[str]:
+    """The keys that are not where raygents writes, or that hold what an id must not:
+    ``<prefix>/runs|sessions/<id>/<record>`` with ASCII segments of ``[A-Za-z0-9._-]``, none
+    empty, ``.`` or with ``..``, no ``%`` (``%2e``), NUL or other control characters."""
+    import re
+
+    segment = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
+    shape = re.compile(rf"(?:{segment}/)*(?:{'|'.join(STORE_PREFIXES)})/{segment}/{segment}")
+    return [key for key in keys if not shape.fullmatch(key) or ".." in key or not key.isascii()]
+
+
+class KeyAudit:
+    """Buckets whose every key is checked at the end of the session (:meth:`watch`)."""
+
+    def __init__(self) -> None:
+        self.buckets: set[str] = set()
+
+    def watch(self, bucket: str) -> str:
+        """Check ``bucket``'s keys at the end of the session; returns the bucket."""
+        self.buckets.add(bucket)
+        return bucket
+
+    hostile = staticmethod(hostile_keys)
+
+
+@pytest.fixture(scope="session")
+def s3_key_audit(session_s3: object) -> Iterator[KeyAudit]:
+    """At the end of the session, list every key of each watched bucket (a bucket on the
+    session's S3 server that a test gave to ``watch``) and fail if one falls outside
+    :data:`STORE_PREFIXES` or holds ``..``, ``%``, NUL or non-ASCII (:func:`hostile_keys`).
+    Only watched buckets: moto keeps every server's buckets in one process-wide backend, and
+    store tests plant hostile keys in theirs on purpose."""
+    audit = KeyAudit()
+    yield audit
+    from s3_server import s3_client
+
+    client = s3_client(session_s3.endpoint_url)  # type: ignore[attr-defined]
+    found: dict[str, list[str]] = {}
+    for bucket in sorted(audit.buckets):
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        keys = [str(o["Key"]) for page in pages for o in page.get("Contents", ())]
+        bad = hostile_keys(keys)
+        if bad:
+            found[bucket] = bad[:10]
+    assert not found, f"keys outside {STORE_PREFIXES} or with hostile characters: {found}"
