@@ -29,14 +29,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from raygents.errors import RaygentsError, UserError
-from raygents.tools import (
-    Tool,
-    ToolContext,
-    ToolResult,
-    excerpt,
-    parameters_problem,
-    valid_tool_name,
-)
+from raygents.schema import excerpt
+from raygents.tools import Tool, ToolContext, ToolResult, parameters_problem, valid_tool_name
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup

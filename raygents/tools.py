@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from raygents.errors import UserError
 from raygents.messages import ToolSpec, Usage
-from raygents.schema import args_model, drop_defaulted_nulls, function_parameters
+from raygents.schema import EXCERPT, args_model, drop_defaulted_nulls, excerpt, function_parameters
 from raygents.toolcall import ToolContext, result_text
 
 if TYPE_CHECKING:
@@ -33,8 +33,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """What a tool name may be: what model APIs accept (OpenAI's function names)."""
-EXCERPT = 300
-"""How many characters of a value an error message quotes."""
 
 
 class ToolResult(BaseModel):
@@ -184,7 +182,7 @@ class FunctionTool(Tool):
             parsed = self.args_model.model_validate(value)
         except (ValidationError, ValueError, RecursionError) as exc:
             reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            message = f'Invalid parameters for tool "{self.name}": {excerpt(reason, 2 * EXCERPT)}'
+            message = f'Invalid parameters for tool "{self.name}": {excerpt(reason, 3 * EXCERPT)}'
             return ToolResult(message, is_error=True)
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
@@ -224,13 +222,6 @@ def _check_tool_name(name: str) -> None:
 def valid_tool_name(name: object) -> bool:
     """Whether ``name`` is a tool name models accept (:data:`TOOL_NAME`)."""
     return isinstance(name, str) and TOOL_NAME.fullmatch(name) is not None
-
-
-def excerpt(value: str, limit: int = EXCERPT) -> str:
-    """``value`` cut to ``limit`` characters, saying how long it was."""
-    if len(value) <= limit:
-        return value
-    return f"{value[:limit]}... ({len(value)} characters in all)"
 
 
 def parameters_problem(schema: object) -> str | None:
