@@ -462,7 +462,9 @@ def _usable_tools(server: MCPServer, infos: Sequence[MCPToolInfo]) -> list[Tool]
                 name,
             )
         taken.add(name)
-        built[i] = MCPTool(server, name, info.description or "", schema, mcp_name=info.name)
+        tool = MCPTool(server, name, info.description or "", schema, mcp_name=info.name)
+        tool._checked_parameters = tool.parameters  # (just checked)
+        built[i] = tool
     return [built[i] for i in sorted(built)]
 
 

@@ -89,6 +89,8 @@ class Tool:
     timeout_s: float | None = None
     needs_approval: bool = False
     remote: bool = True
+    _checked_parameters: Any = None
+    """The ``parameters`` object last found usable (checking one costs about 20 ms)."""
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
         """Run the tool with the model's JSON ``arguments``."""
@@ -103,12 +105,14 @@ class Tool:
                 (see :func:`parameters_problem`).
         """
         _check_tool_name(self.name)
-        problem = parameters_problem(self.parameters)
-        if problem is not None:
-            raise UserError(
-                f"tool {self.name!r} has parameters that cannot be used: {problem}; "
-                "fix its JSON schema"
-            )
+        if self.parameters is not self._checked_parameters:
+            problem = parameters_problem(self.parameters)
+            if problem is not None:
+                raise UserError(
+                    f"tool {self.name!r} has parameters that cannot be used: {problem}; "
+                    "fix its JSON schema"
+                )
+            self._checked_parameters = self.parameters
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     def options(self) -> ExecutionOptions:
@@ -149,7 +153,7 @@ class FunctionTool(Tool):
             schema, model, fields, docs = function_parameters(fn, skip_first=self.takes_context)
         except Exception as exc:
             raise UserError(f"cannot build a schema for tool {self.name!r}: {exc}") from exc
-        self.parameters = schema
+        self.parameters = self._checked_parameters = schema  # (made here: usable)
         self._arg_fields = fields
         self._args_model: type[BaseModel] | None = model
         self.raw_schema = model.model_json_schema()
@@ -375,6 +379,7 @@ class AgentTool(Tool):
         "required": ["input"],
         "additionalProperties": False,
     }
+    _checked_parameters = parameters
 
     def __init__(self, agent: Agent, name: str | None, description: str | None) -> None:
         self.agent = agent

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from ray import cloudpickle
 
 import raygents as rg
 from raygents import loop
@@ -116,6 +117,17 @@ def test_function_and_agent_tools_have_usable_parameters() -> None:
     for t in (plot, agent.as_tool()):
         assert parameters_problem(t.parameters) is None
         assert t.spec().name == t.name
+    # Schemas raygents makes are not checked again (about 20 ms each), also after pickling.
+    copy = cloudpickle.loads(cloudpickle.dumps(plot))
+    assert copy._checked_parameters is copy.parameters
+
+
+def test_parameters_are_checked_again_when_they_change() -> None:
+    t = HandWritten(RECURSIVE)
+    t.spec()
+    t.parameters = {"type": "object", "properties": {"x": {"type": "strng"}}}
+    with pytest.raises(UserError, match="strng"):
+        t.spec()
 
 
 def test_a_reference_to_a_url_is_never_fetched() -> None:
