@@ -422,3 +422,16 @@ async def test_a_tool_that_runs_in_the_actor_honours_its_timeout(t: Tool) -> Non
         f'Error: cannot execute tool "{t.name}": timed out after 0.2 s', is_error=True
     )
     assert [e.type for e in events] == ["tool_start", "tool_end"]
+
+
+async def test_an_agent_with_unusable_parameters_fails_when_its_view_is_built() -> None:
+    """The actor builds the tool specs the model sees; a tool it cannot offer fails the run
+    there with the UserError (``AgentActor._outcome`` stores it as the run's error)."""
+    from raygents.runtime.actor import AgentActor
+
+    bad = HandWritten({"type": "object", "properties": {"x": {"pattern": "(["}}})
+    agent = rg.Agent("host", model=rg.testing.ScriptedModel([]), tools=[bad])
+    actor = AgentActor({"host": agent}, "host", "fp", "ns")
+    await actor.resolve_tools()
+    with pytest.raises(UserError, match=r"tool 'hand_written' has parameters that cannot be used"):
+        actor._base_view()
