@@ -13,6 +13,7 @@ import pytest
 import ray
 
 import raygents as rg
+from raygents.runtime.children import child_run_id
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")
@@ -205,7 +206,7 @@ def test_completed_children_end_in_the_run_table_and_their_records_go(
     book = tmp_path / "ledger.jsonl"
     handle = rg.start(lead, "go", context={"ledger": str(book)})
     assert handle.result(timeout_s=60).final_output == "merged"
-    children = {f"{handle.run_id}.c{i}" for i in range(6)}
+    children = {child_run_id(handle.run_id, f"c{i}") for i in range(6)}
     runs_dir = tmp_path / "ckpt" / "runs"
     deadline = time.monotonic() + 10
     while True:
