@@ -1,10 +1,12 @@
 """Sessions: conversations kept between runs, loaded at a run's start and saved on success.
 
 A session stores one conversation per session id. The runtime loads it before a run (the
-messages are prepended to the input) and, when the run completes, saves the run's whole
-conversation in its place: through ``save_run`` where the session has it, which keeps what
-other runs on the same session saved since this one loaded (see :class:`Session`), else through
-``save``. Three implementations ship, each with ``save_run``:
+messages are prepended to the input); a run holds its session id while it runs (a resumed run
+takes it again), so runs on one conversation take turns. When a run completes, its
+conversation is saved: through ``save_run`` where the session has it, which stores the
+conversation as it is now followed by the run's messages after the history it loaded (a run
+that suspended keeps what another run saved meanwhile; see :class:`Session`), else through
+``save``, which replaces the conversation. Three implementations ship, each with ``save_run``:
 
 - :class:`MemorySession`: shared by every process of the Ray cluster, gone with the cluster;
 - :class:`SQLiteSession`: durable on one machine (a SQLite file);

@@ -555,6 +555,7 @@ class AgentActor:
                 self.agent.input_guardrails, ctx, list(state.messages), on_trip=self._on_trip(ctx)
             )
         if envelope.resumed:
+            await self._resume_session(state)
             await fire(self.agent.hooks, "on_restore", ctx, self.agent, state.seq)
         if envelope.resumed or fresh:
             await fire(self.agent.hooks, "on_run_start", ctx, self.agent, list(state.messages))
@@ -883,13 +884,47 @@ class AgentActor:
         messages = (*history, *state.messages)
         return state.evolve(messages=messages, input_len=len(messages), recorded=0)
 
+    async def _resume_session(self, state: RunState) -> None:
+        """A resumed top-level run takes its session again (a run releases it when it stops).
+
+        While another run holds it, this one waits for that run to end (or stop), polling,
+        unless it is asked to suspend: then it goes on to halt at its first safe point, before
+        any save. It waits rather than fails: a resumed run cannot pick another session, and
+        failing would store it as failed, with the approvals it was given spent.
+        """
+        session_id = state.session_id
+        start = self.graph.get(state.start_agent or self.agent.name)
+        if session_id is None or state.depth or start is None or start.session is None:
+            return
+        delay, waited = 0.05, False
+        while True:
+            holder = await self.directory.coordinator().lock_session.remote(
+                session_id, state.run_id
+            )
+            active = self._active.get(state.run_id)
+            if holder is None or (active is not None and active.token.cause is not None):
+                return
+            if not waited:
+                log.info(
+                    "run %s waits for run %s, which holds session %r",
+                    state.run_id,
+                    holder,
+                    session_id,
+                )
+                waited = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
     async def _save_session(self, state: RunState) -> None:
-        """Save the conversation to the start agent's session (on success only)."""
+        """Save the conversation to the start agent's session (on success only), keeping
+        what other runs saved since this one loaded it (see :func:`save_session`)."""
         if state.session_id is None or state.depth:
             return
         session = self.graph[state.start_agent or self.agent.name].session
         if session is not None:
-            await save_session(session, state.session_id, list(state.messages))
+            await save_session(
+                session, state.session_id, list(state.messages), input_len=state.input_len
+            )
 
     def _on_trip(self, ctx: RunContext) -> Any:
         async def on_trip(name: str, result: Any) -> None:

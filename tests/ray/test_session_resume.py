@@ -1,0 +1,90 @@
+"""A run that suspends and resumes on a session keeps what other runs saved meanwhile, and
+takes the session again while it runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import raygents as rg
+from raygents.messages import ModelRequest, ModelResponse
+from raygents.sessions import SQLiteSession
+from raygents.testing import FunctionModel, calls, text
+
+pytestmark = pytest.mark.usefixtures("rt")
+
+HISTORY = [rg.Message("user", "old"), rg.Message("assistant", "old answer")]
+
+
+@rg.tool(num_cpus=0)
+def nap(seconds: float) -> str:
+    """Sleep for ``seconds``."""
+    time.sleep(seconds)
+    return "rested"
+
+
+def reply(request: ModelRequest) -> ModelResponse:
+    """``a`` naps first (a tool turn, where a run can be suspended); others answer at once."""
+    last = request.messages[-1]
+    if last.role == "tool":
+        return text("a done")
+    if last.text == "a":
+        return calls(("nap", {"seconds": 1.5}))
+    return text(f"{last.text} done")
+
+
+def suspended_run(agent: rg.Agent) -> str:
+    """Start run ``a`` on session ``S`` and suspend it while its tool runs."""
+    handle = rg.start(agent, "a", session_id="S")
+    next(e for e in handle.events() if e.type == "tool_start")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    return handle.run_id
+
+
+A_TURN = ["a", "", "rested", "a done"]
+
+
+def test_a_resumed_run_keeps_the_messages_of_a_run_that_ran_meanwhile(tmp_path: Path) -> None:
+    session = SQLiteSession(tmp_path / "s.db")
+    session.save("S", HISTORY)
+    agent = rg.Agent("resumer", model=FunctionModel(reply), tools=[nap], session=session)
+    run_a = suspended_run(agent)
+    assert rg.run(agent, "b", session_id="S").final_output == "b done"
+    assert rg.resume(run_a, agent=agent).result(timeout_s=60).final_output == "a done"
+    stored = [m.text for m in session.load("S")]
+    assert stored == ["old", "old answer", "b", "b done", *A_TURN]
+
+
+def test_a_resumed_run_waits_for_the_run_holding_its_session(tmp_path: Path) -> None:
+    """Run B holds the session when A resumes: A waits for it (B ends first), then saves."""
+    session = SQLiteSession(tmp_path / "s.db")
+    session.save("S", HISTORY)
+    agent = rg.Agent("waiter", model=FunctionModel(reply), tools=[nap], session=session)
+    slow = agent.clone(name="waiter_slow", model=FunctionModel(reply, latency_s=3.0))
+    run_a = suspended_run(agent)
+    b = rg.start(slow, "b", session_id="S")
+    next(e for e in b.events() if e.type == "agent_start")  # B holds the session
+    a = rg.resume(run_a, agent=agent)
+    assert a.result(timeout_s=60).final_output == "a done"
+    assert b.done()  # A went on only once B had ended
+    assert b.result(timeout_s=1).final_output == "b done"
+    stored = [m.text for m in session.load("S")]
+    assert stored == ["old", "old answer", "b", "b done", *A_TURN]
+
+
+def test_a_resumed_run_holds_its_session(tmp_path: Path) -> None:
+    session = SQLiteSession(tmp_path / "s.db")
+    agent = rg.Agent("holder", model=FunctionModel(reply), tools=[nap], session=session)
+    run_a = suspended_run(agent)
+    slow = agent.clone(model=FunctionModel(reply, latency_s=3.0))  # the same agent, slower
+    a = rg.resume(run_a, agent=slow)
+    next(e for e in a.events() if e.type == "agent_start")
+    other = rg.start(agent, "c", session_id="S")
+    with pytest.raises(rg.UserError, match=f"in use by run '{run_a}'"):
+        other.result(timeout_s=60)
+    assert a.result(timeout_s=60).final_output == "a done"
+    assert [m.text for m in session.load("S")] == A_TURN
