@@ -56,6 +56,15 @@ def ledger(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def left_behind(folder: Path) -> list[str]:
+    """What a run left in its folder besides its completion marker (``done.<epoch>``, kept:
+    a completed run is never claimed again)."""
+    try:
+        return [p.name for p in folder.iterdir() if not p.name.startswith("done.")]
+    except FileNotFoundError:
+        return []
+
+
 def answer_after_tools(done: str = "done") -> FunctionModel:
     """Calls ``work`` once, then answers with the number of tool results seen."""
 
@@ -211,7 +220,7 @@ def test_completed_children_end_in_the_run_table_and_their_records_go(
     deadline = time.monotonic() + 10
     while True:
         statuses = {r.run_id: r.status for r in rg.runs() if r.run_id in children}
-        left = [p.name for p in runs_dir.iterdir()] if runs_dir.exists() else []
+        left = [n for p in runs_dir.iterdir() for n in left_behind(p)] if runs_dir.exists() else []
         if statuses == dict.fromkeys(children, "completed") and not left:
             break
         assert time.monotonic() < deadline, (statuses, left)
@@ -545,9 +554,9 @@ def test_durability_modes_write_what_they_promise(durability: str, tmp_path: Pat
         result = rg.resume(handle.run_id, agent=agent).result(timeout_s=60)
         assert result.final_output == "finished after 2"
         deadline = time.time() + 20  # deleted in the background once the run completed
-        while (root / "runs" / handle.run_id).exists() and time.time() < deadline:
+        while left_behind(root / "runs" / handle.run_id) and time.time() < deadline:
             time.sleep(0.1)
-        assert not (root / "runs" / handle.run_id).exists(), "a completed run's checkpoints go"
+        assert not left_behind(root / "runs" / handle.run_id), "a completed run's checkpoints go"
     finally:
         rg.shutdown()
         rg.init(store="memory://")
