@@ -63,7 +63,9 @@ __all__ = [
 NUDGE = "Based on everything you have gathered, produce the final structured output now."
 SKIPPED_AFTER_HANDOFF = "Tool call was not executed because a handoff occurred."
 DEFAULT_MAX_TOOL_CALLS_PER_TURN = 128
+"""Tool calls of one model reply that are run, unless an agent says otherwise."""
 DEFAULT_MAX_MODEL_CALLS = 1000
+"""Model calls of a run, its agent-as-tool runs included, unless its agents say otherwise."""
 MAX_CALL_ID = 128
 """Longer call ids are replaced (they travel in every record, key and event of the call)."""
 
