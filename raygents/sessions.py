@@ -112,12 +112,20 @@ async def load_session(session: Session, session_id: str) -> list[Message]:
         return []
     if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
         raise RaygentsError(f"{session!r}.load returned {type(messages).__name__}, not a list")
-    for message in messages:
+    out = []
+    for index, message in enumerate(messages):
         if not isinstance(message, Message):
             raise RaygentsError(
                 f"{session!r}.load returned a {type(message).__name__} in its list, not a Message"
             )
-    return list(messages)
+        try:  # a subclass or an unchecked message must not reach the run's checkpoints
+            out.append(_plain(message))
+        except (ValidationError, TypeError) as exc:
+            raise RaygentsError(
+                f"{session!r}.load returned a message raygents cannot use (message {index}, "
+                f"{_shown(message)}): {_first_error(exc)}"
+            ) from None
+    return out
 
 
 async def save_session(
@@ -165,29 +173,40 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Messages as the JSON-mode dicts a session stores, each checked to load back.
+def _plain(message: Message) -> Message:
+    """``message`` as a plain, checked :class:`Message`: a subclass's extra fields would make
+    every later load fail, and lone surrogates (which cannot be encoded as UTF-8) become
+    U+FFFD.
 
-    Only :class:`Message`'s own fields are kept (a subclass's extra fields would make every
-    later load fail); lone surrogates become U+FFFD (they cannot be encoded as UTF-8).
+    Raises:
+        ValidationError: the message is not a valid Message (it was built unchecked).
     """
+    data = _scrub(message.model_dump(mode="json", include=_FIELDS, warnings=False))
+    return Message.model_validate(data)
+
+
+def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages as the JSON-mode dicts a session stores, each checked to load back (see
+    :func:`_plain`)."""
     if isinstance(messages, str) or not isinstance(messages, Sequence):
         raise UserError(f"a session saves a list of messages, not {type(messages).__name__}")
     out = []
     for index, message in enumerate(messages):
         if not isinstance(message, Message):
             raise UserError(f"a session saves Message objects, not {type(message).__name__}")
-        data = _scrub(message.model_dump(mode="json", include=_FIELDS, warnings=False))
         try:  # Message has a custom __init__, which pydantic calls: bad data may raise TypeError
-            out.append(Message.model_validate(data).model_dump(mode="json"))
+            out.append(_plain(message).model_dump(mode="json"))
         except (ValidationError, TypeError) as exc:
-            shown = repr(data)
-            shown = shown if len(shown) <= 200 else shown[:200] + "..."
             raise UserError(
-                f"message {index} cannot be stored in a session, it would not load back: "
-                f"{shown}: {_first_error(exc)}; save valid Message objects"
+                f"message {index} cannot be stored in a session, it would not load back "
+                f"({_shown(message)}): {_first_error(exc)}; save valid Message objects"
             ) from None
     return out
+
+
+def _shown(message: Message) -> str:
+    shown = repr(message.model_dump(mode="json", include=_FIELDS, warnings=False))
+    return shown if len(shown) <= 200 else shown[:200] + "..."
 
 
 def _first_error(exc: Exception) -> str:

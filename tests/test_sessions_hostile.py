@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from raygents.errors import UserError
+from raygents.errors import RaygentsError, UserError
 from raygents.messages import Message, ToolCall
 from raygents.sessions import (
     MemorySession,
@@ -280,3 +280,33 @@ def test_sqlite_creates_a_dangling_links_target_private(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "target.db").st_mode) == 0o600
+
+
+# --- what a user's own session loads -------------------------------------------------------------
+
+
+class Returns:
+    """A user's session that loads what it was given."""
+
+    def __init__(self, loaded: list[Any]) -> None:
+        self.loaded = loaded
+
+    def load(self, session_id: str) -> list[Any]:
+        return self.loaded
+
+    def save(self, session_id: str, messages: list[Message]) -> None:
+        raise AssertionError("not saved in these tests")
+
+
+async def test_what_a_users_session_loads_becomes_plain_messages() -> None:
+    """A subclass's extra fields or a lone surrogate would break the run's checkpoints."""
+    loaded = [NotedMessage("user", "hi", note="private"), unchecked("user", "report-\udcff.txt")]
+    messages = await load_session(Returns(loaded), "s")  # type: ignore[arg-type]
+    assert messages == [Message("user", "hi"), Message("user", "report-\ufffd.txt")]
+    assert all(type(m) is Message for m in messages)
+
+
+async def test_a_users_session_that_loads_a_broken_message_fails_clearly() -> None:
+    broken = Message.model_construct(role="robot", content="beep")
+    with pytest.raises(RaygentsError, match=r"load returned .*message 1.*robot"):
+        await load_session(Returns([Message("user", "hi"), broken]), "s")  # type: ignore[arg-type]
