@@ -463,6 +463,11 @@ class Coordinator:
         Returns ``(taken, epoch, records, before)``: ``taken`` is the entry of another owner
         running it (nothing was claimed, no records); without records nothing stays claimed.
         ``before`` is the entry as it was, for :meth:`unclaim`.
+
+        Raises:
+            UserError: the run completed: the run table says so, or the store holds its
+                completion marker (its records may still be there: a crash or a failed
+                delete before its clean-up; they are deleted now).
         """
         await self._known(run_id, look=True)
         self._refuse_completed(run_id)
