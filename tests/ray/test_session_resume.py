@@ -3,6 +3,7 @@ takes the session again while it runs."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -35,6 +36,17 @@ def reply(request: ModelRequest) -> ModelResponse:
     return text(f"{last.text} done")
 
 
+def gated(gate: Path) -> FunctionModel:
+    """:func:`reply`, once the file ``gate`` exists (the test decides when a run goes on)."""
+
+    async def wait_then_reply(request: ModelRequest) -> ModelResponse:
+        while not gate.exists():
+            await asyncio.sleep(0.05)
+        return reply(request)
+
+    return FunctionModel(wait_then_reply)
+
+
 def suspended_run(agent: rg.Agent) -> str:
     """Start run ``a`` on session ``S`` and suspend it while its tool runs."""
     handle = rg.start(agent, "a", session_id="S")
@@ -64,14 +76,16 @@ def test_a_resumed_run_waits_for_the_run_holding_its_session(tmp_path: Path) -> 
     session = SQLiteSession(tmp_path / "s.db")
     session.save("S", HISTORY)
     agent = rg.Agent("waiter", model=FunctionModel(reply), tools=[nap], session=session)
-    slow = agent.clone(name="waiter_slow", model=FunctionModel(reply, latency_s=3.0))
+    held = agent.clone(name="waiter_held", model=gated(tmp_path / "go"))
     run_a = suspended_run(agent)
-    b = rg.start(slow, "b", session_id="S")
+    b = rg.start(held, "b", session_id="S")
     next(e for e in b.events() if e.type == "agent_start")  # B holds the session
     a = rg.resume(run_a, agent=agent)
+    time.sleep(2.0)
+    assert not a.done()  # its model answers at once: it waits for the session
+    (tmp_path / "go").touch()
     assert a.result(timeout_s=60).final_output == "a done"
-    assert b.done()  # A went on only once B had ended
-    assert b.result(timeout_s=1).final_output == "b done"
+    assert b.result(timeout_s=1).final_output == "b done"  # B had ended
     stored = [m.text for m in session.load("S")]
     assert stored == ["old", "old answer", "b", "b done", *A_TURN]
 
@@ -80,11 +94,41 @@ def test_a_resumed_run_holds_its_session(tmp_path: Path) -> None:
     session = SQLiteSession(tmp_path / "s.db")
     agent = rg.Agent("holder", model=FunctionModel(reply), tools=[nap], session=session)
     run_a = suspended_run(agent)
-    slow = agent.clone(model=FunctionModel(reply, latency_s=3.0))  # the same agent, slower
-    a = rg.resume(run_a, agent=slow)
+    a = rg.resume(run_a, agent=agent.clone(model=gated(tmp_path / "go")))  # the same agent
     next(e for e in a.events() if e.type == "agent_start")
     other = rg.start(agent, "c", session_id="S")
     with pytest.raises(rg.UserError, match=f"in use by run '{run_a}'"):
         other.result(timeout_s=60)
+    (tmp_path / "go").touch()
     assert a.result(timeout_s=60).final_output == "a done"
     assert [m.text for m in session.load("S")] == A_TURN
+
+
+@rg.tool(num_cpus=0, needs_approval=True)
+def send(to: str) -> str:
+    """Send a message (needs approval)."""
+    return f"sent to {to}"
+
+
+def approve_first(request: ModelRequest) -> ModelResponse:
+    """``a`` asks to send (and waits for approval); others answer at once."""
+    last = request.messages[-1]
+    if last.role == "tool":
+        return text("a done")
+    if last.text == "a":
+        return calls(("send", {"to": "bob"}))
+    return text(f"{last.text} done")
+
+
+def test_a_run_approved_after_another_run_keeps_both_runs(tmp_path: Path) -> None:
+    session = SQLiteSession(tmp_path / "s.db")
+    agent = rg.Agent("approver", model=FunctionModel(approve_first), tools=[send], session=session)
+    a = rg.start(agent, "a", session_id="S")
+    with pytest.raises(rg.RunInterrupted) as info:
+        a.result(timeout_s=60)
+    assert rg.run(agent, "b", session_id="S").final_output == "b done"
+    decisions = {p.call_id: True for p in info.value.pending}
+    done = rg.resume(a.run_id, agent=agent, approvals=decisions).result(timeout_s=60)
+    assert done.final_output == "a done"
+    stored = [m.text for m in session.load("S")]
+    assert stored == ["b", "b done", "a", "", "sent to bob", "a done"]
