@@ -328,8 +328,8 @@ def test_a_completed_run_is_refused_between_its_end_and_its_clean_up() -> None:
         assert _records(coord), "its records are still there"
         with pytest.raises(UserError, match="'r1' already completed"):
             await coord.claim_and_load("r1", "driver-2")
-        with pytest.raises(UserError, match="'r1' already completed"):
-            await coord.claim("r1", "driver-2", "agent")  # a start that names its id
+        taken, epoch = await coord.claim("r1", "driver-2", "agent")  # a start that names it
+        assert taken is not None and (taken.status, epoch) == ("completed", 0)
         assert coord.runs["r1"].status == "completed" and coord.runs["r1"].owner == "driver"
         await _until(lambda: coord.store.list("runs/r1/") == ["runs/r1/done.1"])
 
@@ -403,8 +403,8 @@ def test_a_forgotten_completed_run_is_still_refused_from_its_marker(monkeypatch:
         assert "r1" not in coord.runs and "r1" not in coord.epochs, "forgotten"
         with pytest.raises(UserError, match="'r1' already completed"):
             await coord.claim_and_load("r1", "driver")
-        with pytest.raises(UserError, match="'r1' already completed"):
-            await coord.claim("r1", "driver", "agent")
+        taken, _ = await coord.claim("r1", "driver", "agent")
+        assert taken is not None and taken.status == "completed"
 
     asyncio.run(main())
 

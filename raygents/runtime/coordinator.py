@@ -696,21 +696,19 @@ class Coordinator:
     ) -> tuple[RunInfo | None, int]:
         """Dispatch a run for ``owner``: a new epoch fences every earlier dispatch.
 
-        Returns ``(info, 0)`` without dispatching when another owner runs it (unless
-        ``force``), else ``(None, epoch)``. Where agent actors write records themselves, the
-        store gets a fence mark first, which a copy of an earlier dispatch finds after its
-        next write (and then stops).
+        Returns ``(info, 0)`` without dispatching when another owner runs it or it completed
+        (unless ``force``: an agent-as-tool parent that resumes runs a child whose result it
+        has not journaled again), else ``(None, epoch)``. Where agent actors write records
+        themselves, the store gets a fence mark first, which a copy of an earlier dispatch
+        finds after its next write (and then stops).
 
         A run this coordinator has not read yet (a rebuild still reading, or a run it forgot)
         is read first, so its epoch and status are known.
-
-        Raises:
-            UserError: the run completed (unless ``force``: an agent-as-tool parent that
-                resumes runs a child whose result it has not journaled again).
         """
         await self._known(run_id, look=not force)
-        if not force:
-            self._refuse_completed(run_id)
+        info = self.runs.get(run_id)
+        if not force and info is not None and info.status == "completed":
+            return info, 0  # (a completed run is never run again)
         return await self._dispatch(run_id, owner, agent_name, force)
 
     async def _dispatch(

@@ -47,7 +47,7 @@ def test_a_completed_run_is_never_run_again_even_after_a_restart(store: str) -> 
     assert result.final_output == "the answer"
     with pytest.raises(rg.UserError, match="'once' already completed"):
         rg.resume("once", agent=agent)
-    with pytest.raises(rg.UserError, match="'once' already completed"):
+    with pytest.raises(rg.UserError, match=r"'once' is already in use \(completed\)"):
         rg.start(agent, "again", run_id="once")
     root = Path(store[len("file://") :]) / "runs" / "once"
     _restart(store)
