@@ -90,6 +90,25 @@ def test_a_resumed_run_waits_for_the_run_holding_its_session(tmp_path: Path) -> 
     assert stored == ["old", "old answer", "b", "b done", *A_TURN]
 
 
+def test_a_resumed_run_waiting_for_its_session_can_be_suspended(tmp_path: Path) -> None:
+    session = SQLiteSession(tmp_path / "s.db")
+    agent = rg.Agent("patient", model=FunctionModel(reply), tools=[nap], session=session)
+    held = agent.clone(name="patient_held", model=gated(tmp_path / "go"))
+    run_a = suspended_run(agent)
+    b = rg.start(held, "b", session_id="S")
+    next(e for e in b.events() if e.type == "agent_start")
+    waiting = rg.resume(run_a, agent=agent)
+    time.sleep(1.0)
+    waiting.suspend()
+    with pytest.raises(rg.SuspendedError):
+        waiting.result(timeout_s=60)
+    assert not b.done()
+    (tmp_path / "go").touch()
+    assert b.result(timeout_s=60).final_output == "b done"
+    assert rg.resume(run_a, agent=agent).result(timeout_s=60).final_output == "a done"
+    assert [m.text for m in session.load("S")] == ["b", "b done", *A_TURN]
+
+
 def test_a_resumed_run_holds_its_session(tmp_path: Path) -> None:
     session = SQLiteSession(tmp_path / "s.db")
     agent = rg.Agent("holder", model=FunctionModel(reply), tools=[nap], session=session)
