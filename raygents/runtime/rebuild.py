@@ -18,7 +18,7 @@ from typing import Any
 
 from raygents import checkpoint, codec
 from raygents.errors import CheckpointCorrupt, CheckpointError
-from raygents.store import validate_key
+from raygents.ids import validate_id
 
 __all__ = [
     "DONE",
@@ -125,9 +125,9 @@ def listing(run_id: str, keys: list[str]) -> Listing:
     """One run's keys, sorted out (see :class:`Listing`); reads nothing."""
     found = Listing(run_id, keys)
     try:
-        validate_key(f"runs/{run_id}")
+        validate_id(run_id, "run id")
     except Exception as exc:
-        found.problem = f"its run id {_short(run_id)} is not valid ({exc})"
+        found.problem = f"its run id is not valid ({exc}): no raygents run writes there"
         return found
     newest_record = 0
     done = -1
