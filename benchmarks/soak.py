@@ -107,14 +107,28 @@ def kill_agent_actor(namespace: str, rng: random.Random) -> str:
     return f"{name} (pid {pid})"
 
 
+_NOT_TOOLS = ("ray::IDLE", "ray::AgentActor", "ray::Coordinator", "ray::RuntimeEnvAgent")
+
+
 def kill_tool_worker(namespace: str, rng: random.Random) -> str:
-    """SIGKILL a worker process while it runs a ``step`` tool task."""
-    busy = [p for p in loadkit.descendants() if loadkit.cmdline(p).startswith("ray::step")]
-    if not busy:
-        return "no tool running"
-    pid = rng.choice(busy)
-    os.kill(pid, signal.SIGKILL)
-    return f"tool worker pid {pid}"
+    """SIGKILL a worker process while it runs a tool task (its title is ``ray::<task>``; it
+    is no actor and not idle); waits up to 10 s for one to be busy."""
+    deadline = time.perf_counter() + 10
+    while time.perf_counter() < deadline:
+        titles = {pid: loadkit.cmdline(pid).split(" ", 1)[0] for pid in loadkit.descendants()}
+        busy = [
+            pid
+            for pid, title in titles.items()
+            if title.startswith("ray::")
+            and not title.startswith(_NOT_TOOLS)
+            and "Agent" not in title
+        ]
+        if busy:
+            pid = rng.choice(busy)
+            os.kill(pid, signal.SIGKILL)
+            return f"tool worker {titles[pid]} (pid {pid})"
+        time.sleep(0.05)
+    return "no tool running"
 
 
 def kill_coordinator(namespace: str, rng: random.Random) -> str:
@@ -234,6 +248,7 @@ def main() -> int:
         f"seed {args.seed}",
         flush=True,
     )
+    os.environ.setdefault("RAYGENTS_CHECKPOINT_KEY", os.urandom(32).hex())  # signed records
     with (
         tempfile.TemporaryDirectory(prefix="soak-") as tmp,
         MotoServer() as server,
