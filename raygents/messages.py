@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from raygents.errors import UserError
 from raygents.toolcall import clean_text
 
 __all__ = [
@@ -138,13 +139,26 @@ class Message(_Frozen):
             calls.append(ToolCall(str(raw.get("id", "")), str(fn.get("name", "")), args))
         content = data.get("content")
         if isinstance(content, list):
-            content = "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+            content = "".join(_text_part(index, part) for index, part in enumerate(content))
         return cls(
             data["role"],
             content,
             tool_calls=calls,
             tool_call_id=data.get("tool_call_id"),
         )
+
+
+def _text_part(index: int, part: Any) -> str:
+    """The text of one content part; anything but text is refused, never dropped."""
+    if isinstance(part, Mapping) and part.get("type", "text") == "text":
+        text = part.get("text", "")
+        if isinstance(text, str):
+            return text
+    kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+    raise UserError(
+        f"message content part #{index} is of type {kind!r}: raygents messages carry text "
+        "only (no images, audio or files); describe the content in text or pass a URL as text"
+    )
 
 
 class ToolSpec(_Frozen):

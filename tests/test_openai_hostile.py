@@ -200,11 +200,6 @@ async def test_an_answer_with_a_refusal_part_is_a_refusal() -> None:
         await hostile_model(Server(httpx2.Response(200, json=body))).respond(request())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Message carries text only and Message.from_openai drops image parts of run input "
-    "(raygents/messages.py, owned elsewhere; the fix is proposed in issue 30)",
-)
 def test_run_input_with_an_image_part_is_a_user_error() -> None:
     message = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, IMAGE]}
     with pytest.raises(UserError, match="image_url"):

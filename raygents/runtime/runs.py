@@ -12,9 +12,11 @@ from raygents.agent import Agent
 from raygents.approvals import ApprovalDecision, PendingApproval, normalise
 from raygents.envelope import Envelope, Outcome, RunState, new_run_id
 from raygents.errors import (
+    MAX_PAYLOAD_BYTES,
     SUSPEND_FOR_CHECKPOINT,
     ApprovalDecisionsMismatch,
     OutputValidationError,
+    PayloadTooLarge,
     RaygentsError,
     RunInterrupted,
     RunNotFound,
@@ -55,6 +57,14 @@ def _input_messages(input: RunInput) -> tuple[Message, ...]:
         raise UserError(f"invalid run input: {exc}") from None
     if not messages:
         raise UserError("run input is empty: pass a string or at least one message")
+    size = sum(
+        PayloadTooLarge.size_of(m.text)
+        + sum(PayloadTooLarge.size_of(c.arguments) for c in m.tool_calls)
+        for m in messages
+    )
+    limit = MAX_PAYLOAD_BYTES["run input"]
+    if size > limit:
+        raise PayloadTooLarge(kind="run input", size=size, limit=limit)
     return messages
 
 

@@ -210,11 +210,6 @@ def test_run_input_at_the_cap_is_accepted() -> None:
         rg.start(quiet_agent(), [{"role": "user", "content": "x" * half}] * 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the check belongs in raygents/runtime/runs.py _input_messages (owned elsewhere); "
-    "it is proposed in issue 30's B4 report",
-)
 @pytest.mark.usefixtures("no_runtime")
 @pytest.mark.parametrize("times", [1, 10], ids=["cap+1", "10x cap"])
 def test_run_input_over_the_cap_is_refused_before_anything_starts(times: int) -> None:
