@@ -196,8 +196,10 @@ def schema_errors(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
         validator = cached[1]
     else:
         import jsonschema  # (on first use: Ray workers that only run tools never need it)
+        import referencing
 
-        validator = jsonschema.Draft202012Validator(schema)
+        # An empty registry: a $ref outside the schema is an error, never fetched.
+        validator = jsonschema.Draft202012Validator(schema, registry=referencing.Registry())
         if len(_VALIDATORS) >= _MAX_VALIDATORS:
             _VALIDATORS.pop(next(iter(_VALIDATORS)), None)
         _VALIDATORS[id(schema)] = (schema, validator)
@@ -253,6 +255,9 @@ def bounded_errors(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
         errors = schema_errors(schema, value)
     except RecursionError:
         return [("/", "value nested too deeply to validate")]
+    except Exception as exc:  # a schema that cannot check anything (an unknown type, a bad regex)
+        why = f"{type(exc).__name__}: {excerpt(str(exc))}"
+        return [("/", f"the tool's schema cannot check arguments: {why}")]
     return [(excerpt(path), excerpt(msg)) for path, msg in errors]
 
 

@@ -10,12 +10,12 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from raygents.errors import UserError
 from raygents.messages import ToolSpec, Usage
 from raygents.schema import EXCERPT, args_model, drop_defaulted_nulls, excerpt, function_parameters
-from raygents.toolcall import ToolContext, result_text
+from raygents.toolcall import ToolContext, clean_text, result_text
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
@@ -42,6 +42,8 @@ class ToolResult(BaseModel):
 
     content: str
     is_error: bool = False
+
+    _clean = field_validator("content")(clean_text)
 
     def __init__(self, content: str, is_error: bool = False, **data: Any) -> None:
         super().__init__(content=content, is_error=is_error, **data)

@@ -90,11 +90,6 @@ def test_lone_surrogates_in_model_output_and_tool_results_are_replaced_and_check
     assert state.messages[2].tool_call_id == "c\ufffd"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ToolResult (tools.py) does not clean its content yet: a tool's error text that "
-    "holds a lone surrogate reaches the journal as it is",
-)
 def test_a_journaled_tool_error_with_a_surrogate_checkpoints() -> None:
     error = ToolResult("Error: FileNotFoundError: report-\udcff.txt", is_error=True)
     state = start(view()).evolve(journal={"c1": error})

@@ -218,11 +218,6 @@ def test_planning_calls_of_checked_tools_never_raises() -> None:
         assert len(step.message) < 2000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="loop._validation_errors turns RecursionError into a message, not every exception "
-    "(jsonschema's UnknownType, re.error, Unresolvable); see the report of issue 30 item 10",
-)
 @pytest.mark.parametrize("schema", [BAD_PARAMETERS[i][0] for i in (0, 1, 2, 4, 5)])
 def test_planning_with_an_unchecked_spec_never_raises(schema: Any) -> None:
     view = loop.AgentView(name="a", tools=(ToolSpec(name="t", parameters=schema),))

@@ -74,7 +74,7 @@ def replay_blobs(
     blobs: list[bytes], key: bytes | None, run_id: str
 ) -> tuple[RunState, dict[str, Any]]:
     """A run's newest state and last record, from its stored records."""
-    return checkpoint.replay([checkpoint.decode(b, key=key, source=run_id) for b in blobs])
+    return checkpoint.restore(blobs, run_id=run_id, key=key)
 
 
 async def run_child(
