@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELDS = set(Message.model_fields)
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -162,6 +163,17 @@ async def _call(session: Session, method: str, *args: Any, **kwargs: Any) -> Any
         ) from exc
 
 
+def _dirty(value: Any) -> bool:
+    """Whether ``value`` (JSON-mode data) holds a lone surrogate in its text."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_dirty(k) or _dirty(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_dirty(v) for v in value)
+    return False
+
+
 def _scrub(value: Any) -> Any:
     """``value`` (JSON-mode data) with every lone surrogate in its text replaced by U+FFFD."""
     if isinstance(value, str):
@@ -181,13 +193,16 @@ def _plain(message: Message) -> Message:
     Raises:
         ValidationError: the message is not a valid Message (it was built unchecked).
     """
-    data = _scrub(message.model_dump(mode="json", include=_FIELDS, warnings=False))
-    return Message.model_validate(data)
+    data = message.model_dump(mode="json", include=_FIELDS, warnings=False)
+    return Message.model_validate(_scrub(data) if _dirty(data) else data)
 
 
-def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Messages as the JSON-mode dicts a session stores, each checked to load back (see
-    :func:`_plain`)."""
+def _plains(messages: Sequence[Message]) -> list[Message]:
+    """Messages as a session stores them: each a plain, checked Message (see :func:`_plain`).
+
+    Raises:
+        UserError: ``messages`` is not a list of messages, or one would not load back.
+    """
     if isinstance(messages, str) or not isinstance(messages, Sequence):
         raise UserError(f"a session saves a list of messages, not {type(messages).__name__}")
     out = []
@@ -195,13 +210,18 @@ def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
         if not isinstance(message, Message):
             raise UserError(f"a session saves Message objects, not {type(message).__name__}")
         try:  # Message has a custom __init__, which pydantic calls: bad data may raise TypeError
-            out.append(_plain(message).model_dump(mode="json"))
+            out.append(_plain(message))
         except (ValidationError, TypeError) as exc:
             raise UserError(
                 f"message {index} cannot be stored in a session, it would not load back "
                 f"({_shown(message)}): {_first_error(exc)}; save valid Message objects"
             ) from None
     return out
+
+
+def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages as the JSON-mode dicts a session stores (see :func:`_plains`)."""
+    return [m.model_dump(mode="json") for m in _plains(messages)]
 
 
 def _shown(message: Message) -> str:
@@ -218,9 +238,10 @@ def _first_error(exc: Exception) -> str:
 
 def _build(data: Sequence[Any], where: str) -> list[Message]:
     """Stored JSON-mode dicts as messages; bad text is replaced, with a warning."""
-    clean = _scrub(list(data))
-    if clean != list(data):
+    clean = list(data)
+    if _dirty(clean):
         log.warning("%s holds text that is not valid UTF-8; it was replaced with U+FFFD", where)
+        clean = _scrub(clean)
     try:  # Message has a custom __init__, which pydantic calls: bad data may raise TypeError
         return [Message.model_validate(item) for item in clean]
     except (ValidationError, TypeError) as exc:
@@ -234,11 +255,8 @@ def _check_input_len(input_len: Any) -> int:
 
 
 def _merge(
-    current: list[dict[str, Any]],
-    marks: Sequence[int],
-    messages: list[dict[str, Any]],
-    input_len: int | None,
-) -> tuple[list[dict[str, Any]], list[int]]:
+    current: list[_T], marks: Sequence[int], messages: list[_T], input_len: int | None
+) -> tuple[list[_T], list[int]]:
     """The conversation a save leaves, and its marks.
 
     A mark is the length of a conversation once stored whose messages still begin the stored
@@ -491,11 +509,11 @@ class SQLiteSession:
 
     def _write(self, session_id: str, messages: Sequence[Message], input_len: int | None) -> None:
         validate_session_id(session_id)
-        data = _dump(messages)
+        plain = _plains(messages)
         with self._connect("save", session_id) as db:
             db.execute("BEGIN IMMEDIATE")
             try:
-                self._replace(db, session_id, data, input_len)
+                self._replace(db, session_id, plain, input_len)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -505,13 +523,14 @@ class SQLiteSession:
         self,
         db: sqlite3.Connection,
         session_id: str,
-        data: list[dict[str, Any]],
+        messages: list[Message],
         input_len: int | None,
     ) -> None:
-        """Write the conversation a save leaves (inside the caller's transaction)."""
+        """Write the conversation a save leaves (inside the caller's transaction): only the
+        rows that change."""
         rows = self._rows(db, session_id)
         try:
-            current = [m.model_dump(mode="json") for m in self._parse(rows, session_id)]
+            current: list[Message] | None = self._parse(rows, session_id)
         except RaygentsError:
             if input_len is not None:  # a run's save adds to what is there: it must read it
                 raise
@@ -522,16 +541,17 @@ class SQLiteSession:
                 "SELECT length FROM raygents_session_marks WHERE session_id = ?", (session_id,)
             )
         ]
-        new, new_marks = _merge(current or [], marks, data, input_len)
+        new, new_marks = _merge(current or [], marks, messages, input_len)
         keep = _common(current, new) if current is not None else 0
+        start = rows[keep - 1][0] + 1 if keep else 0  # (rows written by hand may skip a seq)
         if keep < len(rows):
             db.execute(
                 "DELETE FROM raygents_session_messages WHERE session_id = ? AND seq >= ?",
-                (session_id, keep),
+                (session_id, start),
             )
         db.executemany(
             "INSERT INTO raygents_session_messages VALUES (?, ?, ?)",
-            [(session_id, seq, json.dumps(new[seq])) for seq in range(keep, len(new))],
+            [(session_id, start + i, m.model_dump_json()) for i, m in enumerate(new[keep:])],
         )
         db.execute("DELETE FROM raygents_session_marks WHERE session_id = ?", (session_id,))
         db.executemany(
@@ -597,8 +617,13 @@ class SQLiteSession:
         lone surrogate's JSON escape written by an older raygents) is replaced, with a
         warning, so that one bad row never makes a conversation unreadable."""
         where = f"session {session_id!r} in {self.path!r}"
-        items = []
+        out = []
         for seq, raw in rows:
+            try:
+                out.append(Message.model_validate_json(raw))
+                continue
+            except (ValidationError, TypeError):
+                pass  # bad text, replaced below, or a bad message, which raises below
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -610,12 +635,13 @@ class SQLiteSession:
                 )
                 text = raw.decode("utf-8", errors="replace")
             try:
-                items.append(json.loads(text))
+                item = json.loads(text)
             except ValueError as exc:
                 raise RaygentsError(
                     f"{where} holds a message raygents cannot read (message {seq}): {exc}"
                 ) from exc
-        return _build(items, where)
+            out.extend(_build([item], f"{where} (message {seq})"))
+        return out
 
 
 # --- checkpoint store --------------------------------------------------------------------------
@@ -631,8 +657,10 @@ class StoreSession:
 
     Each save writes a new, never-overwritten key ``sessions/<session_id>/<seq:010d>.sess``
     (the codec's checked msgpack frame); a load reads the newest. After a successful save,
-    versions beyond the newest ``keep_versions`` are deleted. Concurrent saves of one id never
-    clobber each other's keys; the one with the higher sequence number wins.
+    versions beyond the newest ``keep_versions`` are deleted. A save is computed from the
+    newest version and written as the next; when another save took that number first, it is
+    computed again from the newer one, so concurrent saves never clobber each other's keys,
+    and concurrent runs' saves (``save_run``) all keep their messages.
 
     Args:
         url: the store; ``$RAYGENTS_STORE`` or :func:`~raygents.store.default_store_url` by
@@ -704,48 +732,69 @@ class StoreSession:
         overwritten: when another save took that version first, start again from it."""
         for _ in range(_MAX_WRITE_ATTEMPTS):
             versions = self._versions(store, session_id)
-            current, marks, seq = self._newest(store, session_id, versions, input_len)
+            current, marks, seq, base = self._newest(store, session_id, versions, input_len)
             if seq < 0:
                 continue  # the newest version went while we read it: a newer one exists
             new, new_marks = _merge(current, marks, data, input_len)
             payload: dict[str, Any] = {"format": _FORMAT, "session_id": session_id, "messages": new}
             if new_marks:
                 payload["marks"] = new_marks
+            payload["id"], payload["base"] = uuid.uuid4().hex, base
             key = f"sessions/{session_id}/{seq + 1:010d}{_SUFFIX}"
             frame = codec.encode(payload, key=self._key(), source=f"sessions/{session_id}")
             try:
                 store.put(key, frame)
-                return seq + 1
             except CheckpointError:
                 newest = self._versions(store, session_id)
                 if not newest or _seq(newest[-1]) <= seq:  # not a lost race: the store failed
                     raise
+                continue
+            if self._built_on(store, session_id, seq + 1, payload["id"]):
+                return seq + 1
+            store.delete([key])  # put where a newer save had deleted an old version: void
         raise CheckpointError(
             f"cannot save session {session_id!r} in {self.url}: {_MAX_WRITE_ATTEMPTS} other "
             "saves of it won the race for a new version; try again"
         )
 
+    def _built_on(self, store: Store, session_id: str, seq: int, version_id: str) -> bool:
+        """Whether version ``seq`` (id ``version_id``), just put, is the newest or the base
+        of the next one. Not so when its key was free only because a save far ahead had
+        deleted the version there (old versions go): newer versions, computed without it,
+        exist, and it would be lost."""
+        newer = [k for k in self._versions(store, session_id) if _seq(k) > seq]
+        if not newer:
+            return True
+        data = store.get(newer[0]) if _seq(newer[0]) == seq + 1 else None
+        try:
+            value = self._decode(data, newer[0], session_id) if data is not None else {}
+        except RaygentsError:
+            return False
+        return bool(value.get("base") == version_id)
+
     def _newest(
         self, store: Store, session_id: str, versions: list[str], input_len: int | None
-    ) -> tuple[list[dict[str, Any]], list[int], int]:
-        """The newest version's messages (canonical JSON-mode dicts), marks and number; the
-        number is -1 if that version is gone. A plain save replaces a version it cannot read;
-        a run's save, which adds to it, raises."""
+    ) -> tuple[list[dict[str, Any]], list[int], int, str | None]:
+        """The newest version's messages (canonical JSON-mode dicts), marks, number and id;
+        the number is -1 if that version is gone. A plain save replaces a version it cannot
+        read; a run's save, which adds to it, raises."""
         if not versions:
-            return [], [], 0
+            return [], [], 0, None
         data = store.get(versions[-1])
         if data is None:
-            return [], [], -1
+            return [], [], -1, None
         try:
             value = self._decode(data, versions[-1], session_id)
             messages = _build(value["messages"], f"session {versions[-1]!r} in {self.url}")
         except RaygentsError:
             if input_len is not None:
                 raise
-            return [], [], _seq(versions[-1])
+            return [], [], _seq(versions[-1]), None
         raw = value.get("marks")
         marks = [b for b in raw if type(b) is int] if isinstance(raw, list) else []
-        return [m.model_dump(mode="json") for m in messages], marks, _seq(versions[-1])
+        found = value.get("id")
+        version_id = found if isinstance(found, str) else None
+        return [m.model_dump(mode="json") for m in messages], marks, _seq(versions[-1]), version_id
 
     def _open(self) -> Store:
         if self._store is None:

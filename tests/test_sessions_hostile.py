@@ -310,3 +310,26 @@ async def test_a_users_session_that_loads_a_broken_message_fails_clearly() -> No
     broken = Message.model_construct(role="robot", content="beep")
     with pytest.raises(RaygentsError, match=r"load returned .*message 1.*robot"):
         await load_session(Returns([Message("user", "hi"), broken]), "s")  # type: ignore[arg-type]
+
+
+def test_store_session_save_where_an_old_version_was_deleted_is_not_lost(tmp_path: Path) -> None:
+    """A slow save reads version 1; meanwhile three others write versions 2 to 4 and delete
+    the old ones, version 2 included: the slow save's put of version 2 succeeds, yet nothing
+    newer is built on it. It must notice and save again on top of version 4."""
+    url = f"file://{tmp_path}"
+    slow, other = StoreSession(url), StoreSession(url)
+    slow.save("s", HISTORY)
+    real = slow._newest
+    raced: list[int] = []
+
+    def newest_then_three_saves(*args: Any) -> Any:
+        found = real(*args)
+        while len(raced) < 3:
+            loaded = other.load("s")
+            other.save_run("s", [*loaded, *turn(f"o{len(raced)}", "x")], input_len=len(loaded) + 1)
+            raced.append(1)
+        return found
+
+    slow._newest = newest_then_three_saves  # type: ignore[method-assign]
+    slow.save_run("s", [*HISTORY, *turn("mine", "y")], input_len=3)
+    assert texts(other.load("s")) == [*texts(HISTORY), "o0", "x", "o1", "x", "o2", "x", "mine", "y"]
