@@ -103,9 +103,12 @@ def validate_session_id(session_id: str) -> str:
 async def load_session(session: Session, session_id: str) -> list[Message]:
     """Load a conversation through any session, sync or async (for the runtime).
 
+    Each message comes back a plain, checked :class:`Message` (a subclass's extra fields and
+    lone surrogates would break the run's checkpoints).
+
     Raises:
         RaygentsError: the session failed (other errors are wrapped, naming the session and
-            the id) or returned something that is not a list of messages.
+            the id) or returned something that is not a list of valid messages.
     """
     validate_session_id(session_id)
     messages = await _call(session, "load", session_id)
