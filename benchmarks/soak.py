@@ -102,7 +102,7 @@ def kill_agent_actor(namespace: str, rng: random.Random) -> str:
     if not names:
         return "no agent actor"
     name = rng.choice(names)
-    pid = ray.get(ray.get_actor(name, namespace=namespace).ping.remote(), timeout=30)
+    pid: int = ray.get(ray.get_actor(name, namespace=namespace).ping.remote(), timeout=30)
     os.kill(pid, signal.SIGKILL)
     return f"{name} (pid {pid})"
 
