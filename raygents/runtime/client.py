@@ -25,7 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raygents import codec
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
 from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.directory import COORDINATOR_NAME, Directory
+from raygents.runtime.directory import COORDINATOR_NAME, Directory, raygents_error
 from raygents.runtime.handle import RunHandle
 
 __all__ = ["Runtime", "current", "init", "shutdown"]
@@ -227,6 +227,8 @@ class Runtime:
             return ray.get(getattr(self.coordinator, method).remote(*args))
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             return self.wait(self.directory.call(method, *args), timeout_s=None)
+        except ray.exceptions.RayTaskError as exc:
+            raise raygents_error(exc) from None
 
     def suspend_all(self, grace_s: float) -> int:
         """Suspend every running run of this driver and wait up to ``grace_s`` for them."""

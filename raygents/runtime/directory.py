@@ -12,11 +12,19 @@ from typing import Any
 import ray
 import ray.exceptions
 
+from raygents.errors import RaygentsError
 from raygents.runtime.mailbox import Mailboxes
 
-__all__ = ["COORDINATOR_NAME", "Directory"]
+__all__ = ["COORDINATOR_NAME", "Directory", "raygents_error"]
 
 COORDINATOR_NAME = "raygents:coordinator"
+
+
+def raygents_error(exc: Any) -> BaseException:
+    """The error a coordinator call raised, as its caller should see it: a raygents error
+    without Ray's wrapping and remote traceback; anything else (a bug) as Ray raised it."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, RaygentsError) else exc
 
 
 class Directory:
@@ -69,6 +77,8 @@ class Directory:
             coordinator = self.coordinator()
             try:
                 return await getattr(coordinator, method).remote(*args)
+            except ray.exceptions.RayTaskError as exc:
+                raise raygents_error(exc) from None
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 if asyncio.get_running_loop().time() > deadline:
                     raise
@@ -130,7 +140,7 @@ class Directory:
         if not handles:
             try:
                 handles = await self.call("agent_actors", graph_fp, name)
-            except ray.exceptions.RayTaskError as exc:
+            except RaygentsError as exc:
                 known = self.graphs.get(graph_fp)
                 if known is None or "unknown agent graph" not in str(exc):
                     raise

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import ray.exceptions
 
 import raygents as rg
 from raygents.runtime import client
@@ -45,8 +46,10 @@ def test_a_completed_run_is_never_run_again_even_after_a_restart(store: str) -> 
     agent = rg.Agent("finisher", model=model, tools=[note])
     result = rg.run(agent, "go", run_id="once")  # (its tool batch wrote records)
     assert result.final_output == "the answer"
-    with pytest.raises(rg.UserError, match="'once' already completed"):
+    with pytest.raises(rg.UserError, match="'once' already completed") as refused:
         rg.resume("once", agent=agent)
+    assert not isinstance(refused.value, ray.exceptions.RayError), "not wrapped by Ray"
+    assert "Traceback" not in str(refused.value)
     with pytest.raises(rg.UserError, match=r"'once' is already in use \(completed\)"):
         rg.start(agent, "again", run_id="once")
     root = Path(store[len("file://") :]) / "runs" / "once"
