@@ -868,6 +868,7 @@ class Coordinator:
         return {
             "durability": self.durability,
             "key": self.key,
+            "key_id": codec.key_id(self.key) if self.key is not None else None,
             "store": self.store.url,
             "recovery": self.recovery,
             "creator": self.creator,
