@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from test_coordinator import _until
 
 from raygents import checkpoint, codec
 from raygents.runtime import coordinator as coordinator_module
@@ -309,14 +310,6 @@ async def _completed_run(coord: Coordinator, run_id: str = "r1", output: str = "
 
 def _records(coord: Coordinator, run_id: str = "r1") -> list[str]:
     return [k for k in coord.store.list(f"runs/{run_id}/") if k.endswith(".ckpt")]
-
-
-async def _until(check: Any, timeout_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def test_a_completed_run_is_refused_between_its_end_and_its_clean_up() -> None:

@@ -8,12 +8,11 @@ import os
 import sqlite3
 import stat
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_sessions import make, session
 
 from raygents.errors import RaygentsError, UserError
 from raygents.messages import Message, ToolCall
@@ -25,26 +24,9 @@ from raygents.sessions import (
     save_session,
 )
 
-KINDS = ["memory", "sqlite", "store-memory", "store-file"]
+__all__ = ["session"]  # the fixture, shared with test_sessions.py
+
 HISTORY = [Message("user", "earlier"), Message("assistant", "earlier answer")]
-
-
-def make(kind: str, tmp_path: Path) -> Any:
-    if kind == "memory":
-        return MemorySession()
-    if kind == "sqlite":
-        return SQLiteSession(tmp_path / "sessions.db")
-    if kind == "store-memory":
-        return StoreSession(f"memory://sessions-{uuid.uuid4().hex}")
-    return StoreSession(f"file://{tmp_path}/store")
-
-
-@pytest.fixture(params=KINDS)
-def session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made = make(request.param, tmp_path)
-    yield made
-    if isinstance(made, MemorySession):
-        made.close()
 
 
 def turn(question: str, answer: str) -> list[Message]:
