@@ -18,8 +18,8 @@ from raygents.testing import FunctionModel, call, calls, text
 
 
 @pytest.fixture
-def s3_store(rt: None, session_s3: Any) -> Iterator[Any]:
-    bucket = create_bucket(session_s3.endpoint_url)
+def s3_store(rt: None, session_s3: Any, s3_key_audit: Any) -> Iterator[Any]:
+    bucket = s3_key_audit.watch(create_bucket(session_s3.endpoint_url))
     rg.shutdown()
     rg.init(namespace=f"s3faults-{os.urandom(3).hex()}", store=f"s3://{bucket}/ckpt")
     proxy = session_s3.proxy

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
@@ -20,15 +21,19 @@ pytestmark = pytest.mark.usefixtures("rt")
 
 
 @pytest.fixture
-def store(request: pytest.FixtureRequest, tmp_path: Path, session_s3: object) -> Iterator[str]:
-    """raygents re-initialised on a fresh namespace with the store kind of the test."""
+def store(
+    request: pytest.FixtureRequest, tmp_path: Path, session_s3: object, s3_key_audit: Any
+) -> Iterator[str]:
+    """raygents re-initialised on a fresh namespace with the store kind of the test (an S3
+    bucket's keys are audited at the end of the session)."""
     kind = getattr(request, "param", "file")
     if kind == "file":
         url = f"file://{tmp_path / 'ckpt'}"
     elif kind == "s3":
         from s3_server import create_bucket
 
-        url = f"s3://{create_bucket(session_s3.endpoint_url)}/runs"  # type: ignore[attr-defined]
+        bucket = s3_key_audit.watch(create_bucket(session_s3.endpoint_url))  # type: ignore[attr-defined]
+        url = f"s3://{bucket}/runs"
     else:
         url = "memory://"
     rg.shutdown()
