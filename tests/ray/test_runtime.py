@@ -623,9 +623,9 @@ def test_a_driver_keeps_ended_runs_only_while_their_handles_are_in_use() -> None
     handles = client.current().handles
     assert kept.run_id in handles and rg.attach(kept.run_id) is kept
     assert not set(dropped_ids) & set(handles.keys())
-    again = rg.attach(dropped_ids[0])  # from the coordinator's table: the terminal event only
+    again = rg.attach(dropped_ids[0])  # from the coordinator's table: replayed, then the end
     assert again.result(timeout_s=10).final_output == "ok"
-    assert [e.type for e in again.events()] == ["complete"]
+    assert [e.type for e in again.events()] == ["agent_start", "complete"]
     assert [e.type for e in kept.events()][-1] == "complete" and len(kept.events().snapshot()) > 1
 
 
