@@ -121,7 +121,11 @@ class RunHandle:
         return self._status
 
     def events(self) -> EventLog:
-        """Every event of the run from its start; iterate with ``for`` or ``async for``."""
+        """Every event of the run from its start; iterate with ``for`` or ``async for``.
+
+        A handle from :func:`~raygents.attach` to a run another driver drives holds the events
+        replayed from the run's checkpoints (``data["replayed"]``), then its terminal event.
+        """
         return self._events
 
     def suspend(self, cause: str = SUSPEND_FOR_CHECKPOINT) -> None:

@@ -4,6 +4,8 @@ gone): its ``events()`` replay what the run's newest checkpoint records, then th
 from __future__ import annotations
 
 import gc
+import time
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +138,50 @@ def test_history_events_follow_handoffs_and_take_results_from_the_journal() -> N
     messages.append(Message("tool", "booked", tool_call_id="c_3"))
     later = replay.events("writer", messages, {})
     assert _shape(later) == [("tool_start", "c_3"), ("tool_end", "c_3")]
+
+
+def test_attach_to_a_running_run_replays_its_past_then_what_it_recorded_until_its_end(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "go"
+
+    @rg.tool(num_cpus=0)
+    def wait_for_gate(city: str) -> str:
+        """Wait until the test opens the gate."""
+        deadline = time.monotonic() + 60
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return f"{city} opened"
+
+    def reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        done = [m for m in req.messages if m.role == "tool"]
+        if len(done) == 0:
+            return calls(call("lookup", {"city": "Oslo"}, id="c_1"))
+        if len(done) == 1:
+            return calls(call("wait_for_gate", {"city": "Rome"}, id="c_2"))
+        return text("done")
+
+    agent = rg.Agent("walker", tools=[lookup, wait_for_gate], model=FunctionModel(reply))
+    own = rg.start(agent, "walk")
+    seen: list[str] = []
+    for event in own.events():  # the starting driver's live events
+        seen.append(event.type)
+        if event.type == "tool_start" and event.call_id == "c_2":
+            break
+    from raygents.runtime.client import current
+
+    current().handles.pop(own.run_id)  # as if another driver attached: no handle here
+    attached = rg.attach(own.run_id)
+    assert attached is not own
+    gate.touch()
+    assert attached.result(timeout_s=60).final_output == "done"
+    events = list(attached.events())
+    tools = [(e.type, e.call_id) for e in events if e.type in ("tool_start", "tool_end")]
+    assert tools == [
+        ("tool_start", "c_1"),
+        ("tool_end", "c_1"),
+        ("tool_start", "c_2"),
+        ("tool_end", "c_2"),
+    ]
+    assert events[0].type == "agent_start" and events[-1].type == "complete"
+    assert [e.result for e in events if e.type == "tool_end"] == ["Oslo is sunny", "Rome opened"]
