@@ -26,7 +26,7 @@ from typing import Any, NoReturn, TypeAlias
 
 import msgpack
 
-from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
+from raygents.errors import CheckpointCorrupt, CheckpointError, CheckpointTooLarge, UserError
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -90,8 +90,10 @@ def encode(
         The frame bytes.
 
     Raises:
-        CheckpointError: ``obj`` is not plain data (the message names the type and its
-            path), or the frame would be larger than ``max_bytes`` ("too large").
+        CheckpointTooLarge: the frame would be larger than ``max_bytes`` ("too large"); a
+            :class:`~raygents.errors.PayloadTooLarge` of kind "checkpoint" and a
+            CheckpointError, with the encoded size (or a lower bound, "at least") and the cap.
+        CheckpointError: ``obj`` is not plain data (the message names the type and its path).
         UserError: ``key`` or ``max_bytes`` is unusable.
     """
     _check_key(key)
@@ -103,10 +105,7 @@ def encode(
         raise CheckpointError(f"{_name(source)} cannot be encoded: {exc}", key=source) from exc
     size = OVERHEAD + len(payload)
     if size > max_bytes:
-        raise CheckpointError(
-            f"{_name(source)} too large: {size} bytes encoded, over the limit of {max_bytes}",
-            key=source,
-        )
+        _too_large(source, size, max_bytes, f"{size} bytes encoded")
     flags, signer = (_FLAG_CHECKSUM, _NO_KEY_ID) if key is None else (_FLAG_HMAC, key_id(key))
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, flags, signer, len(payload))
     return b"".join((header, _tag(header, payload, key), payload))
@@ -253,11 +252,8 @@ def _check_plain(obj: Any, max_bytes: int, source: str | None) -> None:
             stack.extend(_children(value, path, depth + 1, source))
             continue
         size += _check_scalar(value, path, source)
-        if size > max_bytes:
-            raise CheckpointError(
-                f"{_name(source)} too large: over {max_bytes} bytes of strings and bytes",
-                key=source,
-            )
+        if size > max_bytes:  # a lower bound: the rest is neither walked nor packed
+            _too_large(source, size, max_bytes, f"at least {size} bytes of strings and bytes")
 
 
 def _children(
@@ -278,6 +274,16 @@ def _check_scalar(value: Any, path: _Path, source: str | None) -> int:
     if kind is int and not _INT_MIN <= value <= _INT_MAX:
         _not_plain(source, path, "an int outside the 64-bit range")
     return len(value) if kind is str or kind is bytes else 1
+
+
+def _too_large(source: str | None, size: int, max_bytes: int, what: str) -> NoReturn:
+    raise CheckpointTooLarge(
+        f"{_name(source)} too large: {what}, over the limit of {max_bytes} bytes: keep tool "
+        "results and the conversation shorter, or start a new run",
+        key=source,
+        size=size,
+        limit=max_bytes,
+    )
 
 
 def _not_plain(source: str | None, path: _Path, what: str) -> NoReturn:

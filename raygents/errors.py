@@ -14,8 +14,10 @@
     ├── OutputValidationError      typed output failed its schema or type
     ├── RunNotFound                no run with that id is known
     ├── PayloadTooLarge            a payload is over its size cap (``MAX_PAYLOAD_BYTES``)
+    │   └── CheckpointTooLarge     a checkpoint record is over its cap (also a CheckpointError)
     └── CheckpointError            a checkpoint could not be stored or loaded
-        └── CheckpointCorrupt      checkpoint bytes failed their integrity checks
+        ├── CheckpointCorrupt      checkpoint bytes failed their integrity checks
+        └── CheckpointTooLarge     (the same class: it is both)
 
 Errors can be built from a message alone; every other field is a keyword argument and is kept
 when the error crosses a process boundary. A message that is not text (``MaxTurnsExceeded(3)``)
@@ -34,6 +36,7 @@ __all__ = [
     "ApprovalDecisionsMismatch",
     "CheckpointCorrupt",
     "CheckpointError",
+    "CheckpointTooLarge",
     "InputGuardrailTripped",
     "MaxToolDepthExceeded",
     "MaxTurnsExceeded",
@@ -242,7 +245,7 @@ class PayloadTooLarge(RaygentsError):
         limit: the cap it exceeded, in bytes.
     """
 
-    _fields = ("kind", "size", "limit")
+    _fields: tuple[str, ...] = ("kind", "size", "limit")
     kind: PayloadKind | None
     size: int | None
     limit: int | None
@@ -273,6 +276,29 @@ class PayloadTooLarge(RaygentsError):
         if size > limit:
             message = _payload_text(kind, size, limit, what)
             raise cls(message, kind=kind, size=size, limit=limit)
+
+
+class CheckpointTooLarge(PayloadTooLarge, CheckpointError):
+    """A checkpoint record is over its cap (``MAX_PAYLOAD_BYTES["checkpoint"]``); nothing of it
+    was written, and the run's previous checkpoint stays its newest.
+
+    It is both a :class:`PayloadTooLarge` (``kind`` is always ``"checkpoint"``) and a
+    :class:`CheckpointError`, so code that catches either catches it.
+
+    Attributes:
+        key: the store key the record was for, when known.
+        size: the encoded size in bytes, or a lower bound of it when the record was refused
+            before it was packed (the message then says "at least").
+        limit: the cap, in bytes.
+    """
+
+    _fields: tuple[str, ...] = ("key", "kind", "size", "limit")
+
+    def __init__(self, message: object = "", *, run_id: object = None, **fields: Any) -> None:
+        if fields.get("size") is not None or fields.get("limit") is not None:
+            fields.setdefault("kind", "checkpoint")  # (then a missing message is written)
+        super().__init__(message, run_id=run_id, **fields)
+        self.kind = "checkpoint"
 
 
 def _payload_text(kind: object, size: object, limit: object, what: str = "") -> str:
