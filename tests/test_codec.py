@@ -19,7 +19,7 @@ import pytest
 
 from raygents import codec
 from raygents.codec import DEFAULT_MAX_BYTES, FORMAT_VERSION, MAX_DEPTH, OVERHEAD, decode, encode
-from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
+from raygents.errors import CheckpointCorrupt, CheckpointError, CheckpointTooLarge, UserError
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
@@ -195,7 +195,7 @@ def test_cycles_and_deep_values_are_refused_without_recursion_error() -> None:
 def test_encode_refuses_a_frame_over_the_limit() -> None:
     with pytest.raises(CheckpointError, match="too large") as caught:
         encode(list(range(100)), max_bytes=OVERHEAD + 50, source="runs/r/1")
-    assert type(caught.value) is CheckpointError
+    assert type(caught.value) is CheckpointTooLarge
     assert caught.value.key == "runs/r/1"
     exact = encode("x")
     assert encode("x", max_bytes=len(exact)) == exact

@@ -617,9 +617,9 @@ class AgentActor:
         new, record, body = checkpoint.next_record(
             state, status, previous, cause=cause, error=error
         )
+        data = checkpoint.encode(record, key=settings["key"])  # (too large: no seq is taken)
         self._bodies[state.run_id] = (new.seq, body)
         self._newest[state.run_id] = new
-        data = checkpoint.encode(record, key=settings["key"])
         info = _info(new, status, error)
         full = record["kind"] == "full"
         run_id = state.run_id

@@ -36,11 +36,6 @@ def chunk(i: int) -> str:
     return str(i % 10) * CHUNK
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="AgentActor._write keeps the refused record's seq and body (_newest, _bodies) before "
-    "encoding it, so the failure record lands after a gap and the chain cannot be replayed",
-)
 def test_a_history_past_the_checkpoint_cap_fails_the_run_with_a_typed_error(store: Path) -> None:
     def reply(req: rg.ModelRequest) -> rg.ModelResponse:
         if any(m.role == "tool" for m in req.messages):
