@@ -86,6 +86,9 @@ class RunState(BaseModel):
     """The conversation the run loads at start and saves on success (start agent's session)."""
     start_agent: str = ""
     """The agent the run started on (whose session and input guardrails apply)."""
+    rewritten: bool = False
+    """A handoff's ``input_filter`` rewrote the history: the session save replaces the
+    conversation with the run's instead of appending the run's new messages to it."""
 
     def evolve(self, **changes: Any) -> RunState:
         """A copy with ``changes`` applied."""

@@ -487,7 +487,10 @@ def apply_handoff(
     """
     if messages is not None:
         state = state.evolve(
-            messages=tuple(messages), input_len=min(state.input_len, len(messages)), recorded=0
+            messages=tuple(messages),
+            input_len=min(state.input_len, len(messages)),
+            recorded=0,
+            rewritten=True,
         )
     return state.evolve(agent_name=target, tool_used_in_run=False, turn_limit=None)
 

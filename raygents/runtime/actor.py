@@ -922,9 +922,9 @@ class AgentActor:
             return
         session = self.graph[state.start_agent or self.agent.name].session
         if session is not None:
-            await save_session(
-                session, state.session_id, list(state.messages), input_len=state.input_len
-            )
+            # (a history an input_filter rewrote no longer begins with what the run loaded)
+            input_len = None if state.rewritten else state.input_len
+            await save_session(session, state.session_id, list(state.messages), input_len=input_len)
 
     def _on_trip(self, ctx: RunContext) -> Any:
         async def on_trip(name: str, result: Any) -> None:

@@ -128,3 +128,22 @@ def test_handoff_input_filter_splits_after_session_history(tmp_path: Path) -> No
         session=session,
     )
     assert rg.run(source, "new", session_id="h").final_output == "3"
+
+
+def test_a_history_rewritten_by_an_input_filter_replaces_the_session(tmp_path: Path) -> None:
+    session = SQLiteSession(tmp_path / "r.db")
+    session.save("r", [rg.Message("user", "old"), rg.Message("assistant", "older answer")])
+
+    def drop_oldest(data: rg.HandoffInputData) -> list[rg.Message]:
+        return list(data.input_history)[1:]
+
+    target = rg.Agent("rewrite_target", model=FunctionModel(lambda req: text("done")))
+    source = rg.Agent(
+        "rewrite_source",
+        handoffs=[rg.handoff(target, input_filter=drop_oldest)],
+        model=ScriptedModel([calls(("transfer_to_rewrite_target", {}))]),
+        session=session,
+    )
+    assert rg.run(source, "new", session_id="r").final_output == "done"
+    # the run's conversation, not the stored one with the rewritten one after it
+    assert [m.text for m in session.load("r")] == ["older answer", "new", "done"]
