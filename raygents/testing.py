@@ -229,6 +229,9 @@ def _store() -> Any:
     import ray
 
     if _store_handle is None:
+        from raygents.runtime.client import on_shutdown
+
+        on_shutdown(_reset_store_handle)  # the handle is Ray's, gone with its connection
         _store_handle = (
             ray.remote(_ScriptStore)
             .options(

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
 import ray
@@ -539,6 +539,16 @@ def _install_sigterm(grace_s: float) -> None:
     _previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
 
 
+_shutdown_hooks: set[Callable[[], None]] = set()
+"""What forgets handles that die with this process's Ray connection, run by :func:`shutdown`
+(``raygents.testing`` registers one for its script store)."""
+
+
+def on_shutdown(hook: Callable[[], None]) -> None:
+    """Run ``hook`` at every :func:`shutdown` of raygents in this process."""
+    _shutdown_hooks.add(hook)
+
+
 def shutdown() -> None:
     """Stop raygents in this process, and Ray too if raygents started it.
 
@@ -546,11 +556,10 @@ def shutdown() -> None:
     call returns once its name is free, so a following ``init()`` creates a new one.
     """
     global _runtime, _previous_sigterm
-    from raygents import testing
-
     with _lock:
         rt, _runtime = _runtime, None
-    testing._reset_store_handle()
+    for hook in list(_shutdown_hooks):
+        hook()
     if _previous_sigterm is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _previous_sigterm)
         _previous_sigterm = None
