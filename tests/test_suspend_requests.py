@@ -5,21 +5,24 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from fakes import FakeHandle
+
 from raygents.runtime.drive import SuspendToken
 
 
-class _Suspend:
-    def __init__(self) -> None:
-        self.calls: list[list[tuple[str, str]]] = []
-
-    def remote(self, requests: list[tuple[str, str]]) -> None:
-        self.calls.append(list(requests))
-
-
 class _Actor:
-    def __init__(self, actor_id: str) -> None:
-        self._actor_id = actor_id
-        self.suspend = _Suspend()
+    """An agent actor that only takes suspend requests."""
+
+    def suspend(self, requests: list[tuple[str, str]]) -> None:
+        pass
+
+
+def _actor(actor_id: str) -> FakeHandle:
+    return FakeHandle(_Actor(), actor_id=actor_id, fire_and_forget=True)
+
+
+def _sent(actor: FakeHandle) -> list[list[tuple[str, str]]]:
+    return [list(requests) for (requests,) in actor.calls["suspend"]]
 
 
 def _tokens(actor: Any, n: int) -> list[SuspendToken]:
@@ -29,34 +32,30 @@ def _tokens(actor: Any, n: int) -> list[SuspendToken]:
     return tokens
 
 
-def test_requests_of_one_loop_turn_go_in_one_call_per_actor() -> None:
-    a, b = _Actor("a"), _Actor("b")
-
-    async def main() -> None:
-        for token in _tokens(a, 3) + _tokens(b, 2):
-            token.request("stop")
-        assert a.suspend.calls == [] and b.suspend.calls == []  # sent at the loop's next turn
-        await asyncio.sleep(0)
-        assert a.suspend.calls == [[("run-0", "stop"), ("run-1", "stop"), ("run-2", "stop")]]
-        assert b.suspend.calls == [[("run-0", "stop"), ("run-1", "stop")]]
-        _tokens(a, 1)[0].request("again")
-        await asyncio.sleep(0)
-        assert a.suspend.calls[1:] == [[("run-0", "again")]]
-
-    asyncio.run(main())
+async def test_requests_of_one_loop_turn_go_in_one_call_per_actor() -> None:
+    a, b = _actor("a"), _actor("b")
+    for token in _tokens(a, 3) + _tokens(b, 2):
+        token.request("stop")
+    assert _sent(a) == [] and _sent(b) == []  # sent at the loop's next turn
+    await asyncio.sleep(0)
+    assert _sent(a) == [[("run-0", "stop"), ("run-1", "stop"), ("run-2", "stop")]]
+    assert _sent(b) == [[("run-0", "stop"), ("run-1", "stop")]]
+    _tokens(a, 1)[0].request("again")
+    await asyncio.sleep(0)
+    assert _sent(a)[1:] == [[("run-0", "again")]]
 
 
 def test_the_first_cause_sticks_and_a_request_off_a_loop_goes_at_once() -> None:
-    actor = _Actor("a")
+    actor = _actor("a")
     token = _tokens(actor, 1)[0]
     token.request("first")
     token.request("second")
     assert token.cause == "first"
-    assert actor.suspend.calls == [[("run-0", "first")], [("run-0", "first")]]
+    assert _sent(actor) == [[("run-0", "first")], [("run-0", "first")]]
 
 
 def test_a_loop_that_stopped_before_sending_does_not_hold_later_requests() -> None:
-    actor = _Actor("a")
+    actor = _actor("a")
 
     loop = asyncio.new_event_loop()
 
@@ -73,4 +72,4 @@ def test_a_loop_that_stopped_before_sending_does_not_hold_later_requests() -> No
         await asyncio.sleep(0)
 
     asyncio.run(later())
-    assert actor.suspend.calls == [[("run-0", "stop")]]
+    assert _sent(actor) == [[("run-0", "stop")]]

@@ -27,6 +27,7 @@ from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
 from raygents.runtime.coordinator import Coordinator
 from raygents.runtime.directory import COORDINATOR_NAME, Directory, raygents_error
 from raygents.runtime.handle import RunHandle
+from raygents.runtime.handles import actor_key
 
 __all__ = ["Runtime", "current", "init", "shutdown"]
 
@@ -112,11 +113,11 @@ class Runtime:
         caller waits for it.
         """
         current = self.directory.coordinator()
-        if current._actor_id != failed._actor_id:
+        if actor_key(current) != actor_key(failed):
             return True  # another of this driver's calls took over already
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(None, _named_coordinator, self.namespace)
-        if found is not None and found._actor_id == failed._actor_id:
+        if found is not None and actor_key(found) == actor_key(failed):
             return False
         if found is None:  # (on the lost one's node if it is still there: its store is)
             found = self._new_coordinator(self._node)
@@ -127,7 +128,7 @@ class Runtime:
         mismatch = self._mismatch(settings)
         if mismatch is not None:  # another driver's, with other settings
             raise mismatch
-        if self.directory.coordinator()._actor_id == failed._actor_id:
+        if actor_key(self.directory.coordinator()) == actor_key(failed):
             self.directory.replace(found)
             self.created = settings["creator"] == self.owner
             self._node = settings["node"]
@@ -135,9 +136,9 @@ class Runtime:
                 "the raygents coordinator of namespace %r (actor %s) is gone for good (the "
                 "driver that created it exited, or it was killed); %s: actor %s",
                 self.namespace,
-                failed._actor_id.hex(),
+                actor_key(failed),
                 "this driver created a new one" if self.created else "using the new one",
-                found._actor_id.hex(),
+                actor_key(found),
             )
         return True
 
@@ -321,7 +322,7 @@ def _wait_until_free(namespace: str, coordinator: Any, timeout_s: float) -> None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = _named_coordinator(namespace)
-        if found is None or found._actor_id != coordinator._actor_id:
+        if found is None or actor_key(found) != actor_key(coordinator):
             return
         time.sleep(0.05)
     log.warning(

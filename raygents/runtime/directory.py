@@ -13,6 +13,7 @@ import ray
 import ray.exceptions
 
 from raygents.errors import RaygentsError
+from raygents.runtime.handles import actor_key
 from raygents.runtime.mailbox import Mailboxes
 
 __all__ = ["COORDINATOR_NAME", "Directory", "raygents_error"]
@@ -159,7 +160,7 @@ class Directory:
         One heartbeat loop per actor and process, however many runs use the actor; it ends a
         beat after the last run stopped using the actor (runs one after another share it).
         """
-        key = actor._actor_id.hex()
+        key = actor_key(actor)
         watch = self._watches.get(key)
         if watch is None:
             stale: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -170,7 +171,7 @@ class Directory:
 
     def unwatch(self, actor: Any) -> None:
         """One run stopped using ``actor``."""
-        watch = self._watches.get(actor._actor_id.hex())
+        watch = self._watches.get(actor_key(actor))
         if watch is not None:
             watch.users -= 1
 

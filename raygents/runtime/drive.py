@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from raygents.envelope import Envelope, Outcome
 from raygents.errors import RaygentsError
 from raygents.events import RunEvent
+from raygents.runtime.handles import actor_key
 from raygents.runtime.mailbox import LOST, ActorRestarted
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def _tell(actor: Any, run_id: str, cause: str) -> None:
     except RuntimeError:  # not on an event loop: nothing to gather with
         actor.suspend.remote([(run_id, cause)])
         return
-    key = (loop, actor._actor_id)  # (a loop that stopped first never blocks a later one)
+    key = (loop, actor_key(actor))  # (a loop that stopped first never blocks a later one)
     pending = _requests.get(key)
     if pending is None:
         pending = _requests[key] = (actor, [])

@@ -26,6 +26,7 @@ import ray.exceptions
 
 from raygents.errors import RaygentsError
 from raygents.runtime import wire
+from raygents.runtime.handles import actor_key
 
 __all__ = ["LOST", "ActorRestarted", "Mailboxes", "RunBox", "pack", "unpack"]
 
@@ -100,7 +101,7 @@ class Mailboxes:
     def open(self, actor: Any, run_id: str) -> tuple[str, RunBox]:
         """Register a run about to be started on ``actor``; returns the caller id to start it
         with, and the run's box. Call :meth:`close` when the run is done with the actor."""
-        key = actor._actor_id.hex()
+        key = actor_key(actor)
         box = self._boxes.get(key)
         if box is None or box.task is None or box.task.done():
             # A fresh caller id per poller: a take left behind by an abandoned poller can
@@ -121,7 +122,7 @@ class Mailboxes:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] = loop.create_future()
-        key = (actor._actor_id.hex(), caller)
+        key = (actor_key(actor), caller)
         pending = self._starts.get(key)
         if pending is None:
             pending = self._starts[key] = []
@@ -160,7 +161,7 @@ class Mailboxes:
 
     def accepted(self, actor: Any, run: RunBox, instance: str) -> None:
         """``start`` answered: the actor incarnation ``instance`` has the run."""
-        box = self._boxes.get(actor._actor_id.hex())
+        box = self._boxes.get(actor_key(actor))
         run.instance = instance
         run.check_from = box.takes + 1 if box is not None else 0
         if box is not None:
@@ -168,13 +169,13 @@ class Mailboxes:
 
     def close(self, actor: Any, run_id: str) -> None:
         """The run is done with ``actor`` (ended there, handed off, or lost)."""
-        box = self._boxes.get(actor._actor_id.hex())
+        box = self._boxes.get(actor_key(actor))
         if box is not None:
             box.runs.pop(run_id, None)
 
     def abandon(self, actor: Any) -> None:
         """Stop polling ``actor`` (it stopped answering) once no run uses it."""
-        key = actor._actor_id.hex()
+        key = actor_key(actor)
         box = self._boxes.get(key)
         if box is not None and not box.runs and box.task is not None:
             box.task.cancel()
