@@ -1,8 +1,8 @@
 """A tool call as a Ray worker sees it: its :class:`ToolContext`, and the text of its result.
 
 Only the standard library here: a Ray worker that runs a function tool loads this module, and
-neither raygents' model classes nor the tool's argument model (``benchmarks/README.md``,
-finding 18).
+neither raygents' model classes nor the tool's argument model (which would cost every fresh
+worker their import time).
 """
 
 from __future__ import annotations

@@ -354,8 +354,8 @@ def _local_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     open per kind of task, and every start costs about half a CPU second. A burst of tool
     tasks then starts a worker for most of them, and the starts take the CPUs from the work
     already running. On a local instance a process asks for one new worker at a time per two
-    CPUs, and a burst reuses the workers it has while the next one starts (benchmarks/README.md,
-    finding 17). Ray still starts as many workers at once as there are CPUs: one at a time
+    CPUs, and a burst reuses the workers it has while the next one starts (measured in
+    ``docs/perf-log.md``). Ray still starts as many workers at once as there are CPUs: one at a time
     would also start agent actors one by one. Any of these keys given in ``_system_config``
     wins.
     """

@@ -3,10 +3,8 @@
 Python's cyclic garbage collector is tuned for short scripts. An agent actor holds hundreds of
 concurrent runs whose objects live for seconds, so most of them outlive the young generations
 and pile up in the oldest, and each full collection scans every object of the process: the
-tens of thousands that Ray and the imports left behind at start as well. With Python's
-defaults, the collections during 1,000 concurrent runs took 0.44 s of the agent actor's CPU and
-0.08 s of the coordinator's; with these settings, 0.10 s and 0.01 s (``benchmarks/README.md``,
-finding 22).
+tens of thousands that Ray and the imports left behind at start as well. Fewer, later
+collections cut that cost several times over (measured in ``docs/perf-log.md``).
 """
 
 from __future__ import annotations
