@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raygents import codec
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
+from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.coordinator import Coordinator
 from raygents.runtime.directory import COORDINATOR_NAME, Directory, raygents_error
 from raygents.runtime.handle import RunHandle
@@ -70,8 +71,7 @@ class Runtime:
                 if attempt == 5:
                     raise
                 time.sleep(0.2 * attempt)
-        self._notes: list[tuple[str, tuple[Any, ...]]] = []
-        self._sending: dict[asyncio.Future[Any], set[str]] = {}
+        self._notes: Coalescer[None, _Note] = Coalescer(self._apply, _NOTE_WINDOW_S)
         self.created = settings["creator"] == self.owner
         """Whether this runtime created the coordinator (it then removes it in close)."""
         self._node: str = settings["node"]
@@ -145,19 +145,17 @@ class Runtime:
     def note(self, method: str, *args: Any) -> None:
         """Tell the coordinator about a run (``claim`` of a generated id, ``finish``) without
         waiting: notes of the next few milliseconds travel together. On the runtime's loop."""
-        self._notes.append((method, args))
-        if len(self._notes) == 1:
-            self.loop.call_later(_NOTE_WINDOW_S, self._send_notes)
+        self._notes.add(None, (method, args))
+
+    async def _apply(self, key: None, notes: list[_Note]) -> None:
+        try:
+            await self.directory.call("apply", notes)
+        except Exception as exc:  # (the next read of the run table reports what it finds)
+            log.warning("could not update the run table: %s", exc)
 
     def _send_notes(self) -> set[asyncio.Future[Any]]:
         """Send the pending notes; returns every send still under way (this one included)."""
-        notes, self._notes = self._notes, []
-        if notes:
-            sending = asyncio.ensure_future(self.directory.call("apply", notes))
-            sending.add_done_callback(_noted)
-            sending.add_done_callback(lambda done: self._sending.pop(done, None))
-            self._sending[sending] = {_run_of(note) for note in notes}
-        return set(self._sending)
+        return self._notes.flush_all()
 
     def has_notes(self, run_id: str) -> bool:
         """Whether a note about ``run_id`` may not have reached the coordinator yet.
@@ -165,9 +163,7 @@ class Runtime:
         Safe from any thread for a run whose result the caller has seen: its end was noted
         before the result was delivered.
         """
-        if any(_run_of(note) == run_id for note in list(self._notes)):
-            return True
-        return any(run_id in ids for ids in list(self._sending.values()))
+        return any(_run_of(note) == run_id for note in self._notes.pending())
 
     def send_notes(self) -> None:
         """Send this driver's pending notes now and wait for the coordinator to apply them
@@ -280,14 +276,13 @@ def _settings_mismatch(
     return None
 
 
-def _run_of(note: tuple[str, tuple[Any, ...]]) -> str:
+_Note = tuple[str, tuple[Any, ...]]
+"""A note for the coordinator's run table: its method (``claim``, ``finish``) and arguments."""
+
+
+def _run_of(note: _Note) -> str:
     method, args = note
     return str(args[0].run_id if method == "finish" else args[0])
-
-
-def _noted(sending: asyncio.Future[Any]) -> None:
-    if not sending.cancelled() and sending.exception() is not None:
-        log.warning("could not update the run table: %s", sending.exception())
 
 
 def _coordinator_class(namespace: str, detached: bool, node: str | None = None) -> Any:

@@ -13,10 +13,14 @@ import ray
 import ray.exceptions
 
 from raygents.errors import RaygentsError
+from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.handles import actor_key
 from raygents.runtime.mailbox import Mailboxes
 
 __all__ = ["COORDINATOR_NAME", "Directory", "raygents_error"]
+
+_Claim = tuple[str, str, "asyncio.Future[tuple[Any, int]]"]
+"""A claim waiting to go: the run id, its agent, and the caller's future."""
 
 COORDINATOR_NAME = "raygents:coordinator"
 
@@ -53,8 +57,7 @@ class Directory:
         self._settings: dict[str, Any] | None = None
         self._watches: dict[str, _Watch] = {}
         self.owner = owner
-        self._claims: list[tuple[str, str, asyncio.Future[tuple[Any, int]]]] = []
-        self._sending: set[asyncio.Future[None]] = set()
+        self._claims: Coalescer[None, _Claim] = Coalescer(self._claim_all)
         self.mailboxes = Mailboxes()
         """Where the runs this process dispatched to agent actors send their events back."""
 
@@ -93,20 +96,10 @@ class Directory:
         ``Coordinator.claim``): ``(previous owner's entry or None, epoch)``. Claims made in
         one turn of the event loop (the children of one tool batch) go in one call."""
         future: asyncio.Future[tuple[Any, int]] = asyncio.get_running_loop().create_future()
-        self._claims.append((run_id, agent_name, future))
-        if len(self._claims) == 1:
-            asyncio.get_running_loop().call_soon(self._send_claims)
+        self._claims.add(None, (run_id, agent_name, future))
         return await future
 
-    def _send_claims(self) -> None:
-        claims, self._claims = self._claims, []
-        sending = asyncio.ensure_future(self._claim_all(claims))
-        self._sending.add(sending)
-        sending.add_done_callback(self._sending.discard)
-
-    async def _claim_all(
-        self, claims: list[tuple[str, str, asyncio.Future[tuple[Any, int]]]]
-    ) -> None:
+    async def _claim_all(self, key: None, claims: list[_Claim]) -> None:
         args = [(run_id, self.owner, agent_name, True) for run_id, agent_name, _ in claims]
         try:
             answers = await self.call("claim_many", args)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from raygents.envelope import Envelope, Outcome
 from raygents.errors import RaygentsError
 from raygents.events import RunEvent
+from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.handles import actor_key
 from raygents.runtime.mailbox import LOST, ActorRestarted
 
@@ -52,10 +53,15 @@ class SuspendToken:
             _tell(self.actor, self.run_id, self.cause)
 
 
+def _send(key: tuple[asyncio.AbstractEventLoop, str], requests: list[tuple[Any, str, str]]) -> None:
+    requests[0][0].suspend.remote([(run_id, cause) for _, run_id, cause in requests])
+
+
 # Suspend requests for one actor made in the same turn of the event loop go in one call: a
 # storm of suspends (a thousand runs, SIGTERM) would otherwise be a thousand calls, which Ray
-# starts one after the other, each waiting for the busy actor's event loop.
-_requests: dict[tuple[asyncio.AbstractEventLoop, Any], tuple[Any, list[tuple[str, str]]]] = {}
+# starts one after the other, each waiting for the busy actor's event loop. (Keyed by loop
+# too: a loop that stopped first never holds a later one's requests.)
+_requests: Coalescer[tuple[asyncio.AbstractEventLoop, str], tuple[Any, str, str]] = Coalescer(_send)
 
 
 def _tell(actor: Any, run_id: str, cause: str) -> None:
@@ -64,17 +70,7 @@ def _tell(actor: Any, run_id: str, cause: str) -> None:
     except RuntimeError:  # not on an event loop: nothing to gather with
         actor.suspend.remote([(run_id, cause)])
         return
-    key = (loop, actor_key(actor))  # (a loop that stopped first never blocks a later one)
-    pending = _requests.get(key)
-    if pending is None:
-        pending = _requests[key] = (actor, [])
-        loop.call_soon(_send, key)
-    pending[1].append((run_id, cause))
-
-
-def _send(key: tuple[asyncio.AbstractEventLoop, Any]) -> None:
-    actor, requests = _requests.pop(key)
-    actor.suspend.remote(requests)
+    _requests.add((loop, actor_key(actor)), (actor, run_id, cause))
 
 
 async def drive(

@@ -26,6 +26,7 @@ import ray.exceptions
 
 from raygents.errors import RaygentsError
 from raygents.runtime import wire
+from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.handles import actor_key
 
 __all__ = ["LOST", "ActorRestarted", "Mailboxes", "RunBox", "pack", "unpack"]
@@ -87,6 +88,10 @@ class _Box:
     """The newest incarnation of the actor seen (a take from another one returns at once)."""
 
 
+_Start = tuple[Any, Any, "asyncio.Future[str]"]
+"""A start waiting to go: the actor's handle, the envelope, and the caller's future."""
+
+
 class Mailboxes:
     """The mailboxes of one process, by actor. Only used from one event loop."""
 
@@ -94,9 +99,8 @@ class Mailboxes:
         self._boxes: dict[str, _Box] = {}
         self._prefix = uuid.uuid4().hex[:12]
         self._generation = itertools.count()
-        self._starts: dict[tuple[str, str], list[tuple[Any, asyncio.Future[str]]]] = {}
+        self._starts: Coalescer[tuple[str, str], _Start] = Coalescer(self._start_all)
         """Starts waiting for the end of this turn of the event loop, by actor and caller."""
-        self._sending: set[asyncio.Future[None]] = set()
 
     def open(self, actor: Any, run_id: str) -> tuple[str, RunBox]:
         """Register a run about to be started on ``actor``; returns the caller id to start it
@@ -120,42 +124,30 @@ class Mailboxes:
         that call fail for another reason than a lost actor, each of its runs is started on
         its own, so that one run's unpicklable context fails only that run.
         """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[str] = loop.create_future()
-        key = (actor_key(actor), caller)
-        pending = self._starts.get(key)
-        if pending is None:
-            pending = self._starts[key] = []
-            loop.call_soon(self._send_starts, actor, key)
-        pending.append((envelope, future))
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._starts.add((actor_key(actor), caller), (actor, envelope, future))
         instance = await future
         self.accepted(actor, run, instance)
         return instance
 
-    def _send_starts(self, actor: Any, key: tuple[str, str]) -> None:
-        sending = asyncio.ensure_future(self._start_all(actor, key[1], self._starts.pop(key)))
-        self._sending.add(sending)
-        sending.add_done_callback(self._sending.discard)
-
-    async def _start_all(
-        self, actor: Any, caller: str, starts: list[tuple[Any, asyncio.Future[str]]]
-    ) -> None:
-        starts = [(envelope, future) for envelope, future in starts if not future.done()]
+    async def _start_all(self, key: tuple[str, str], starts: list[_Start]) -> None:
+        starts = [start for start in starts if not start[2].done()]
         if not starts:  # (their runs were cancelled meanwhile)
             return
+        actor, caller = starts[0][0], key[1]
         try:
-            instance = await actor.start.remote([envelope for envelope, _ in starts], caller)
+            instance = await actor.start.remote([envelope for _, envelope, _ in starts], caller)
         except BaseException as exc:
             if len(starts) > 1 and isinstance(exc, Exception) and not isinstance(exc, LOST):
-                await asyncio.gather(*(self._start_all(actor, caller, [one]) for one in starts))
+                await asyncio.gather(*(self._start_all(key, [one]) for one in starts))
                 return
-            for _, future in starts:
+            for *_, future in starts:
                 if not future.done():
                     future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for _, future in starts:
+        for *_, future in starts:
             if not future.done():
                 future.set_result(instance)
 
@@ -184,7 +176,7 @@ class Mailboxes:
     def stop(self) -> list[asyncio.Future[None]]:
         """Cancel every poller (the process stops using raygents); returns them."""
         tasks = [b.task for b in self._boxes.values() if b.task is not None]
-        tasks += self._sending
+        tasks += self._starts.sending
         for task in tasks:
             task.cancel()
         self._boxes.clear()
