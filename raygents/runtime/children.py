@@ -64,7 +64,7 @@ def child_budget(state: RunState) -> int | None:
 
 async def load_state(directory: Directory, run_id: str) -> tuple[RunState, dict[str, Any]] | None:
     """The newest checkpointed state of a run and its last record, or None without one."""
-    blobs = await directory.call("load", run_id)
+    blobs = await directory.client.load(run_id)
     if not blobs:
         return None
     return replay_blobs(blobs, (await directory.settings())["key"], run_id)

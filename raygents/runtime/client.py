@@ -26,7 +26,8 @@ from raygents import codec
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
 from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.directory import COORDINATOR_NAME, Directory, raygents_error
+from raygents.runtime.coordinator_client import COORDINATOR_NAME
+from raygents.runtime.directory import Directory
 from raygents.runtime.handle import RunHandle
 from raygents.runtime.handles import actor_key
 
@@ -149,7 +150,7 @@ class Runtime:
 
     async def _apply(self, key: None, notes: list[_Note]) -> None:
         try:
-            await self.directory.call("apply", notes)
+            await self.directory.client.apply(notes)
         except Exception as exc:  # (the next read of the run table reports what it finds)
             log.warning("could not update the run table: %s", exc)
 
@@ -213,19 +214,13 @@ class Runtime:
     async def ensure_graph(self, fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         """Tell the coordinator about a graph snapshot once per process."""
         if fp not in self.directory.graphs:
-            await self.directory.call("register_graph", fp, blob, replicas)
+            await self.directory.client.register_graph(fp, blob, replicas)
             self.directory.graphs[fp] = (blob, replicas)
 
-    def call(self, method: str, *args: Any) -> Any:
-        """Call a coordinator method from the caller's thread and wait for the answer. Should
-        the coordinator be unreachable, the call goes again through :meth:`Directory.call`,
-        which waits for a restart or replaces a lost coordinator."""
-        try:
-            return ray.get(getattr(self.coordinator, method).remote(*args))
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            return self.wait(self.directory.call(method, *args), timeout_s=None)
-        except ray.exceptions.RayTaskError as exc:
-            raise raygents_error(exc) from None
+    def ask(self, call: Coroutine[Any, Any, T]) -> T:
+        """Make a coordinator call (a ``CoordinatorClient`` method) from the caller's thread
+        and wait for its answer, however long the coordinator takes to restart."""
+        return self.wait(call, timeout_s=None)
 
     def suspend_all(self, grace_s: float) -> int:
         """Suspend every running run of this driver and wait up to ``grace_s`` for them."""

@@ -14,22 +14,14 @@ import ray.exceptions
 
 from raygents.errors import RaygentsError
 from raygents.runtime.coalesce import Coalescer
+from raygents.runtime.coordinator_client import CoordinatorClient
 from raygents.runtime.handles import actor_key
 from raygents.runtime.mailbox import Mailboxes
 
-__all__ = ["COORDINATOR_NAME", "Directory", "raygents_error"]
+__all__ = ["Directory"]
 
 _Claim = tuple[str, str, "asyncio.Future[tuple[Any, int]]"]
 """A claim waiting to go: the run id, its agent, and the caller's future."""
-
-COORDINATOR_NAME = "raygents:coordinator"
-
-
-def raygents_error(exc: Any) -> BaseException:
-    """The error a coordinator call raised, as its caller should see it: a raygents error
-    without Ray's wrapping and remote traceback; anything else (a bug) as Ray raised it."""
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, RaygentsError) else exc
 
 
 class Directory:
@@ -46,15 +38,12 @@ class Directory:
         revive: Callable[[Any], Awaitable[bool]] | None = None,
     ) -> None:
         self.namespace = namespace
-        self._coordinator = coordinator
-        self._revive = revive
-        """In a driver: given a coordinator that failed a call, replaces it if it is gone for
-        good (see ``Runtime``); True once this directory uses another coordinator."""
+        self.client = CoordinatorClient(namespace, coordinator, revive)
+        """The coordinator's calls (``revive``: see :class:`CoordinatorClient`)."""
         self.graphs: dict[str, tuple[bytes, dict[str, int]]] = {}
         """Graph snapshots this process knows, to register again with a restarted coordinator."""
         self._actors: dict[tuple[str, str], list[Any]] = {}
         self._turn = itertools.count()
-        self._settings: dict[str, Any] | None = None
         self._watches: dict[str, _Watch] = {}
         self.owner = owner
         self._claims: Coalescer[None, _Claim] = Coalescer(self._claim_all)
@@ -63,33 +52,11 @@ class Directory:
 
     async def settings(self) -> dict[str, Any]:
         """The coordinator's checkpoint settings (durability mode, integrity key), cached."""
-        if self._settings is None:
-            self._settings = await self.coordinator().settings.remote()
-        return self._settings
+        return await self.client.settings()
 
     def cached_settings(self) -> dict[str, Any]:
         """The settings fetched by :meth:`settings` earlier."""
-        assert self._settings is not None, "settings() must be awaited first"
-        return self._settings
-
-    async def call(self, method: str, *args: Any, patience_s: float = 120.0) -> Any:
-        """Call a coordinator method, waiting while the coordinator restarts (in a driver,
-        taking over from one that is gone for good)."""
-        deadline = asyncio.get_running_loop().time() + patience_s
-        delay = 0.1
-        while True:
-            coordinator = self.coordinator()
-            try:
-                return await getattr(coordinator, method).remote(*args)
-            except ray.exceptions.RayTaskError as exc:
-                raise raygents_error(exc) from None
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-                if asyncio.get_running_loop().time() > deadline:
-                    raise
-                if self._revive is not None and await self._revive(coordinator):
-                    continue
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        return self.client.cached_settings()
 
     async def claim(self, run_id: str, agent_name: str) -> tuple[Any, int]:
         """Dispatch a run for this process, taking it over if another owner has it (see
@@ -102,7 +69,7 @@ class Directory:
     async def _claim_all(self, key: None, claims: list[_Claim]) -> None:
         args = [(run_id, self.owner, agent_name, True) for run_id, agent_name, _ in claims]
         try:
-            answers = await self.call("claim_many", args)
+            answers = await self.client.claim_many(args)
         except BaseException as exc:
             for *_, future in claims:
                 if not future.done():
@@ -112,19 +79,16 @@ class Directory:
             return
         for (*_, future), answer in zip(claims, answers, strict=True):
             if not future.done():  # (its run was cancelled meanwhile)
-                future.set_result(tuple(answer))
+                future.set_result(answer)
 
     def coordinator(self) -> Any:
         """The namespace's coordinator actor."""
-        if self._coordinator is None:
-            self._coordinator = ray.get_actor(COORDINATOR_NAME, namespace=self.namespace)
-        return self._coordinator
+        return self.client.handle()
 
     def replace(self, coordinator: Any) -> None:
         """Use another coordinator from now on (the one before is gone for good): forget the
         settings and the agent actors the old one gave (they went with it)."""
-        self._coordinator = coordinator
-        self._settings = None
+        self.client.replace(coordinator)
         self._actors.clear()
 
     async def actor(self, graph_fp: str, name: str) -> Any:
@@ -133,13 +97,13 @@ class Directory:
         handles = self._actors.get(key)
         if not handles:
             try:
-                handles = await self.call("agent_actors", graph_fp, name)
+                handles = await self.client.agent_actors(graph_fp, name)
             except RaygentsError as exc:
                 known = self.graphs.get(graph_fp)
                 if known is None or "unknown agent graph" not in str(exc):
                     raise
-                await self.call("register_graph", graph_fp, *known)
-                handles = await self.call("agent_actors", graph_fp, name)
+                await self.client.register_graph(graph_fp, *known)
+                handles = await self.client.agent_actors(graph_fp, name)
             self._actors[key] = handles
         return handles[next(self._turn) % len(handles)]
 

@@ -157,7 +157,7 @@ async def _recover(
     base = float(settings.get("backoff_s", 0.5))
     await asyncio.sleep(min(base * 2 ** (attempt - 1), 30.0) * (0.5 + random.random() / 2))
     if isinstance(exc, StaleActor):
-        await directory.call("replace_actor", current.graph_fp, state.agent_name, exc.actor)
+        await directory.client.replace_actor(current.graph_fp, state.agent_name, exc.actor)
     directory.forget(current.graph_fp, state.agent_name)
     # Dispatch first, then read: whatever the lost copy writes after the claim is void.
     _, epoch = await directory.claim(state.run_id, state.agent_name)

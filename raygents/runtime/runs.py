@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, get_args
 
 from raygents import checkpoint
 from raygents.agent import Agent
@@ -31,7 +31,7 @@ from raygents.result import RunResult, TypedResult
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.drive import SuspendToken, drive
-from raygents.runtime.handle import RunHandle
+from raygents.runtime.handle import RunHandle, RunStatus
 from raygents.runtime.snapshot import snapshot
 from raygents.schema import drop_defaulted_nulls, type_is_wrapped, type_name, type_schema
 from raygents.sessions import validate_session_id
@@ -145,7 +145,7 @@ def _launch(
         if rt.has_notes(run_id):  # a run of this id just ended here
             rt.send_notes()
         agent_name = envelope.state.agent_name
-        taken, epoch = rt.call("claim", run_id, rt.owner, agent_name)
+        taken, epoch = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name))
         if taken is not None:
             if envelope.resumed:
                 raise UserError(
@@ -374,7 +374,7 @@ def resume(
     if rt.has_notes(run_id):  # its end here must reach the coordinator before the claim
         rt.send_notes()
     # straight from this thread (not through the runtime's loop, busy with running runs)
-    taken, epoch, blobs, before = rt.call("claim_and_load", run_id, rt.owner)
+    taken, epoch, blobs, before = rt.ask(rt.directory.client.claim_and_load(run_id, rt.owner))
     if taken is not None:
         raise UserError(f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id)
     if not blobs:
@@ -391,7 +391,7 @@ def resume(
             )
         decisions = _check_decisions(state, normalise(dict(approvals or {})))
     except BaseException:
-        rt.call("unclaim", run_id, before)
+        rt.ask(rt.directory.client.unclaim(run_id, before))
         raise
     mine = {p.call_id for p in state.pending if p.run_id == run_id}
     state = state.evolve(
@@ -442,11 +442,11 @@ def attach(run_id: str) -> RunHandle:
     if handle is not None:
         return handle
     rt.send_notes()
-    info = rt.call("get_run", run_id)
+    info = rt.ask(rt.directory.client.get_run(run_id))
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
-    handle._set_status(info.status)
+    handle._set_status(_status(info.status))
     rt.submit(_follow(rt, handle))
     return handle
 
@@ -456,7 +456,12 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
     state = await _newest_state(rt, handle.run_id)
     if state is not None:
         _emit_replayed(handle, replay, state.agent_name, state.messages, state.journal, state.seq)
-    info, summary = await rt.directory.call("wait", handle.run_id)
+    info, summary = await rt.directory.client.wait(handle.run_id)
+    if info is None:  # (forgotten meanwhile: the table keeps a bounded number of ended runs)
+        gone = RunNotFound(f"run {handle.run_id!r} is no longer known", run_id=handle.run_id)
+        handle._resolve(None, gone, "failed")
+        return
+    status = _status(info.status)
     if info.status == "completed" and summary is not None:
         messages = summary["messages"]
         _emit_replayed(handle, replay, summary["agent_name"], messages, {}, info.seq)
@@ -492,14 +497,21 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
         )
         data = {"pending": [p.model_dump() for p in pending]}
         handle._emit(RunEvent(type="interrupted", data=data, **base))
-        handle._resolve(None, error, info.status)
+        handle._resolve(None, error, status)
         return
     else:
         error = RaygentsError(
             info.last_error or f"run ended as {info.status}", run_id=handle.run_id
         )
     handle._emit(RunEvent(type="error", error=str(error), **base))
-    handle._resolve(None, error, info.status)
+    handle._resolve(None, error, status)
+
+
+def _status(value: str) -> RunStatus:
+    """A status from the run table, as a handle reports it."""
+    if value not in get_args(RunStatus):
+        raise RaygentsError(f"the run table holds an unknown run status {value!r}")
+    return cast(RunStatus, value)
 
 
 _REPLAYED = {"replayed": True}
@@ -603,7 +615,7 @@ async def _newest_state(rt: Runtime, run_id: str) -> RunState | None:
     """The run's state at its newest checkpoint (the coordinator's copy, else the store's), or
     None when it has none or it cannot be read (the terminal event still comes)."""
     try:
-        blobs = await rt.directory.call("load", run_id)
+        blobs = await rt.directory.client.load(run_id)
         if not blobs:
             return None
         key = rt.directory.cached_settings()["key"]
@@ -616,7 +628,7 @@ async def _newest_state(rt: Runtime, run_id: str) -> RunState | None:
 async def _pending(rt: Runtime, run_id: str) -> list[PendingApproval]:
     """The calls a run awaiting approval waits for, from its newest checkpoint (the
     coordinator's copy, else the store's)."""
-    blobs = await rt.directory.call("load", run_id)
+    blobs = await rt.directory.client.load(run_id)
     if not blobs:
         return []
     key = rt.directory.cached_settings()["key"]
@@ -628,4 +640,4 @@ def runs(status: str | None = None) -> list[RunInfo]:
     """What the coordinator knows about runs, optionally only those with ``status``."""
     rt = current()
     rt.send_notes()
-    return list(rt.call("list_runs", status))
+    return rt.ask(rt.directory.client.list_runs(status))
