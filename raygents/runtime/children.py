@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from raygents import checkpoint
 from raygents.envelope import Envelope, RunState
 from raygents.events import RunEvent
 from raygents.messages import Message, ToolCall
@@ -23,8 +22,6 @@ __all__ = [
     "child_run_id",
     "existing_child",
     "legacy_child_run_id",
-    "load_state",
-    "replay_blobs",
     "run_child",
 ]
 
@@ -60,21 +57,6 @@ def child_budget(state: RunState) -> int | None:
     last = state.messages[-1] if state.messages else None
     batch = len(last.tool_calls) if last is not None and last.tool_calls else 1
     return max(0, left // batch)
-
-
-async def load_state(directory: Directory, run_id: str) -> tuple[RunState, dict[str, Any]] | None:
-    """The newest checkpointed state of a run and its last record, or None without one."""
-    blobs = await directory.client.load(run_id)
-    if not blobs:
-        return None
-    return replay_blobs(blobs, (await directory.settings())["key"], run_id)
-
-
-def replay_blobs(
-    blobs: list[bytes], key: bytes | None, run_id: str
-) -> tuple[RunState, dict[str, Any]]:
-    """A run's newest state and last record, from its stored records."""
-    return checkpoint.restore(blobs, run_id=run_id, key=key)
 
 
 async def run_child(
@@ -169,7 +151,7 @@ async def existing_child(
 
 
 async def _resumable(directory: Directory, child_id: str, envelope: Envelope) -> RunState | None:
-    found = await load_state(directory, child_id)
+    found = await directory.client.load_state(child_id)
     if found is None:
         return None
     child, last = found

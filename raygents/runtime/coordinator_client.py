@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any
 import ray
 import ray.exceptions
 
+from raygents import checkpoint
 from raygents.errors import RaygentsError
 
 if TYPE_CHECKING:
+    from raygents.envelope import RunState
     from raygents.runtime.coordinator import RunInfo
 
 __all__ = ["COORDINATOR_NAME", "CoordinatorClient", "raygents_error"]
@@ -117,6 +119,18 @@ class CoordinatorClient:
     async def load(self, run_id: str) -> list[bytes]:
         """The records of the run's chain, oldest first."""
         return list(await self._call("load", run_id))
+
+    async def load_state(self, run_id: str) -> tuple[RunState, dict[str, Any]] | None:
+        """The run's state at its newest checkpoint and its last record, or None without one.
+
+        Raises:
+            CheckpointError: a record cannot be read or the chain does not replay.
+        """
+        blobs = await self.load(run_id)
+        if not blobs:
+            return None
+        key = (await self.settings())["key"]
+        return checkpoint.restore(blobs, run_id=run_id, key=key)
 
     # --- agent actors -------------------------------------------------------------------
     async def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:

@@ -140,8 +140,6 @@ async def _recover(
     The ``recovered`` event (and the log line) comes once per attempt, not once per wait for
     an actor that is restarting.
     """
-    from raygents.runtime.children import load_state
-
     settings = (await directory.settings())["recovery"]
     state = current.state
     announce = attempt != announced
@@ -161,7 +159,7 @@ async def _recover(
     directory.forget(current.graph_fp, state.agent_name)
     # Dispatch first, then read: whatever the lost copy writes after the claim is void.
     _, epoch = await directory.claim(state.run_id, state.agent_name)
-    found = await load_state(directory, state.run_id)
+    found = await directory.client.load_state(state.run_id)
     if found is None:  # nothing durable yet: start over from the input
         envelope = first
         from_seq = 0

@@ -615,25 +615,17 @@ async def _newest_state(rt: Runtime, run_id: str) -> RunState | None:
     """The run's state at its newest checkpoint (the coordinator's copy, else the store's), or
     None when it has none or it cannot be read (the terminal event still comes)."""
     try:
-        blobs = await rt.directory.client.load(run_id)
-        if not blobs:
-            return None
-        key = rt.directory.cached_settings()["key"]
-        state, _ = checkpoint.restore(blobs, run_id=run_id, key=key)
+        found = await rt.directory.client.load_state(run_id)
     except CheckpointError:
         return None
-    return state
+    return found[0] if found is not None else None
 
 
 async def _pending(rt: Runtime, run_id: str) -> list[PendingApproval]:
     """The calls a run awaiting approval waits for, from its newest checkpoint (the
     coordinator's copy, else the store's)."""
-    blobs = await rt.directory.client.load(run_id)
-    if not blobs:
-        return []
-    key = rt.directory.cached_settings()["key"]
-    state, _ = checkpoint.restore(blobs, run_id=run_id, key=key)
-    return list(state.pending)
+    found = await rt.directory.client.load_state(run_id)
+    return list(found[0].pending) if found is not None else []
 
 
 def runs(status: str | None = None) -> list[RunInfo]:
