@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pytest
+from fakes import FakeHandle
 from pydantic import BaseModel, Field
 
 from raygents import checkpoint, loop
@@ -22,6 +23,7 @@ from raygents.runtime.children import (
     existing_child,
     legacy_child_run_id,
 )
+from raygents.runtime.directory import Directory
 from raygents.schema import type_schema
 from raygents.sessions import SQLiteSession
 from raygents.testing import call, calls, text
@@ -190,7 +192,7 @@ def test_child_run_ids_are_hashed_bounded_distinct_and_stable() -> None:
 
 
 class Records:
-    """A directory that only loads runs' records (what finding a child needs)."""
+    """A coordinator that only loads runs' records (what finding a child needs)."""
 
     def __init__(self, runs: dict[str, RunState]) -> None:
         self.blobs = {}
@@ -198,11 +200,10 @@ class Records:
             _, record, _ = checkpoint.next_record(state, "running", None)
             self.blobs[run_id] = [checkpoint.encode(record)]
 
-    async def call(self, method: str, run_id: str) -> list[bytes]:
-        assert method == "load"
+    def load(self, run_id: str) -> list[bytes]:
         return self.blobs.get(run_id, [])
 
-    async def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
         return {"key": None}
 
 
@@ -214,7 +215,7 @@ def test_a_resumed_parent_finds_its_child_under_the_new_or_the_old_id(stored_as:
     if stored_as != "none":
         run_id = hashed if stored_as == "hashed" else legacy
         runs[run_id] = RunState(run_id=run_id, agent_name="b", messages=(Message("user", "y"),))
-    directory: Any = Records(runs)
+    directory = Directory("ns", FakeHandle(Records(runs)))
     envelope = Envelope(parent, "fp", resumed=True)
     child_id, child = asyncio.run(
         existing_child(directory, parent, call("b", id="call:1"), envelope)
