@@ -14,19 +14,30 @@ for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS"):
 
 
 @pytest.fixture(scope="session")
-def session_s3() -> Iterator[object]:
-    """moto's S3 server on 127.0.0.1 with the AWS environment pointing at it for the whole
-    session, set before Ray starts so that Ray's workers (the coordinator) inherit it."""
-    from s3_server import FaultProxy, MotoServer, aws_env
+def s3_proxy() -> Iterator[object]:
+    """The fault proxy S3 clients go through, with the AWS environment pointing at it for the
+    whole session: set before Ray starts, so that Ray's workers (the coordinator) inherit
+    it. It answers like a server that is down until :func:`session_s3` starts moto behind it."""
+    from s3_server import FaultProxy, aws_env
 
-    with MotoServer() as server, FaultProxy(server.endpoint_url) as proxy:
-        server.proxy = proxy  # type: ignore[attr-defined]
-        with aws_env(proxy.endpoint_url):  # boto3 (and Ray's workers) go through the proxy
-            yield server
+    with FaultProxy("http://127.0.0.1:9") as proxy, aws_env(proxy.endpoint_url):
+        yield proxy
 
 
 @pytest.fixture(scope="session")
-def ray_session(session_s3: object) -> Iterator[None]:
+def session_s3(s3_proxy: object) -> Iterator[object]:
+    """moto's S3 server on 127.0.0.1 behind :func:`s3_proxy`, started by the first test that
+    needs S3 (tests that do not never start it)."""
+    from s3_server import MotoServer
+
+    with MotoServer() as server:
+        server.proxy = s3_proxy  # type: ignore[attr-defined]
+        s3_proxy.upstream = (server.host, server.port)  # type: ignore[attr-defined]
+        yield server
+
+
+@pytest.fixture(scope="session")
+def ray_session(s3_proxy: object) -> Iterator[None]:
     """A private local Ray instance with raygents initialised on it, for the whole session."""
     import ray
 
