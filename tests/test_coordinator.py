@@ -13,8 +13,8 @@ import pytest
 
 from raygents import checkpoint
 from raygents.errors import CheckpointError
-from raygents.runtime import coordinator as coordinator_module
-from raygents.runtime.coordinator import Coordinator, RunInfo, _Hot
+from raygents.runtime.coordinator import Coordinator
+from raygents.runtime.runinfo import RunInfo
 
 
 def _coordinator() -> Coordinator:
@@ -31,117 +31,76 @@ async def _save(coord: Coordinator, run_id: str, seq: int, full: bool = False) -
     return data
 
 
-def test_hot_records_keep_the_chain_from_the_newest_full_record_in_any_arrival_order() -> None:
-    hot = _Hot(1, {})
-    hot.add(1, 1, b"1", 1, True)
-    hot.add(3, 1, b"3", 1, False)  # arrives before 2
-    hot.add(2, 1, b"2", 1, False)
-    assert hot.blobs() == [b"1", b"2", b"3"]
-    hot.add(5, 1, b"5", 1, False)
-    hot.add(4, 1, b"4", 1, True)  # a full record drops what it supersedes, keeps what follows
-    assert hot.blobs() == [b"4", b"5"]
-    hot.add(2, 1, b"2", 1, False)  # older than the newest full record: not needed
-    assert hot.blobs() == [b"4", b"5"]
-    assert hot.size == 2
+async def test_load_reads_hot_records_and_the_store_has_the_same() -> None:
+    coord = _coordinator()
+    written = [await _save(coord, "r1", 1, full=True)]
+    written += [await _save(coord, "r1", seq) for seq in (2, 3)]
+    assert await coord.load("r1") == written
+    stored = coord.store.list(checkpoint.run_prefix("r1"))
+    assert [coord.store.get(k) for k in stored] == written
 
 
-def test_a_later_dispatch_voids_the_hot_records_it_did_not_build_on() -> None:
-    hot = _Hot(1, {})
-    for seq in (1, 2, 3, 4):
-        hot.add(seq, 1, f"{seq}".encode(), 1, seq == 1)
-    hot.add(3, 2, b"3'", 1, False)  # dispatch 2 went on from record 2
-    assert hot.blobs() == [b"1", b"2", b"3'"]
-    hot.add(4, 2, b"4'", 1, False)
-    hot.add(5, 1, b"5", 1, False)  # a late record of dispatch 1 is void too
-    assert hot.blobs() == [b"1", b"2", b"3'", b"4'"]
+async def test_a_chain_that_started_before_this_coordinator_is_read_from_the_store() -> None:
+    coord = _coordinator()
+    coord.store.put(checkpoint.key_for("r1", 1), b"r1:1")  # written by a predecessor
+    second = await _save(coord, "r1", 2)  # a delta: its chain starts in the store
+    assert "r1" not in coord.hot
+    assert await coord.load("r1") == [b"r1:1", second]
 
 
-def test_load_reads_hot_records_and_the_store_has_the_same() -> None:
-    async def main() -> None:
-        coord = _coordinator()
-        written = [await _save(coord, "r1", 1, full=True)]
-        written += [await _save(coord, "r1", seq) for seq in (2, 3)]
-        assert await coord.load("r1") == written
-        stored = coord.store.list(checkpoint.run_prefix("r1"))
-        assert [coord.store.get(k) for k in stored] == written
+async def test_a_failed_write_drops_the_hot_records_so_a_load_reads_the_store() -> None:
+    coord = _coordinator()
+    first = await _save(coord, "r1", 1, full=True)
+    real_put = coord.store.put
 
-    asyncio.run(main())
+    def failing(key: str, data: bytes) -> None:
+        real_put(key, data)  # applied, then reported as failed
+        raise CheckpointError("store timed out", key=key)
 
-
-def test_a_chain_that_started_before_this_coordinator_is_read_from_the_store() -> None:
-    async def main() -> None:
-        coord = _coordinator()
-        coord.store.put(checkpoint.key_for("r1", 1), b"r1:1")  # written by a predecessor
-        second = await _save(coord, "r1", 2)  # a delta: its chain starts in the store
-        assert "r1" not in coord.hot
-        assert await coord.load("r1") == [b"r1:1", second]
-
-    asyncio.run(main())
+    coord.store.put = failing  # type: ignore[method-assign]
+    with pytest.raises(CheckpointError):
+        await _save(coord, "r1", 2)
+    coord.store.put = real_put  # type: ignore[method-assign]
+    assert "r1" not in coord.hot
+    assert await coord.load("r1") == [first, b"r1:2"]
 
 
-def test_a_failed_write_drops_the_hot_records_so_a_load_reads_the_store() -> None:
-    async def main() -> None:
-        coord = _coordinator()
-        first = await _save(coord, "r1", 1, full=True)
-        real_put = coord.store.put
-
-        def failing(key: str, data: bytes) -> None:
-            real_put(key, data)  # applied, then reported as failed
-            raise CheckpointError("store timed out", key=key)
-
-        coord.store.put = failing  # type: ignore[method-assign]
-        with pytest.raises(CheckpointError):
-            await _save(coord, "r1", 2)
-        coord.store.put = real_put  # type: ignore[method-assign]
-        assert "r1" not in coord.hot
-        assert await coord.load("r1") == [first, b"r1:2"]
-
-    asyncio.run(main())
+async def test_stopped_runs_keep_their_hot_records_within_bounds() -> None:
+    coord = _coordinator()
+    coord.hot.max_parked = 2
+    for run_id in ("a", "b", "c"):
+        await _save(coord, run_id, 1, full=True)
+        await coord.finish(_info(run_id, "suspended", 1))
+    assert set(coord.hot.chains) == {"b", "c"}, "the oldest stopped run's records were let go"
+    assert await coord.load("a") == [b"a:1"], "from the store"
+    await _save(coord, "b", 2)  # resumed: running again, no longer parked
+    assert list(coord.hot.parked) == ["c"]
+    await coord.finish(_info("b", "completed", 2))
+    assert "b" not in coord.hot
+    assert coord.hot.parked_size == len(b"c:1")
 
 
-def test_stopped_runs_keep_their_hot_records_within_bounds(monkeypatch: Any) -> None:
-    monkeypatch.setattr(coordinator_module, "_PARKED", 2)
+async def test_claim_and_load_takes_a_stopped_run_and_leaves_others_alone() -> None:
+    coord = _coordinator()
+    record = await _save(coord, "r1", 1, full=True)
+    await coord.finish(_info("r1", "suspended", 1))
+    before = coord.table.runs["r1"]
 
-    async def main() -> None:
-        coord = _coordinator()
-        for run_id in ("a", "b", "c"):
-            await _save(coord, run_id, 1, full=True)
-            await coord.finish(_info(run_id, "suspended", 1))
-        assert set(coord.hot) == {"b", "c"}, "the oldest stopped run's records were let go"
-        assert await coord.load("a") == [b"a:1"], "from the store"
-        await _save(coord, "b", 2)  # resumed: running again, no longer parked
-        assert list(coord.parked) == ["c"]
-        await coord.finish(_info("b", "completed", 2))
-        assert "b" not in coord.hot
-        assert coord.parked_size == len(b"c:1")
+    taken, epoch, blobs, was = await coord.claim_and_load("r1", "driver-1")
+    assert (taken, blobs, was) == (None, [record], before)
+    assert epoch == 1 and coord.table.runs["r1"].status == "running"
+    assert coord.table.runs["r1"].owner == "driver-1"
 
-    asyncio.run(main())
+    taken, epoch, blobs, _ = await coord.claim_and_load("r1", "driver-2")
+    assert taken is not None and taken.owner == "driver-1"
+    assert (epoch, blobs) == (0, [])
 
+    coord.unclaim("r1", before)  # driver-1 did not go on with it
+    assert coord.table.runs["r1"] == before
 
-def test_claim_and_load_takes_a_stopped_run_and_leaves_others_alone() -> None:
-    async def main() -> None:
-        coord = _coordinator()
-        record = await _save(coord, "r1", 1, full=True)
-        await coord.finish(_info("r1", "suspended", 1))
-        before = coord.runs["r1"]
-
-        taken, epoch, blobs, was = await coord.claim_and_load("r1", "driver-1")
-        assert (taken, blobs, was) == (None, [record], before)
-        assert epoch == 1 and coord.runs["r1"].status == "running"
-        assert coord.runs["r1"].owner == "driver-1"
-
-        taken, epoch, blobs, _ = await coord.claim_and_load("r1", "driver-2")
-        assert taken is not None and taken.owner == "driver-1"
-        assert (epoch, blobs) == (0, [])
-
-        coord.unclaim("r1", before)  # driver-1 did not go on with it
-        assert coord.runs["r1"] == before
-
-        taken, epoch, blobs, was = await coord.claim_and_load("nothing", "driver-1")
-        assert (taken, epoch, blobs, was) == (None, 0, [], None)
-        assert "nothing" not in coord.runs, "a run without records is not claimed"
-
-    asyncio.run(main())
+    taken, epoch, blobs, was = await coord.claim_and_load("nothing", "driver-1")
+    assert (taken, epoch, blobs, was) == (None, 0, [], None)
+    assert "nothing" not in coord.table.runs, "a run without records is not claimed"
 
 
 # --- records that agent actors write to a file store themselves --------------------------
@@ -160,92 +119,79 @@ def _direct(coord: Coordinator, run_id: str, seq: int, epoch: int = 1) -> tuple[
     return (run_id, seq, epoch, data, ("running", "agent", seq, None), seq == 1)
 
 
-def test_reported_records_fill_the_run_table_and_the_hot_copies(tmp_path: Any) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        await coord.claim("r1", "driver", "agent")
-        coord.noted([_direct(coord, "r1", 1), _direct(coord, "r1", 2)])
-        assert coord.runs["r1"].seq == 2 and coord.runs["r1"].turns == 2
-        assert coord.hot["r1"].blobs() == [b"r1:1:1", b"r1:2:1"] and coord.hot["r1"].told
-        coord.noted([_direct(coord, "r1", 1)])  # late, out of order: the table keeps seq 2
-        assert coord.runs["r1"].seq == 2
-
-    asyncio.run(main())
+async def test_reported_records_fill_the_run_table_and_the_hot_copies(tmp_path: Any) -> None:
+    coord = _file_coordinator(tmp_path)
+    await coord.claim("r1", "driver", "agent")
+    coord.noted([_direct(coord, "r1", 1), _direct(coord, "r1", 2)])
+    assert coord.table.runs["r1"].seq == 2 and coord.table.runs["r1"].turns == 2
+    assert coord.hot.chains["r1"].blobs() == [b"r1:1:1", b"r1:2:1"] and coord.hot.chains["r1"].told
+    coord.noted([_direct(coord, "r1", 1)])  # late, out of order: the table keeps seq 2
+    assert coord.table.runs["r1"].seq == 2
 
 
-def test_a_running_runs_load_reads_the_store_which_may_hold_unreported_records(
+async def test_a_running_runs_load_reads_the_store_which_may_hold_unreported_records(
     tmp_path: Any,
 ) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        await coord.claim("r1", "driver", "agent")
-        coord.noted([_direct(coord, "r1", 1)])
-        _direct(coord, "r1", 2)  # its actor died before reporting it
-        assert await coord.load("r1") == [b"r1:1:1", b"r1:2:1"]
-        # a stop record the coordinator stores itself comes after every report: hot is whole
-        await coord.save("r1", 3, b"r1:3:1", ("suspended", "agent", 3, None), True, 1)
-        await coord.finish(_info("r1", "suspended", 3))
-        coord.store.delete(coord.store.list("runs/"))
-        assert await coord.load("r1") == [b"r1:1:1", b"r1:3:1"], "from memory"
-
-    asyncio.run(main())
+    coord = _file_coordinator(tmp_path)
+    await coord.claim("r1", "driver", "agent")
+    coord.noted([_direct(coord, "r1", 1)])
+    _direct(coord, "r1", 2)  # its actor died before reporting it
+    assert await coord.load("r1") == [b"r1:1:1", b"r1:2:1"]
+    # a stop record the coordinator stores itself comes after every report: hot is whole
+    await coord.save("r1", 3, b"r1:3:1", ("suspended", "agent", 3, None), True, 1)
+    await coord.finish(_info("r1", "suspended", 3))
+    coord.store.delete(coord.store.list("runs/"))
+    assert await coord.load("r1") == [b"r1:1:1", b"r1:3:1"], "from memory"
 
 
-def test_a_new_dispatch_marks_the_store_and_voids_the_old_copys_records(tmp_path: Any) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        _, first = await coord.claim("r1", "driver", "agent")
-        coord.noted([_direct(coord, "r1", 1), _direct(coord, "r1", 2)])
-        assert coord.store.get(checkpoint.fence_key("r1", 2)) is None
-        _, second = await coord.claim("r1", "driver", "agent", True)  # recovery
-        assert (first, second) == (1, 2)
-        assert coord.store.get(checkpoint.fence_key("r1", 2)) == b""
-        stale = _direct(coord, "r1", 3, epoch=1)  # the old copy, before it sees the mark
-        coord.noted([stale])
-        assert coord.runs["r1"].seq == 2, "a fenced copy's report changes nothing"
-        coord.noted([_direct(coord, "r1", 3, epoch=2)])
-        assert await coord.load("r1") == [b"r1:1:1", b"r1:2:1", b"r1:3:2"]
-        coord.discard("r1", checkpoint.key_for("r1", 3, 1))
-        coord.discard("r1", checkpoint.key_for("r1", 2, 1))  # the chain builds on it: kept
-        await _until(lambda: checkpoint.key_for("r1", 3, 1) not in coord.store.list("runs/"))
-        assert checkpoint.key_for("r1", 2, 1) in coord.store.list("runs/")
-
-    asyncio.run(main())
-
-
-def test_a_fenced_write_after_the_run_completed_is_deleted(tmp_path: Any) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        await coord.claim("r1", "driver", "agent")
-        coord.noted([_direct(coord, "r1", 1)])
-        await coord.finish(_info("r1", "completed", 1))
-        marker = "runs/r1/done.1"  # (kept: the run is never claimed again)
-        await _until(lambda: coord.store.list("runs/") == [marker])
-        late = _direct(coord, "r1", 2)
-        coord.discard("r1", checkpoint.key_for("r1", 2, late[2]))
-        await _until(lambda: coord.store.list("runs/") == [marker])
-
-    asyncio.run(main())
-
-
-def test_the_run_table_is_rebuilt_from_the_valid_records_and_the_fence_marks(
+async def test_a_new_dispatch_marks_the_store_and_voids_the_old_copys_records(
     tmp_path: Any,
 ) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        await coord.claim("r1", "driver", "agent")
-        await coord.claim("r1", "driver", "agent", True)
-        for seq, epoch in ((1, 1), (2, 1), (2, 2), (3, 1)):
-            record = {"format": 1, "seq": seq, "kind": "full", "status": "running", "keep": 0}
-            state = {"agent_name": "agent", "turns": seq * 10 + epoch, "epoch": epoch}
-            data = checkpoint.encode({**record, "append": [], "state": state, "run_id": "r1"})
-            coord.store.put(checkpoint.key_for("r1", seq, epoch), data)
-        rebuilt = Coordinator("test", coord.store.url)
-        assert rebuilt.runs["r1"].seq == 2 and rebuilt.runs["r1"].turns == 22
-        assert rebuilt.runs["r1"].status == "suspended"
-        assert rebuilt.epochs["r1"] == 2
+    coord = _file_coordinator(tmp_path)
+    _, first = await coord.claim("r1", "driver", "agent")
+    coord.noted([_direct(coord, "r1", 1), _direct(coord, "r1", 2)])
+    assert coord.store.get(checkpoint.fence_key("r1", 2)) is None
+    _, second = await coord.claim("r1", "driver", "agent", True)  # recovery
+    assert (first, second) == (1, 2)
+    assert coord.store.get(checkpoint.fence_key("r1", 2)) == b""
+    stale = _direct(coord, "r1", 3, epoch=1)  # the old copy, before it sees the mark
+    coord.noted([stale])
+    assert coord.table.runs["r1"].seq == 2, "a fenced copy's report changes nothing"
+    coord.noted([_direct(coord, "r1", 3, epoch=2)])
+    assert await coord.load("r1") == [b"r1:1:1", b"r1:2:1", b"r1:3:2"]
+    coord.discard("r1", checkpoint.key_for("r1", 3, 1))
+    coord.discard("r1", checkpoint.key_for("r1", 2, 1))  # the chain builds on it: kept
+    await _until(lambda: checkpoint.key_for("r1", 3, 1) not in coord.store.list("runs/"))
+    assert checkpoint.key_for("r1", 2, 1) in coord.store.list("runs/")
 
-    asyncio.run(main())
+
+async def test_a_fenced_write_after_the_run_completed_is_deleted(tmp_path: Any) -> None:
+    coord = _file_coordinator(tmp_path)
+    await coord.claim("r1", "driver", "agent")
+    coord.noted([_direct(coord, "r1", 1)])
+    await coord.finish(_info("r1", "completed", 1))
+    marker = "runs/r1/done.1"  # (kept: the run is never claimed again)
+    await _until(lambda: coord.store.list("runs/") == [marker])
+    late = _direct(coord, "r1", 2)
+    coord.discard("r1", checkpoint.key_for("r1", 2, late[2]))
+    await _until(lambda: coord.store.list("runs/") == [marker])
+
+
+async def test_the_run_table_is_rebuilt_from_the_valid_records_and_the_fence_marks(
+    tmp_path: Any,
+) -> None:
+    coord = _file_coordinator(tmp_path)
+    await coord.claim("r1", "driver", "agent")
+    await coord.claim("r1", "driver", "agent", True)
+    for seq, epoch in ((1, 1), (2, 1), (2, 2), (3, 1)):
+        record = {"format": 1, "seq": seq, "kind": "full", "status": "running", "keep": 0}
+        state = {"agent_name": "agent", "turns": seq * 10 + epoch, "epoch": epoch}
+        data = checkpoint.encode({**record, "append": [], "state": state, "run_id": "r1"})
+        coord.store.put(checkpoint.key_for("r1", seq, epoch), data)
+    rebuilt = Coordinator("test", coord.store.url)
+    assert rebuilt.table.runs["r1"].seq == 2 and rebuilt.table.runs["r1"].turns == 22
+    assert rebuilt.table.runs["r1"].status == "suspended"
+    assert rebuilt.table.epochs["r1"] == 2
 
 
 async def _until(check: Any, timeout_s: float = 10.0) -> None:
@@ -256,58 +202,49 @@ async def _until(check: Any, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def test_ends_reported_with_records_finish_children_after_the_records(tmp_path: Any) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        await coord.claim("parent", "actor", "agent")
-        await coord.claim("parent.c1", "actor", "worker")
-        coord.noted([_direct(coord, "parent.c1", 1), _direct(coord, "parent.c1", 2)])
-        journal = _direct(coord, "parent", 1)
-        # the parent's journal record and its child's end travel in one report
-        coord.noted([journal], [RunInfo("parent.c1", "completed", "worker", 1, seq=2)])
-        assert coord.runs["parent"].seq == 1 and coord.runs["parent"].status == "running"
-        assert coord.runs["parent.c1"].status == "completed" and "parent.c1" not in coord.hot
-        marker = "runs/parent.c1/done.1"  # (kept: the run is never claimed again)
-        await _until(lambda: coord.store.list("runs/parent.c1/") == [marker])
-        assert coord.store.list("runs/parent/") == [checkpoint.key_for("parent", 1, 1)]
-        coord.noted([_direct(coord, "parent.c1", 2)])  # a late report of the child: no change
-        assert coord.runs["parent.c1"].status == "completed"
-
-    asyncio.run(main())
+async def test_ends_reported_with_records_finish_children_after_the_records(tmp_path: Any) -> None:
+    coord = _file_coordinator(tmp_path)
+    await coord.claim("parent", "actor", "agent")
+    await coord.claim("parent.c1", "actor", "worker")
+    coord.noted([_direct(coord, "parent.c1", 1), _direct(coord, "parent.c1", 2)])
+    journal = _direct(coord, "parent", 1)
+    # the parent's journal record and its child's end travel in one report
+    coord.noted([journal], [RunInfo("parent.c1", "completed", "worker", 1, seq=2)])
+    assert coord.table.runs["parent"].seq == 1 and coord.table.runs["parent"].status == "running"
+    assert coord.table.runs["parent.c1"].status == "completed" and "parent.c1" not in coord.hot
+    marker = "runs/parent.c1/done.1"  # (kept: the run is never claimed again)
+    await _until(lambda: coord.store.list("runs/parent.c1/") == [marker])
+    assert coord.store.list("runs/parent/") == [checkpoint.key_for("parent", 1, 1)]
+    coord.noted([_direct(coord, "parent.c1", 2)])  # a late report of the child: no change
+    assert coord.table.runs["parent.c1"].status == "completed"
 
 
-def test_claim_many_claims_in_order_with_one_answer_each(tmp_path: Any) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        await coord.claim("b", "someone-else", "agent")
-        answers = await coord.claim_many(
-            [
-                ("a", "actor", "agent", True),
-                ("b", "actor", "agent", True),
-                ("a", "actor", "x", True),
-            ]
-        )
-        assert [epoch for _, epoch in answers] == [1, 2, 2]
-        assert all(taken is None for taken, _ in answers)
-        assert coord.runs["b"].owner == "actor"  # taken over (force), and fenced in the store
-        assert coord.store.get(checkpoint.fence_key("b", 2)) == b""
-        taken, epoch = (await coord.claim_many([("b", "driver", "agent", False)]))[0]
-        assert taken is not None and taken.owner == "actor" and epoch == 0
-
-    asyncio.run(main())
+async def test_claim_many_claims_in_order_with_one_answer_each(tmp_path: Any) -> None:
+    coord = _file_coordinator(tmp_path)
+    await coord.claim("b", "someone-else", "agent")
+    answers = await coord.claim_many(
+        [
+            ("a", "actor", "agent", True),
+            ("b", "actor", "agent", True),
+            ("a", "actor", "x", True),
+        ]
+    )
+    assert [epoch for _, epoch in answers] == [1, 2, 2]
+    assert all(taken is None for taken, _ in answers)
+    assert coord.table.runs["b"].owner == "actor"  # taken over (force), and fenced in the store
+    assert coord.store.get(checkpoint.fence_key("b", 2)) == b""
+    taken, epoch = (await coord.claim_many([("b", "driver", "agent", False)]))[0]
+    assert taken is not None and taken.owner == "actor" and epoch == 0
 
 
-def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path: Any) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        await coord.claim("r1", "driver", "agent")
-        first, second = _direct(coord, "r1", 1), _direct(coord, "r1", 2)
-        coord.noted([first])
-        await coord.finish(RunInfo("r1", "completed", "agent", 2, seq=2))
-        coord.noted([second])  # the actor sent it before the run ended; it came after
-        assert coord.runs["r1"].status == "completed" and "r1" not in coord.hot
-
-    asyncio.run(main())
+async def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path: Any) -> None:
+    coord = _file_coordinator(tmp_path)
+    await coord.claim("r1", "driver", "agent")
+    first, second = _direct(coord, "r1", 1), _direct(coord, "r1", 2)
+    coord.noted([first])
+    await coord.finish(RunInfo("r1", "completed", "agent", 2, seq=2))
+    coord.noted([second])  # the actor sent it before the run ended; it came after
+    assert coord.table.runs["r1"].status == "completed" and "r1" not in coord.hot
 
 
 def test_an_actor_write_finds_out_that_its_copy_of_the_run_is_fenced(tmp_path: Any) -> None:
@@ -330,17 +267,14 @@ def test_an_actor_write_finds_out_that_its_copy_of_the_run_is_fenced(tmp_path: A
     )
 
 
-def test_resuming_a_run_whose_copy_stopped_here_needs_no_fence_mark(tmp_path: Any) -> None:
-    async def main() -> None:
-        coord = _file_coordinator(tmp_path)
-        await coord.claim("r1", "driver", "agent")
-        coord.noted([_direct(coord, "r1", 1)])
-        await coord.save("r1", 2, b"r1:2:1", ("suspended", "agent", 2, None), True, 1)
-        await coord.finish(_info("r1", "suspended", 2))
-        _, epoch, blobs, _ = await coord.claim_and_load("r1", "driver")
-        assert epoch == 2 and blobs == [b"r1:1:1", b"r1:2:1"]
-        assert coord.store.get(checkpoint.fence_key("r1", 2)) is None, "that copy ended"
-        _, epoch = await coord.claim("r1", "driver", "agent", True)  # a recovery
-        assert coord.store.get(checkpoint.fence_key("r1", epoch)) == b""
-
-    asyncio.run(main())
+async def test_resuming_a_run_whose_copy_stopped_here_needs_no_fence_mark(tmp_path: Any) -> None:
+    coord = _file_coordinator(tmp_path)
+    await coord.claim("r1", "driver", "agent")
+    coord.noted([_direct(coord, "r1", 1)])
+    await coord.save("r1", 2, b"r1:2:1", ("suspended", "agent", 2, None), True, 1)
+    await coord.finish(_info("r1", "suspended", 2))
+    _, epoch, blobs, _ = await coord.claim_and_load("r1", "driver")
+    assert epoch == 2 and blobs == [b"r1:1:1", b"r1:2:1"]
+    assert coord.store.get(checkpoint.fence_key("r1", 2)) is None, "that copy ended"
+    _, epoch = await coord.claim("r1", "driver", "agent", True)  # a recovery
+    assert coord.store.get(checkpoint.fence_key("r1", epoch)) == b""

@@ -137,13 +137,13 @@ def test_records_of_victim_x_never_become_part_of_victims_chain() -> None:
     for record in _records("victim/x", ["attacker", "a1", "a2", "a3", "a4"]):
         data = checkpoint.encode(record)
         coord.store.put(f"runs/victim/x/{int(record['seq']):010d}.ckpt", data)
-    state, last = checkpoint.restore(coord._read_run("victim"), run_id="victim")
+    state, last = checkpoint.restore(coord.records.read_run("victim"), run_id="victim")
     assert [m.text for m in state.messages] == ["victim asks", "victim answer"]
     assert last["seq"] == 2
     # a coordinator that starts on this store sees run "victim" as it was, and no "victim/x"
     again = Coordinator("attack", coord.store.url)
-    assert again.runs["victim"].seq == 2 and "victim/x" not in again.runs
-    assert "victim" in again.runs and set(again.runs) == {"victim"}
+    assert again.table.runs["victim"].seq == 2 and "victim/x" not in again.table.runs
+    assert "victim" in again.table.runs and set(again.table.runs) == {"victim"}
 
 
 # --- forged run state --------------------------------------------------------------------
@@ -296,22 +296,20 @@ def test_a_run_envelope_cannot_raise_an_agents_turn_or_model_call_limits() -> No
     assert loop.activate(low, view).max_model_calls == 5
 
 
-def test_a_child_envelope_cannot_raise_the_callees_depth_limit() -> None:
-    import asyncio
-
+async def test_a_child_envelope_cannot_raise_the_callees_depth_limit() -> None:
     from raygents.runtime.children import run_child
 
     callee = rg.Agent("deep", max_tool_depth=2)
     tool = callee.as_tool()
     call = ToolCall("c1", tool.name, '{"input": "go"}')
 
-    def child(parent: RunState) -> str:  # refused before the directory is asked anything
+    async def child(parent: RunState) -> str:  # refused before the directory is asked anything
         envelope = Envelope(parent, "fp")
-        step = asyncio.run(run_child(None, parent, envelope, call, tool, print, None, print))  # type: ignore[arg-type]
+        step = await run_child(None, parent, envelope, call, tool, print, None, print)  # type: ignore[arg-type]
         assert step.result.is_error
         return step.result.content
 
     high = RunState(run_id="p", agent_name="a", depth=2, max_tool_depth=10_000)
-    assert "maximum depth (2)" in child(high), "the callee's own cap wins over a higher one"
+    assert "maximum depth (2)" in await child(high), "the callee's own cap wins over a higher one"
     low = high.evolve(depth=1, max_tool_depth=1)
-    assert "maximum depth (1)" in child(low), "the parent's lower cap wins"
+    assert "maximum depth (1)" in await child(low), "the parent's lower cap wins"

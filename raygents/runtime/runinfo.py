@@ -1,0 +1,81 @@
+"""RunInfo: a run's entry in the run table, plain data that crosses processes, and the summary
+of a completed run's result that the table keeps for ``attach``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, TypedDict, cast, get_args
+
+from raygents.runtime.handle import RunStatus
+
+if TYPE_CHECKING:
+    from raygents.envelope import OutcomeKind
+    from raygents.messages import Message, Usage
+
+__all__ = [
+    "RecordEntry",
+    "RunInfo",
+    "RunSummary",
+    "TableStatus",
+    "outcome_status",
+    "table_status",
+]
+
+TableStatus = RunStatus | Literal["unknown"]
+"""A status in the run table: a run's, or ``"unknown"`` for one not read back yet."""
+
+RecordEntry = tuple[str, str, int, str | None]
+"""What a checkpoint record tells the run table: ``(status, agent_name, turns, last_error)``."""
+
+_TABLE_STATUSES = frozenset(s for literal in get_args(TableStatus) for s in get_args(literal))
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the coordinator knows about a run."""
+
+    run_id: str
+    status: TableStatus
+    agent_name: str
+    turns: int = 0
+    attempts: int = 1
+    updated_at: float = field(default_factory=time.time)
+    last_error: str | None = None
+    seq: int = 0
+    owner: str | None = None
+
+
+class RunSummary(TypedDict):
+    """A completed run's result as the run table keeps it (what ``attach`` rebuilds from)."""
+
+    final_output: str
+    messages: Sequence[Message]
+    usage: Usage | None
+    turns: int
+    agent_name: str
+
+
+_STATUS_OF: dict[str, RunStatus] = {
+    "completed": "completed",
+    "suspended": "suspended",
+    "interrupted": "awaiting_approval",
+}
+
+
+def outcome_status(kind: OutcomeKind) -> RunStatus:
+    """The run table's status for a run whose actor's part ended as ``kind`` (a handoff that
+    comes back as an outcome ended nowhere: the run failed)."""
+    return _STATUS_OF.get(kind, "failed")
+
+
+def table_status(value: str) -> TableStatus:
+    """``value``, checked to be a run table status.
+
+    Raises:
+        ValueError: it is not one.
+    """
+    if value not in _TABLE_STATUSES:
+        raise ValueError(f"not a run status: {value!r}")
+    return cast(TableStatus, value)

@@ -1,0 +1,54 @@
+"""The agent actor registry without Ray: graphs, retiring actors of older definitions, and
+replacing an unresponsive actor (fake actor handles; creating actors needs Ray)."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import FakeHandle
+
+from raygents.errors import RaygentsError
+from raygents.runtime.registry import ActorRegistry
+
+
+class _Actor:
+    def __init__(self) -> None:
+        self.retired = False
+
+    def retire(self) -> None:
+        self.retired = True
+
+
+def _handle(actor_id: str) -> FakeHandle:
+    return FakeHandle(_Actor(), actor_id=actor_id, fire_and_forget=True)
+
+
+def test_an_unknown_graph_is_refused() -> None:
+    registry = ActorRegistry("test")
+    with pytest.raises(RaygentsError, match="unknown agent graph 'fp1'"):
+        registry.agent_actors("fp1", "agent")
+
+
+def test_a_new_definition_of_an_agent_retires_the_actors_of_the_old_one() -> None:
+    registry = ActorRegistry("test")
+    registry.register_graph("fp1", b"graph-1", {"a": 1, "b": 1})
+    old_a, old_b = _handle("a1"), _handle("b1")
+    registry.actors[("fp1", "a")] = [old_a]
+    registry.actors[("fp1", "b")] = [old_b]
+    registry.beats.beat("a1", 0.0)
+    registry.register_graph("fp2", b"graph-2", {"a": 1})  # a new definition of "a" only
+    assert old_a.target.retired and not old_b.target.retired
+    assert set(registry.actors) == {("fp1", "b")}
+    assert registry.beats.of("a1") is None
+    registry.register_graph("fp2", b"again", {"b": 1})  # known: nothing changes
+    assert registry.graphs["fp2"].blob == b"graph-2" and not old_b.target.retired
+
+
+def test_a_stale_actor_is_no_longer_handed_out() -> None:
+    registry = ActorRegistry("test")
+    first, second = _handle("x1"), _handle("x2")
+    registry.actors[("gone", "a")] = [first, second]
+    registry.replace_actor("gone", "a", FakeHandle(_Actor(), actor_id="x1"))  # another copy
+    assert registry.actors[("gone", "a")] == [second], "no graph to create a fresh one from"
+    registry.replace_actor("gone", "a", first)  # reported again: already replaced
+    registry.replace_actor("other", "a", first)  # not one of its actors
+    assert registry.actors[("gone", "a")] == [second]
