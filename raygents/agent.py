@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.errors import UserError
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
@@ -112,6 +113,10 @@ class Agent:
         max_turns: model calls allowed while this agent is active.
         max_tool_depth: agent-as-tool nesting allowed when this agent is called as a tool.
         max_empty_output_retries: retries of empty structured output.
+        max_output_retries: model replies with malformed output (tool arguments that are not
+            a JSON object) answered with a correction in one run (default 3); the next one
+            fails the run with ``ModelOutputError``. The value of the agent active when the
+            malformed reply comes applies; the count is the run's.
         handoff_description: shown to agents that can hand off to this one.
         replicas: how many actors serve this agent (runs are spread over them).
         max_tool_calls_per_turn: tool calls of one model reply that are run (default 128);
@@ -119,7 +124,8 @@ class Agent:
         max_model_calls: model calls allowed in a run while this agent is active, those of its
             agent-as-tool runs included (default 1000; the smallest value among the agents
             active in the run applies). Each child run started by a batch gets an equal share
-            of what is left; past the budget the run fails with ``MaxTurnsExceeded``.
+            of what is left; past the budget the run fails with ``MaxTurnsExceeded`` (a
+            ``LimitExceeded`` whose ``limit`` is ``"max_model_calls"``).
     """
 
     def __init__(
@@ -147,6 +153,7 @@ class Agent:
         replicas: int = 1,
         max_tool_calls_per_turn: int = DEFAULT_MAX_TOOL_CALLS_PER_TURN,
         max_model_calls: int = DEFAULT_MAX_MODEL_CALLS,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
     ) -> None:
         self.name = name
         self.instructions = instructions
@@ -170,6 +177,7 @@ class Agent:
         self.replicas = replicas
         self.max_tool_calls_per_turn = max_tool_calls_per_turn
         self.max_model_calls = max_model_calls
+        self.max_output_retries = max_output_retries
         self.validate()
 
     def validate(self) -> None:
@@ -183,6 +191,7 @@ class Agent:
             ("replicas", 1),
             ("max_tool_calls_per_turn", 1),
             ("max_model_calls", 1),
+            ("max_output_retries", 0),
         ):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:

@@ -57,6 +57,9 @@ class RunState(BaseModel):
     """Agent-as-tool nesting as ``"<agent>/<call id>"`` steps, for events."""
     tool_used_in_run: bool = False
     empty_retries: int = 0
+    output_retries: int = 0
+    """Corrections of malformed model output the run has sent (``max_output_retries``); a
+    record without it is from before it was counted, and reads as 0."""
     exploring: bool = False
     """Structured output with tools: still exploring with tools before the synthesis turn."""
     forced_synthesis: bool = False

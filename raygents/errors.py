@@ -2,8 +2,9 @@
 
     RaygentsError
     ├── UserError                  bad input or configuration from the caller
-    ├── MaxTurnsExceeded           a run reached its turn limit
-    ├── MaxToolDepthExceeded       agent-as-tool nesting reached its depth limit
+    ├── LimitExceeded              a run reached a limit (``limit``, ``value``)
+    │   ├── MaxTurnsExceeded       its turn limit, or its model-call budget
+    │   └── MaxToolDepthExceeded   agent-as-tool nesting reached its depth limit
     ├── InputGuardrailTripped      an input guardrail stopped the run
     ├── OutputGuardrailTripped     an output guardrail rejected the final message
     ├── SuspendedError             the run suspended gracefully; resume it later
@@ -11,6 +12,7 @@
     ├── ApprovalDecisionsMismatch  approval decisions do not cover the pending set
     ├── ToolNotFound               the model called a tool the agent does not have
     ├── ModelError                 the model provider failed or answered badly
+    ├── ModelOutputError           malformed model output past ``max_output_retries``
     ├── OutputValidationError      typed output failed its schema or type
     ├── RunNotFound                no run with that id is known
     ├── PayloadTooLarge            a payload is over its size cap (``MAX_PAYLOAD_BYTES``)
@@ -38,9 +40,11 @@ __all__ = [
     "CheckpointError",
     "CheckpointTooLarge",
     "InputGuardrailTripped",
+    "LimitExceeded",
     "MaxToolDepthExceeded",
     "MaxTurnsExceeded",
     "ModelError",
+    "ModelOutputError",
     "OutputGuardrailTripped",
     "OutputValidationError",
     "PayloadTooLarge",
@@ -115,18 +119,56 @@ class UserError(RaygentsError):
     """The caller passed something raygents cannot use; the message says what to change."""
 
 
-class MaxTurnsExceeded(RaygentsError):
-    """The active agent reached ``max_turns`` model calls."""
+class LimitExceeded(RaygentsError):
+    """A run reached one of its limits; ``except LimitExceeded`` catches every one.
 
-    _fields = ("max_turns",)
+    Attributes:
+        limit: the name of the limit: ``"max_turns"``, ``"max_model_calls"`` or
+            ``"max_tool_depth"``.
+        value: the limit's value in the run, when known.
+    """
+
+    _fields: tuple[str, ...] = ("limit", "value")
+    limit: str | None
+    value: int | None
+    _default_limit: str | None = None
+    _alias: str | None = None
+    """The older field of a subclass that holds the same number as ``value``."""
+
+    def __init__(self, message: object = "", *, run_id: object = None, **fields: Any) -> None:
+        super().__init__(message, run_id=run_id, **fields)
+        if self.limit is None:
+            self.limit = self._default_limit
+        if self._alias is not None:
+            if self.value is None:
+                self.value = getattr(self, self._alias)
+            if getattr(self, self._alias) is None:
+                setattr(self, self._alias, self.value)
+
+
+class MaxTurnsExceeded(LimitExceeded):
+    """The active agent reached ``max_turns`` model calls (``limit`` ``"max_turns"``), or the
+    run its budget of model calls (``limit`` ``"max_model_calls"``).
+
+    ``max_turns`` is the same number as ``value``.
+    """
+
+    _fields = ("limit", "value", "max_turns")
     max_turns: int | None
+    _default_limit = "max_turns"
+    _alias = "max_turns"
 
 
-class MaxToolDepthExceeded(RaygentsError):
-    """An agent-as-tool call would nest deeper than the callee's ``max_tool_depth``."""
+class MaxToolDepthExceeded(LimitExceeded):
+    """An agent-as-tool call would nest deeper than the callee's ``max_tool_depth``.
 
-    _fields = ("max_depth",)
+    ``limit`` is ``"max_tool_depth"``; ``max_depth`` is the same number as ``value``.
+    """
+
+    _fields = ("limit", "value", "max_depth")
     max_depth: int | None
+    _default_limit = "max_tool_depth"
+    _alias = "max_depth"
 
 
 class InputGuardrailTripped(RaygentsError):
@@ -174,6 +216,27 @@ class ModelError(RaygentsError):
     """The model provider failed, refused, or answered with something unusable."""
 
     _fields = ("status_code", "retryable")
+
+
+class ModelOutputError(RaygentsError):
+    """The model kept sending malformed output (tool arguments that are not a JSON object)
+    after the run had used its ``max_output_retries`` corrections.
+
+    The message names the agent and what was wrong, and quotes an excerpt of the output
+    (cut short, and withheld when it looks like it holds a credential).
+
+    Attributes:
+        agent_name: the agent whose model sent the output.
+        tool_name: the tool the malformed call was for.
+        excerpt: the excerpt quoted in the message.
+        max_output_retries: the corrections the run was allowed.
+    """
+
+    _fields = ("agent_name", "tool_name", "excerpt", "max_output_retries")
+    agent_name: str | None
+    tool_name: str | None
+    excerpt: str | None
+    max_output_retries: int | None
 
 
 class OutputValidationError(RaygentsError):

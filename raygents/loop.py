@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from typing_extensions import assert_never
 
+from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES, correction, exhausted, parse_arguments
 from raygents.envelope import RunState
 from raygents.errors import (
     MaxTurnsExceeded,
@@ -35,6 +36,7 @@ from raygents.tools import ToolResult
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
+    "DEFAULT_MAX_OUTPUT_RETRIES",
     "DEFAULT_MAX_TOOL_CALLS_PER_TURN",
     "NUDGE",
     "SKIPPED_AFTER_HANDOFF",
@@ -53,6 +55,7 @@ __all__ = [
     "Interrupt",
     "activate",
     "apply_handoff",
+    "count_corrections",
     "gate",
     "pending_batch",
     "next_turn",
@@ -89,6 +92,9 @@ class AgentView:
     reset_tool_choice: bool = True
     max_turns: int = 10
     max_empty_output_retries: int = 2
+    max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES
+    """Model replies with malformed output the run answers with a correction; the next one
+    fails the run with ``ModelOutputError``."""
     max_tool_calls_per_turn: int = DEFAULT_MAX_TOOL_CALLS_PER_TURN
     """Calls of one reply past this many are not run: each is answered with an error."""
     max_model_calls: int = DEFAULT_MAX_MODEL_CALLS
@@ -109,6 +115,9 @@ class Reject:
 
     call: ToolCall
     message: str
+    malformed: str | None = None
+    """What was malformed about the arguments (not a JSON object), when that is why: such a
+    correction counts against ``max_output_retries``."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +210,8 @@ def next_turn(state: RunState, view: AgentView) -> tuple[RunState, CallModel | F
                 f"run {state.run_id!r} used its budget of {budget} model calls (its agent-as-"
                 f"tool runs included); raise max_model_calls of the agents if this is expected",
                 run_id=state.run_id,
-                max_turns=budget,
+                limit="max_model_calls",
+                value=budget,
             )
         )
     limit = turn_limit(state, view)
@@ -274,7 +284,7 @@ def on_response(
             return _on_stop(state, view, response.message)
         case "tool_calls":
             state = state.evolve(tool_used_in_run=True, empty_retries=0)
-            return state, plan_tools(state, view, message.tool_calls)
+            return count_corrections(state, view, plan_tools(state, view, message.tool_calls))
         case "content_filter":
             return state, Fail(
                 ModelError(
@@ -368,6 +378,32 @@ def output_error(run_id: str, schema: Mapping[str, Any], text: str) -> OutputVal
     )
 
 
+def count_corrections(
+    state: RunState, view: AgentView, plan: RunTools | Fail
+) -> tuple[RunState, RunTools | Fail]:
+    """Count a reply's batch against ``max_output_retries`` if it corrects malformed output.
+
+    A reply counts once however many of its calls were malformed: the model answers all the
+    corrections in its next reply. Past the limit the run fails with ``ModelOutputError``.
+    """
+    if isinstance(plan, Fail):
+        return state, plan
+    bad = next((s for s in plan.steps if isinstance(s, Reject) and s.malformed), None)
+    if bad is None or bad.malformed is None:
+        return state, plan
+    if state.output_retries >= view.max_output_retries:
+        error = exhausted(
+            run_id=state.run_id,
+            agent=view.name,
+            tool=bad.call.name,
+            problem=bad.malformed,
+            arguments=bad.call.arguments,
+            limit=view.max_output_retries,
+        )
+        return state, Fail(error)
+    return state.evolve(output_retries=state.output_retries + 1), plan
+
+
 def plan_tools(state: RunState, view: AgentView, calls: Sequence[ToolCall]) -> RunTools | Fail:
     """Decide what to do with each call of a batch.
 
@@ -395,8 +431,7 @@ def plan_tools(state: RunState, view: AgentView, calls: Sequence[ToolCall]) -> R
         elif i == handoff_at:
             steps.append(Transfer(call, view.handoffs[call.name]))
         else:
-            problem = argument_error(specs[call.name], call.arguments)
-            steps.append(Reject(call, problem) if problem else Execute(call))
+            steps.append(_check_call(specs[call.name], call))
     refusal = (
         f"Tool call was not executed: at most {cap} tool calls are run per turn and this turn "
         f"asked for {len(calls)}. Make the remaining calls in a later turn."
@@ -405,17 +440,23 @@ def plan_tools(state: RunState, view: AgentView, calls: Sequence[ToolCall]) -> R
     return RunTools(tuple(steps), sequential=handoff_at is not None)
 
 
+def _check_call(spec: ToolSpec, call: ToolCall) -> Execute | Reject:
+    value, malformed = parse_arguments(call.arguments)
+    if malformed is not None:
+        return Reject(call, correction(spec.name, malformed, call.arguments), malformed)
+    problem = _schema_error(spec, value or {})
+    return Reject(call, problem) if problem else Execute(call)
+
+
 def argument_error(spec: ToolSpec, arguments: str) -> str | None:
     """A message for the model when ``arguments`` do not fit the tool's schema, else None."""
-    try:
-        value = parse_json(arguments or "{}")
-    except ValueError as exc:
-        return (
-            f'Invalid parameters for tool "{spec.name}": arguments are not valid JSON '
-            f"({excerpt(str(exc))}): {excerpt(arguments)!r}"
-        )
-    if not isinstance(value, dict):
-        return f'Invalid parameters for tool "{spec.name}": arguments must be a JSON object'
+    value, malformed = parse_arguments(arguments)
+    if malformed is not None:
+        return correction(spec.name, malformed, arguments)
+    return _schema_error(spec, value or {})
+
+
+def _schema_error(spec: ToolSpec, value: dict[str, Any]) -> str | None:
     errors = bounded_errors(spec.parameters, value) if spec.parameters else []
     if not errors:
         return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from raygents import checkpoint, codec
@@ -202,3 +204,36 @@ def test_the_chain_leaves_out_what_a_later_dispatch_did_not_build_on() -> None:
     assert checkpoint.chain([k(1), k(2), k(2, 2)]) == [k(1), k(2, 2)]
     assert checkpoint.chain([k(1), k(3)]) == [k(1)], "a gap ends the chain"
     assert checkpoint.chain(["runs/r/fence.2", "runs/r/x.ckpt"]) == []
+
+
+# --- the count of output corrections -----------------------------------------------------------
+
+
+def test_the_output_correction_count_survives_full_and_delta_records() -> None:
+    base = RunState(run_id="r5", agent_name="a", messages=(Message("user", "hi"),))
+    steps = [base.evolve(turns=1), base.evolve(turns=2, output_retries=1)]
+    steps.append(steps[-1].evolve(turns=3, output_retries=2))
+    records: list[checkpoint.Record] = []
+    state, previous = base, None
+    for step in steps:
+        step = step.evolve(seq=state.seq, recorded=state.recorded, full_size=state.full_size)
+        state, record, previous = checkpoint.next_record(step, "running", previous)
+        records.append(checkpoint.decode(checkpoint.encode(record)))
+    assert "output_retries" not in records[0]["state"]  # (at its default: left out)
+    assert records[1]["changes"]["output_retries"] == 1
+    for upto, expected in ((1, 0), (2, 1), (3, 2)):
+        replayed, _ = checkpoint.replay(records[:upto])
+        assert replayed.output_retries == expected
+    full = base.evolve(output_retries=3)
+    _, record = checkpoint.make_record(full, "suspended")
+    assert checkpoint.replay([checkpoint.decode(checkpoint.encode(record))])[0].output_retries == 3
+
+
+def test_records_written_before_the_count_was_kept_read_it_as_zero() -> None:
+    import run_golden  # (tests/golden: records of format 1 written by an earlier raygents)
+
+    folder = Path(__file__).resolve().parent / "golden" / "runs" / run_golden.RUN_ID
+    records = [checkpoint.decode(p.read_bytes(), source=p.name) for p in sorted(folder.iterdir())]
+    assert not any("output_retries" in str(r) for r in records)
+    state, _ = checkpoint.replay(records)
+    assert state.output_retries == 0 and state.turns == 2

@@ -13,8 +13,15 @@ from raygents import errors
 ALL = [getattr(errors, name) for name in errors.__all__ if isinstance(getattr(errors, name), type)]
 
 FIELDS = {
-    rg.MaxTurnsExceeded: {"max_turns": 3},
-    rg.MaxToolDepthExceeded: {"max_depth": 2},
+    rg.LimitExceeded: {"limit": "max_model_calls", "value": 40},
+    rg.MaxTurnsExceeded: {"limit": "max_turns", "value": 3, "max_turns": 3},
+    rg.MaxToolDepthExceeded: {"limit": "max_tool_depth", "value": 2, "max_depth": 2},
+    rg.ModelOutputError: {
+        "agent_name": "a",
+        "tool_name": "add",
+        "excerpt": "'{oops'",
+        "max_output_retries": 3,
+    },
     rg.InputGuardrailTripped: {"guardrail": "g", "guardrail_message": "no"},
     rg.OutputGuardrailTripped: {"guardrail": "g", "guardrail_message": "no"},
     rg.SuspendedError: {"cause": rg.SUSPEND_FOR_CHECKPOINT, "checkpoint": {"seq": 1}},
@@ -58,3 +65,50 @@ def test_with_run_id_keeps_an_existing_id() -> None:
     error = rg.UserError("x", run_id="a")
     assert error.with_run_id("b").run_id == "a"
     assert rg.UserError("y").with_run_id("b").run_id == "b"
+
+
+# --- LimitExceeded -------------------------------------------------------------------------
+
+# (class, fields given, the limit, value and older field it reads back)
+LIMITS = [
+    (rg.MaxTurnsExceeded, {"max_turns": 3}, "max_turns", 3, ("max_turns", 3)),
+    (rg.MaxTurnsExceeded, {"value": 3}, "max_turns", 3, ("max_turns", 3)),
+    (
+        rg.MaxTurnsExceeded,
+        {"limit": "max_model_calls", "value": 40},
+        "max_model_calls",
+        40,
+        ("max_turns", 40),
+    ),
+    (rg.MaxToolDepthExceeded, {"max_depth": 2}, "max_tool_depth", 2, ("max_depth", 2)),
+    (rg.MaxToolDepthExceeded, {}, "max_tool_depth", None, ("max_depth", None)),
+    (rg.LimitExceeded, {"limit": "max_turns", "value": 5}, "max_turns", 5, None),
+    (rg.LimitExceeded, {}, None, None, None),
+]
+
+
+@pytest.mark.parametrize(("cls", "fields", "limit", "value", "older"), LIMITS)
+def test_a_limit_error_names_its_limit_and_value(
+    cls: type[rg.LimitExceeded],
+    fields: dict[str, object],
+    limit: str | None,
+    value: int | None,
+    older: tuple[str, int | None] | None,
+) -> None:
+    for error in (
+        cls("stop", run_id="r", **fields),
+        pickle.loads(pickle.dumps(cls("stop", run_id="r", **fields))),
+    ):
+        assert isinstance(error, rg.LimitExceeded) and isinstance(error, rg.RaygentsError)
+        assert (error.limit, error.value, error.run_id) == (limit, value, "r")
+        if older is not None:
+            assert getattr(error, older[0]) == older[1]
+
+
+def test_except_limit_exceeded_catches_every_limit() -> None:
+    for cls in (rg.MaxTurnsExceeded, rg.MaxToolDepthExceeded):
+        with pytest.raises(rg.LimitExceeded):
+            raise cls("stop")
+    with pytest.raises(rg.MaxTurnsExceeded):  # (how callers caught it before)
+        raise rg.MaxTurnsExceeded("stop", max_turns=3)
+    assert not issubclass(rg.ModelOutputError, rg.LimitExceeded)

@@ -8,7 +8,14 @@ import pytest
 
 from raygents import loop
 from raygents.envelope import RunState
-from raygents.errors import MaxTurnsExceeded, ModelError, OutputValidationError, ToolNotFound
+from raygents.errors import (
+    LimitExceeded,
+    MaxTurnsExceeded,
+    ModelError,
+    ModelOutputError,
+    OutputValidationError,
+    ToolNotFound,
+)
 from raygents.messages import Message, ModelResponse, ToolSpec
 from raygents.testing import call, calls, text
 from raygents.tools import ToolResult
@@ -281,3 +288,131 @@ def test_argument_errors_use_each_schema_as_it_is() -> None:
     for n in range(schema._MAX_VALIDATORS + 10):  # the cache stays bounded
         assert schema.schema_errors({"type": "object", "maxProperties": n}, {}) == []
     assert len(schema._VALIDATORS) <= schema._MAX_VALIDATORS
+
+
+# --- malformed output: bounded corrections (max_output_retries) ------------------------------
+
+MALFORMED = [
+    ("{not json", "not valid JSON"),
+    ('{"a": 1, "b": 2', "not valid JSON"),  # truncated
+    ('{"a": NaN, "b": 1}', "NaN is not valid JSON"),
+    ('{"a": 1, "a": 2, "b": 3}', "not valid JSON"),  # repeated key
+    ("[1, 2]", "must be a JSON object"),
+    ('"text"', "must be a JSON object"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "expected"), MALFORMED, ids=range(len(MALFORMED)))
+def test_malformed_arguments_are_corrected_and_counted(arguments: str, expected: str) -> None:
+    batch = calls(call("add", arguments, id="c1"))
+    state, action, _ = drive(view(), [batch, text("ok")], tool=lambda c: pytest.fail("ran"))
+    assert action == loop.Finish("ok")
+    message = next(m for m in state.messages if m.role == "tool")
+    assert message.content.startswith('Invalid parameters for tool "add"')
+    assert expected in message.content and len(message.content) < 2000
+    assert state.output_retries == 1
+
+
+@pytest.mark.parametrize("arguments", ['{"a": 1}', '{"a": "x", "b": 2}', "{}"])
+def test_arguments_that_miss_the_schema_are_corrected_but_not_counted(arguments: str) -> None:
+    batch = calls(call("add", arguments, id="c1"))
+    state, action, _ = drive(view(max_output_retries=0), [batch, text("ok")])
+    assert action == loop.Finish("ok") and state.output_retries == 0
+
+
+@pytest.mark.parametrize("limit", [0, 1, 3])
+def test_corrections_below_the_limit_continue_and_the_next_one_fails(limit: int) -> None:
+    bad = [calls(call("add", "{oops", id=f"c{i}")) for i in range(limit + 1)]
+    v = view(max_output_retries=limit, max_turns=20)
+    state, action, requests = drive(v, bad)
+    assert len(requests) == limit + 1 and state.output_retries == limit
+    assert isinstance(action, loop.Fail) and isinstance(action.error, ModelOutputError)
+    error = action.error
+    assert (error.agent_name, error.tool_name, error.max_output_retries) == ("a", "add", limit)
+    assert error.excerpt == "'{oops'" and error.run_id == "r1"
+    assert "agent 'a' sent malformed output" in str(error)
+    assert "arguments are not valid JSON" in str(error) and "'{oops'" in str(error)
+    assert f"max_output_retries={limit}" in str(error)
+
+
+def test_the_run_continues_when_the_model_fixes_its_output_in_time() -> None:
+    replies = [
+        calls(call("add", "{oops", id="c1")),
+        calls(call("add", "[]", id="c2")),
+        calls(call("add", {"a": 1, "b": 2}, id="c3")),
+        text("3"),
+    ]
+    state, action, _ = drive(view(max_output_retries=2), replies, tool=lambda c: "3")
+    assert action == loop.Finish("3") and state.output_retries == 2
+
+
+def test_the_count_is_the_runs_and_good_replies_do_not_reset_it() -> None:
+    replies = [
+        calls(call("add", "{oops", id="c1")),
+        calls(call("add", {"a": 1, "b": 2}, id="c2")),
+        calls(call("add", "{oops", id="c3")),
+    ]
+    _, action, _ = drive(view(max_output_retries=1), replies, tool=lambda c: "3")
+    assert isinstance(action, loop.Fail) and isinstance(action.error, ModelOutputError)
+
+
+def test_a_reply_with_several_malformed_calls_counts_once() -> None:
+    batch = calls(
+        call("add", "{oops", id="c1"), call("echo", "[]", id="c2"), call("echo", {}, id="c3")
+    )
+    state, action, _ = drive(view(max_output_retries=1), [batch, text("ok")])
+    assert action == loop.Finish("ok") and state.output_retries == 1
+    contents = [m.content for m in state.messages if m.role == "tool"]
+    assert contents[0].startswith('Invalid parameters for tool "add"')
+    assert contents[1].startswith('Invalid parameters for tool "echo"') and contents[2] == "echo"
+
+
+def test_a_huge_malformed_output_gives_bounded_messages() -> None:
+    arguments = '{"a": "' + "x" * 10_000_000
+    v = view(max_output_retries=1)
+    state, action, _ = drive(v, [calls(call("add", arguments)), calls(call("add", arguments))])
+    correction = next(m for m in state.messages if m.role == "tool").content
+    assert len(correction) < 1000
+    assert isinstance(action, loop.Fail) and isinstance(action.error, ModelOutputError)
+    assert len(str(action.error)) < 1000 and "more characters" in str(action.error)
+
+
+def test_a_credential_in_the_malformed_output_is_not_quoted_in_the_error() -> None:
+    secret = "sk-proj-" + "Ab3dE9xYz" * 5
+    _, action, _ = drive(view(max_output_retries=0), [calls(call("add", f"{{key: {secret}"))])
+    assert isinstance(action, loop.Fail) and isinstance(action.error, ModelOutputError)
+    assert secret[:20] not in str(action.error) and "OpenAI API key" in str(action.error)
+    assert action.error.excerpt is not None and secret[:20] not in action.error.excerpt
+
+
+def test_a_resumed_batch_is_not_counted_again() -> None:
+    v = view(max_output_retries=1)
+    state = start(v)
+    state, _ = loop.next_turn(state, v)
+    state, action = loop.on_response(state, v, calls(call("add", "{oops", id="c1")))
+    assert isinstance(action, loop.RunTools) and state.output_retries == 1
+    again = loop.pending_batch(state, v)
+    assert again == action and state.output_retries == 1
+
+
+# --- limits: LimitExceeded ---------------------------------------------------------------------
+
+LIMITS = [
+    ({"max_turns": 2}, {}, "max_turns", 2),
+    ({"max_turns": 10}, {"max_turns": 1}, "max_turns", 1),
+    ({"max_model_calls": 2}, {}, "max_model_calls", 2),
+]
+
+
+@pytest.mark.parametrize(("agent", "run", "limit", "value"), LIMITS)
+def test_each_limit_fails_with_its_name_value_and_run(
+    agent: dict[str, int], run: dict[str, int], limit: str, value: int
+) -> None:
+    v = view(**agent)
+    _, action, requests = drive(v, [calls(call("echo", {}))] * 5, state=start(v, **run))
+    assert isinstance(action, loop.Fail) and isinstance(action.error, LimitExceeded)
+    assert isinstance(action.error, MaxTurnsExceeded)  # (what callers caught before)
+    error = action.error
+    assert (error.limit, error.value, error.run_id) == (limit, value, "r1")
+    assert len(requests) == value
