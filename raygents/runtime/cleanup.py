@@ -19,11 +19,11 @@ from raygents import checkpoint, codec
 from raygents.errors import CheckpointError
 from raygents.messages import Usage
 from raygents.runtime import rebuild
-from raygents.runtime.runinfo import RunInfo
+from raygents.runtime.runinfo import RunInfo, RunSummary
 from raygents.runtime.runtable import RunTable
 from raygents.store import FileStore, Store
 
-__all__ = ["Chore", "Cleaner", "marker"]
+__all__ = ["Chore", "Cleaner", "done_marker"]
 
 log = logging.getLogger("raygents")
 
@@ -35,7 +35,7 @@ Chore = tuple[str, str, Any]
 failed run's records go)."""
 
 
-def marker(info: RunInfo, epoch: int, result: Any = None) -> dict[str, Any]:
+def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> dict[str, Any]:
     """What a completed run's marker holds: its entry, and its output if small."""
     done: dict[str, Any] = {
         "format": 1,

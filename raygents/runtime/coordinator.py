@@ -21,7 +21,7 @@ from raygents.runtime.hotrecords import HotRecords
 from raygents.runtime.process import tune_collector
 from raygents.runtime.recordstore import Note, RecordStore
 from raygents.runtime.registry import ActorRegistry
-from raygents.runtime.runinfo import RecordEntry, RunInfo
+from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary
 from raygents.runtime.runtable import RunTable
 from raygents.store import FileStore, Store, open_store
 
@@ -245,11 +245,11 @@ class Coordinator:
         """Take a session for a run; returns the run holding it if another one does."""
         return self.table.lock_session(session_id, run_id)
 
-    async def finish(self, info: RunInfo, result: Any = None) -> None:
+    async def finish(self, info: RunInfo, result: RunSummary | None = None) -> None:
         """Record a run's end (its session is released); a completed run's checkpoints go."""
         self._finish(info, result)
 
-    def _finish(self, info: RunInfo, result: Any = None) -> None:
+    def _finish(self, info: RunInfo, result: RunSummary | None = None) -> None:
         self.table.finish(info, result)
         self.records.ended(info, result)
 
@@ -266,7 +266,7 @@ class Coordinator:
             else:
                 log.warning("unknown run-table note %r", method)
 
-    async def wait(self, run_id: str) -> tuple[RunInfo | None, Any]:
+    async def wait(self, run_id: str) -> tuple[RunInfo | None, RunSummary | None]:
         """Wait until a running run ends; its final info and result (if this coordinator has it)."""
         await self.records.known(run_id)
         return await self.table.wait(run_id)

@@ -22,7 +22,7 @@ from raygents import checkpoint
 from raygents.errors import CheckpointError
 from raygents.messages import Usage
 from raygents.runtime import rebuild
-from raygents.runtime.cleanup import Cleaner, marker
+from raygents.runtime.cleanup import Cleaner, done_marker
 from raygents.runtime.hotrecords import HotRecords
 from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, table_status
 from raygents.runtime.runtable import RunTable
@@ -135,7 +135,7 @@ class RecordStore:
         blob = data if len(data) < _INLINE else ray.put(data)
         self.hot.keep(run_id, seq, epoch, blob, len(data), full, told)
 
-    def ended(self, info: RunInfo, result: Any = None) -> None:
+    def ended(self, info: RunInfo, result: RunSummary | None = None) -> None:
         """A run ended: a completed run's hot records go and its clean-up is queued; a
         stopped run's are parked."""
         if info.status == "completed":
@@ -144,9 +144,9 @@ class RecordStore:
         else:
             self.hot.park(info.run_id)
 
-    def marker(self, info: RunInfo, result: Any = None) -> dict[str, Any]:
+    def marker(self, info: RunInfo, result: RunSummary | None = None) -> dict[str, Any]:
         """The completion marker of a run, for its dispatch in the table."""
-        return marker(info, self.table.epochs.get(info.run_id, 0), result)
+        return done_marker(info, self.table.epochs.get(info.run_id, 0), result)
 
     async def mark_fence(self, run_id: str, epoch: int) -> None:
         """Create the fence mark of a run's dispatch ``epoch`` (failures are logged: its

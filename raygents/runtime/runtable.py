@@ -20,7 +20,7 @@ from typing import Any
 
 from raygents.errors import CheckpointError, UserError
 from raygents.runtime import rebuild
-from raygents.runtime.runinfo import RecordEntry, RunInfo, table_status
+from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, table_status
 
 __all__ = ["KeptResults", "RunTable"]
 
@@ -41,7 +41,7 @@ class KeptResults:
     def __init__(self, max_count: int = _RESULTS_KEPT, max_bytes: int = _RESULTS_BYTES) -> None:
         self.max_count = max_count
         self.max_bytes = max_bytes
-        self._results: OrderedDict[str, Any] = OrderedDict()
+        self._results: OrderedDict[str, RunSummary] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self.size = 0
         """Estimated bytes of the results kept."""
@@ -52,11 +52,11 @@ class KeptResults:
     def __len__(self) -> int:
         return len(self._results)
 
-    def get(self, run_id: str) -> Any:
+    def get(self, run_id: str) -> RunSummary | None:
         """The run's result, or ``None``."""
         return self._results.get(run_id)
 
-    def keep(self, run_id: str, result: Any) -> None:
+    def keep(self, run_id: str, result: RunSummary) -> None:
         """Keep a result (one too large alone is not kept), letting the oldest go."""
         self.drop(run_id)
         size = result_size(result)
@@ -147,7 +147,9 @@ class RunTable:
         entry = RunInfo(run_id, table_status(status), agent_name, turns, last_error=error, seq=seq)
         self.update(entry)
 
-    def enter(self, info: RunInfo, *, unreadable: bool = False, result: Any = None) -> None:
+    def enter(
+        self, info: RunInfo, *, unreadable: bool = False, result: RunSummary | None = None
+    ) -> None:
         """Put a run read back from the store in the table (``result``: a completed run's)."""
         if unreadable:
             self.unreadable.add(info.run_id)
@@ -243,7 +245,7 @@ class RunTable:
             )
 
     # --- ends, sessions and waits --------------------------------------------------------
-    def finish(self, info: RunInfo, result: Any = None) -> None:
+    def finish(self, info: RunInfo, result: RunSummary | None = None) -> None:
         """Record a run's end: its sessions are released, its result kept, its waiters woken."""
         self.update(info)
         for session_id, holder in list(self.sessions.items()):
@@ -267,7 +269,7 @@ class RunTable:
         self.sessions[session_id] = run_id
         return None
 
-    async def wait(self, run_id: str) -> tuple[RunInfo | None, Any]:
+    async def wait(self, run_id: str) -> tuple[RunInfo | None, RunSummary | None]:
         """Wait until a running run ends; its final entry and result (if kept)."""
         info = self.runs.get(run_id)
         if info is not None and info.status in _WAITED:
