@@ -318,7 +318,8 @@ DYNAMIC = {
 
 DISPATCH = {
     "loop.py": ("plan_tools", "argument_error", "step_result", "pending_batch", "gate"),
-    "runtime/actor.py": ("_run_step", "_needs_approval", "_run_batch", "tools"),
+    "runtime/toolcalls.py": ("run_step", "needs_approval", "run_batch"),
+    "runtime/toolbox.py": ("tools", "resolve_tools"),
     "runtime/tasks.py": ("run_tool", "remote_tool", "task_body", "submit_tool"),
     "runtime/worker.py": ("function_task", "tool_task", "_task"),
     "mcp.py": ("execute", "call_tool"),
@@ -349,18 +350,19 @@ def test_dispatch_does_no_dynamic_lookup_or_import() -> None:
 def test_calls_are_dispatched_through_dicts_of_registered_tools() -> None:
     """Every lookup keyed by a call's tool name is in one of the tables built from the agent's
     tools: the loop's ``specs`` (from the view's tool specs) and ``view.handoffs``, and the
-    actor's ``self.tools()`` (the dict ``resolve_tools`` builds from the agent's tools and its
+    toolbox's ``tools()`` (the dict ``resolve_tools`` builds from the agent's tools and its
     MCP servers' tools)."""
-    tables = {"specs", "view.handoffs", "self.tools()", "tools"}
+    tables = {"specs", "view.handoffs", "tools"}
     found: dict[str, set[str]] = {}
-    for module in ("loop.py", "runtime/actor.py", "runtime/tasks.py", "runtime/children.py"):
+    modules = ("loop.py", "runtime/actor.py", "runtime/toolcalls.py", "runtime/toolbox.py")
+    for module in (*modules, "runtime/tasks.py", "runtime/children.py"):
         tree = ast.parse((PACKAGE / module).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Subscript) and ast.unparse(node.slice).endswith("call.name"):
                 found.setdefault(module, set()).add(ast.unparse(node.value))
     assert found.get("loop.py", set()) <= tables and "specs" in found["loop.py"]
-    assert found.get("runtime/actor.py", set()) <= tables and found["runtime/actor.py"]
-    assert set(found) <= {"loop.py", "runtime/actor.py"}
+    assert found.get("runtime/toolcalls.py", set()) <= tables and found["runtime/toolcalls.py"]
+    assert set(found) <= {"loop.py", "runtime/toolcalls.py"}
 
     loop_fns = _functions(PACKAGE / "loop.py")
     specs = [
@@ -370,13 +372,14 @@ def test_calls_are_dispatched_through_dicts_of_registered_tools() -> None:
     ]
     assert [ast.unparse(n.value) for n in specs] == ["{t.name: t for t in view.tools}"]
 
-    actor_fns = _functions(PACKAGE / "runtime/actor.py")
-    assert "return self._tools" in ast.unparse(actor_fns["tools"])
-    resolve = ast.unparse(actor_fns["resolve_tools"])
+    toolbox = _functions(PACKAGE / "runtime/toolbox.py")
+    assert "return self._tools" in ast.unparse(toolbox["tools"])
+    resolve = ast.unparse(toolbox["resolve_tools"])
     assert "tools = {t.name: t for _, t in sources}" in resolve
     assert "self._tools = tools" in resolve
-    needs = ast.unparse(actor_fns["_needs_approval"])
-    assert "tools = self.tools()" in needs
+    calls = _functions(PACKAGE / "runtime/toolcalls.py")
+    for name in ("needs_approval", "run_step"):
+        assert "tools = self.toolbox.tools()" in ast.unparse(calls[name])
 
 
 # --- in-actor tools' timeout ------------------------------------------------------------
@@ -411,7 +414,7 @@ async def test_a_tool_that_runs_in_the_actor_honours_its_timeout(t: Tool) -> Non
     events: list[Any] = []
     step = loop.Execute(call(t.name, {}, id="c1"))
     started = asyncio.get_running_loop().time()
-    out = await actor._run_step(_state(), Envelope(_state(), "fp"), step, events.append)
+    out = await actor.calls.run_step(_state(), Envelope(_state(), "fp"), step, events.append)
     assert asyncio.get_running_loop().time() - started < 5
     assert out.result == ToolResult(
         f'Error: cannot execute tool "{t.name}": timed out after 0.2 s', is_error=True
@@ -421,7 +424,7 @@ async def test_a_tool_that_runs_in_the_actor_honours_its_timeout(t: Tool) -> Non
 
 async def test_an_agent_with_unusable_parameters_fails_when_its_view_is_built() -> None:
     """The actor builds the tool specs the model sees; a tool it cannot offer fails the run
-    there with the UserError (``AgentActor._outcome`` stores it as the run's error)."""
+    there with the UserError (the actor stores it as the run's error)."""
     from raygents.runtime.actor import AgentActor
 
     bad = HandWritten({"type": "object", "properties": {"x": {"pattern": "(["}}})
@@ -429,4 +432,4 @@ async def test_an_agent_with_unusable_parameters_fails_when_its_view_is_built() 
     actor = AgentActor({"host": agent}, "host", "fp", "ns")
     await actor.resolve_tools()
     with pytest.raises(UserError, match=r"tool 'hand_written' has parameters that cannot be used"):
-        actor._base_view()
+        actor.toolbox.base_view()

@@ -13,7 +13,7 @@ from raygents.envelope import RunState
 from raygents.errors import MAX_PAYLOAD_BYTES, PayloadTooLarge
 from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall
 from raygents.runtime import wire
-from raygents.runtime.actor import AgentActor
+from raygents.runtime.modelcall import call_model
 from raygents.runtime.tasks import remote_tool, run_tool, task_body
 from raygents.runtime.worker import TaskReport
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
@@ -95,11 +95,6 @@ async def test_an_in_actor_tool_result_is_capped_too(extra: int) -> None:
 # -- model output and tool arguments, as the answer reaches the agent actor --------------------
 
 
-def actor_with(model: Any) -> AgentActor:
-    agent = rg.Agent("capped", model=model, tools=[blob])
-    return AgentActor({"capped": agent}, "capped", "fp", "ns")
-
-
 def state() -> RunState:
     return RunState(
         run_id="r1", agent_name="capped", messages=(Message("user", "go"),), input_len=1
@@ -107,9 +102,9 @@ def state() -> RunState:
 
 
 async def answer(response: ModelResponse, stream: bool = False) -> ModelResponse:
-    actor = actor_with(FunctionModel(lambda request: response))
+    model = FunctionModel(lambda request: response)
     request = ModelRequest(agent_name="capped", messages=state().messages)
-    return await actor._call_model(request, state(), stream, lambda event: None)
+    return await call_model(model, "capped", request, (lambda delta: None) if stream else None)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["respond", "stream"])
