@@ -339,15 +339,25 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_readme(path: str, table: str) -> None:
+def readme_part(table: str, source: str) -> str:
+    """What the README shows of a results table: its header and targets, the plots, and the
+    file (``source``, relative to the README) with every workload's table."""
+    head = table.split("\n### 1.")[0].rstrip()
+    plots = [line for line in table.splitlines() if line.startswith("![")]
+    return "\n\n".join([head, *plots, f"Every workload's table: [{source}]({source})."]) + "\n"
+
+
+def update_readme(path: str, table: str, source: str) -> None:
+    """Put :func:`readme_part` of ``table`` between the README's results markers."""
     with open(path) as f:
         text = f.read()
     if START not in text or END not in text:
         text += f"\n{START}\n{END}\n"
     head, _, rest = text.partition(START)
     _, _, tail = rest.partition(END)
+    part = readme_part(table, os.path.relpath(source, os.path.dirname(os.path.abspath(path))))
     with open(path, "w") as f:
-        f.write(f"{head}{START}\n{table}{END}{tail}")
+        f.write(f"{head}{START}\n{part}{END}{tail}")
 
 
 if __name__ == "__main__":
@@ -355,5 +365,6 @@ if __name__ == "__main__":
     with open(sys.argv[1]) as f:
         text = markdown(json.load(f))
     if "--update-readme" in sys.argv:
-        update_readme(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md"), text)
+        readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
+        update_readme(readme, text, os.path.abspath(sys.argv[1]))
     print(text)

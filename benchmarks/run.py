@@ -6,7 +6,7 @@
 
 Each workload runs in a fresh Python process with a private local Ray instance (2 CPUs, no
 dashboard). The results go to one JSON file; the plots (PNG) and a Markdown table go next to
-it. ``--update-readme`` copies the table into benchmarks/README.md.
+it. ``--update-readme`` copies its header, targets and plots into benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ def _worker(name: str, mode: str, out: str) -> int:
         os.environ.pop(var, None)
     import importlib
 
-    import common as C
+    import machine
 
     module = importlib.import_module(f"workloads.{name}")
     tmp = tempfile.mkdtemp(prefix=f"rgbench-{name}-")
     started = time.time()
-    load_before = C.load()
+    load_before = machine.load()
     try:
         result = module.run(mode, tmp)
         result["ok"] = True
@@ -51,8 +51,8 @@ def _worker(name: str, mode: str, out: str) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     result["wall_s"] = round(time.time() - started, 1)
     result["load_before"] = load_before
-    result["load_after"] = C.load()
-    C.dump(result, out)
+    result["load_after"] = machine.load()
+    machine.dump(result, out)
     return 0 if result["ok"] else 1
 
 
@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument(
         "--update-readme",
         action="store_true",
-        help="copy the results table into benchmarks/README.md",
+        help="copy the table's header, targets and plots into benchmarks/README.md",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -87,7 +87,7 @@ def main() -> int:
     if args.worker:
         return _worker(args.worker, args.mode, args.worker_out)
 
-    import common as C
+    import machine
     import report
 
     mode = "full" if args.full else "smoke" if args.smoke else "quick"
@@ -101,7 +101,7 @@ def main() -> int:
         "mode": mode,
         "command": command,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": C.machine_info(),
+        "machine": machine.machine_info(),
         "workloads": {},
     }
     source = {"started": results["started"], "command": command, "git": results["machine"]["git"]}
@@ -117,8 +117,8 @@ def main() -> int:
         }
     total0 = time.time()
     for name in names:
-        settled = C.settle()
-        C.log(
+        settled = machine.settle()
+        machine.log(
             f"=== {name} ({mode}) === after {settled['waited_s']} s for a quiet machine "
             f"(CPU {settled['cpu_percent']}%)"
         )
@@ -154,11 +154,13 @@ def main() -> int:
         data["source"] = source
         data["settled"] = settled
         results["workloads"][name] = data
-        C.log(f"=== {name}: {'ok' if data.get('ok') else 'FAILED'} in {data.get('wall_s')} s ===")
-        C.dump(results, out)  # keep what we have
+        machine.log(
+            f"=== {name}: {'ok' if data.get('ok') else 'FAILED'} in {data.get('wall_s')} s ==="
+        )
+        machine.dump(results, out)  # keep what we have
     results["total_wall_s"] = round(time.time() - total0, 1)
     results["machine"]["loadavg_end"] = list(os.getloadavg())
-    C.dump(results, out)
+    machine.dump(results, out)
     base = os.path.splitext(out)[0]
     if not args.no_plots:
         import plots
@@ -166,14 +168,14 @@ def main() -> int:
         results["plots"] = plots.render(
             results, os.path.dirname(os.path.abspath(out)), prefix=os.path.basename(base)
         )
-        C.dump(results, out)
+        machine.dump(results, out)
     table = report.markdown(results)
     with open(base + ".md", "w") as f:
         f.write(table)
     if args.update_readme:
-        report.update_readme(os.path.join(BENCH_DIR, "README.md"), table)
+        report.update_readme(os.path.join(BENCH_DIR, "README.md"), table, base + ".md")
     print(table)
-    C.log(f"results: {out} (+ {base}.md)")
+    machine.log(f"results: {out} (+ {base}.md)")
     return 0 if all(w.get("ok") for w in results["workloads"].values()) else 1
 
 

@@ -23,7 +23,9 @@ import os
 import time
 from typing import Any
 
-import common as C
+import fakes
+import machine
+import stats
 
 STORES = ("memory", "file", "s3")
 MODES = ("sync", "async", "exit")
@@ -76,7 +78,7 @@ def _breakdown(path: str, parts: dict[str, int]) -> None:
     parts["journal_bytes"] += len(msgpack.packb(state.get("journal") or {}))
 
 
-def _store_url(store: str, mode: str, tmp: str, moto: C.Moto) -> str:
+def _store_url(store: str, mode: str, tmp: str, moto: machine.Moto) -> str:
     if store == "memory":
         return f"memory://ck-{mode}"
     if store == "file":
@@ -84,7 +86,7 @@ def _store_url(store: str, mode: str, tmp: str, moto: C.Moto) -> str:
     return f"s3://{moto.bucket('ck-' + mode)}/runs-{mode}"
 
 
-def _put_micro(tmp: str, moto: C.Moto, n: int) -> dict[str, Any]:
+def _put_micro(tmp: str, moto: machine.Moto, n: int) -> dict[str, Any]:
     from raygents.store import open_store
 
     urls = {
@@ -100,8 +102,8 @@ def _put_micro(tmp: str, moto: C.Moto, n: int) -> dict[str, Any]:
             t = time.perf_counter()
             s.put(f"runs/r{i % 7}/{i:010d}.ckpt", os.urandom(1024))
             ts.append(time.perf_counter() - t)
-        sm = C.summary(ts)
-        out[store] = {"p50_ms": C.ms(sm["p50"]), "p99_ms": C.ms(sm["p99"])}
+        sm = stats.summary(ts)
+        out[store] = {"p50_ms": stats.ms(sm["p50"]), "p99_ms": stats.ms(sm["p99"])}
     return out
 
 
@@ -116,10 +118,10 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
     reps = 5 if quick else 20
     if mode == "smoke":
         turns, reps = 3, 1
-    moto = C.Moto()
+    moto = machine.Moto()
     moto.start()  # sets the AWS environment before Ray starts, so the coordinators inherit it
     try:
-        C.register_by_value()
+        machine.register_by_value()
         ray.init(
             address="local",
             num_cpus=2,
@@ -131,8 +133,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         micro = _put_micro(tmp, moto, 50 if quick else 200)
         agent = rg.Agent(
             "ck",
-            tools=C.rg_tools("payload_local"),
-            model=C.rg_model(C.ToolTurns(k=1, tool="payload", n=PAYLOAD), 0.0),
+            tools=fakes.rg_tools("payload_local"),
+            model=fakes.rg_model(fakes.ToolTurns(k=1, tool="payload", n=PAYLOAD), 0.0),
             max_turns=turns + 5,
         )
 
@@ -160,8 +162,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                 rg.run(agent, f"k=1 turns={turns}")
         times: dict[tuple[str, str], list[float]] = {k: [] for k in urls}
         keys = list(urls)
-        load0 = C.load()
-        C.log(f"checkpoints: {len(keys)} pairs x {reps} reps x {turns} turns")
+        load0 = machine.load()
+        machine.log(f"checkpoints: {len(keys)} pairs x {reps} reps x {turns} turns")
         for rep in range(reps):
             order = keys[rep % len(keys) :] + keys[: rep % len(keys)]
             for key in order:
@@ -169,20 +171,20 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                 t = time.perf_counter()
                 rg.run(agent, f"k=1 turns={turns}")
                 times[key].append(time.perf_counter() - t)
-        load1 = C.load()
+        load1 = machine.load()
         table: dict[str, dict[str, Any]] = {}
         for store in STORES:
-            base = C.summary(times[(store, "exit")])["p50"]
+            base = stats.summary(times[(store, "exit")])["p50"]
             for dur in MODES:
-                s = C.summary(times[(store, dur)])
+                s = stats.summary(times[(store, dur)])
                 table[f"{store}/{dur}"] = {
-                    "run_p50_ms": C.ms(s["p50"]),
-                    "run_min_ms": C.ms(s["min"]),
-                    "run_max_ms": C.ms(s["max"]),
-                    "per_turn_ms": C.ms(s["p50"] / turns),
-                    "checkpoint_cost_per_turn_ms": C.ms((s["p50"] - base) / turns),
+                    "run_p50_ms": stats.ms(s["p50"]),
+                    "run_min_ms": stats.ms(s["min"]),
+                    "run_max_ms": stats.ms(s["max"]),
+                    "per_turn_ms": stats.ms(s["p50"] / turns),
+                    "checkpoint_cost_per_turn_ms": stats.ms((s["p50"] - base) / turns),
                 }
-            C.log(
+            machine.log(
                 "  "
                 + ", ".join(
                     f"{store}/{d}={table[f'{store}/{d}']['checkpoint_cost_per_turn_ms']:.2f}ms"
@@ -204,9 +206,9 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             )
             a = rg.Agent(
                 f"ck_bytes_{size}",
-                tools=C.rg_tools("payload_local"),
-                model=C.rg_model(
-                    MeasureStore(C.ToolTurns(k=1, turns=49, tool="payload", n=size), root), 0.0
+                tools=fakes.rg_tools("payload_local"),
+                model=fakes.rg_model(
+                    MeasureStore(fakes.ToolTurns(k=1, turns=49, tool="payload", n=size), root), 0.0
                 ),
                 max_turns=60,
             )
@@ -226,7 +228,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                 "ratio_vs_msgpack_history": round(written["bytes"] / hist_msgpack, 2),
                 "ratio_vs_json_history": round(written["bytes"] / hist_json, 2),
             }
-            C.log(f"  bytes ({size} B results): {sizes[f'tool_result_{size}B']}")
+            machine.log(f"  bytes ({size} B results): {sizes[f'tool_result_{size}B']}")
         rg.shutdown()
         ray.shutdown()
     finally:

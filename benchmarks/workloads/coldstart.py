@@ -34,11 +34,14 @@ def child(side: str, tmp: str) -> None:
         import raygents as rg
 
         mark("import")
-        import common as C
+        import fakes
+        import machine
 
-        C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
+        machine.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
         mark("init")
-        agent = rg.Agent("cold", tools=C.rg_tools("task"), model=C.rg_model(C.ToolTurns(k=1), 0.0))
+        agent = rg.Agent(
+            "cold", tools=fakes.rg_tools("task"), model=fakes.rg_model(fakes.ToolTurns(k=1), 0.0)
+        )
         rg.run(agent, "k=1")
         mark("first_run")
         rg.run(agent, "k=1")
@@ -48,14 +51,14 @@ def child(side: str, tmp: str) -> None:
         from agents import Agent, Runner
 
         mark("import")
-        import common as C
+        import fakes
 
-        C.sdk_setup()
+        fakes.sdk_setup()
         agent = Agent(
             name="cold",
             instructions="",
-            tools=C.sdk_tools("task"),
-            model=C.sdk_model(C.ToolTurns(k=1), 0.0),
+            tools=fakes.sdk_tools("task"),
+            model=fakes.sdk_model(fakes.ToolTurns(k=1), 0.0),
         )
         mark("init")
         Runner.run_sync(agent, "k=1")
@@ -66,9 +69,10 @@ def child(side: str, tmp: str) -> None:
         import ray
 
         mark("import")
-        import common as C
+        import machine
+        import rayfloor
 
-        C.register_by_value()
+        machine.register_by_value()
         ray.init(
             address="local",
             num_cpus=2,
@@ -77,7 +81,7 @@ def child(side: str, tmp: str) -> None:
             configure_logging=False,
         )
         mark("init")
-        fl = C.floor()
+        fl = rayfloor.floor()
         actor = fl["FloorAgent"].remote()
         ray.get(actor.tools_turns.remote(0.0, 1, 1, False))
         mark("first_run")
@@ -88,7 +92,8 @@ def child(side: str, tmp: str) -> None:
 
 
 def run(mode: str, tmp: str) -> dict[str, Any]:
-    import common as C
+    import machine
+    import stats
 
     reps = {"smoke": 1, "quick": 2}.get(mode, 5)
     samples: dict[str, list[dict[str, float]]] = {s: [] for s in SIDES}
@@ -109,23 +114,23 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             marks = json.loads(line[len("RESULT ") :])
             marks["process_total"] = round(total, 4)
             samples[side].append(marks)
-            C.log(f"coldstart {side}: {marks}")
+            machine.log(f"coldstart {side}: {marks}")
     out: dict[str, Any] = {"reps": reps, "sides": {}}
     for side, runs in samples.items():
         keys = runs[0].keys()
         out["sides"][side] = {
             k: {
                 q: round(v, 3)
-                for q, v in C.summary([r[k] for r in runs]).items()
+                for q, v in stats.summary([r[k] for r in runs]).items()
                 if q in ("p50", "min", "max")
             }
             for k in keys
         }
-        first = C.summary([r["first_run"] - r["init"] for r in runs])
+        first = stats.summary([r["first_run"] - r["init"] for r in runs])
         out["sides"][side]["first_run_only"] = {
             q: round(first[q], 3) for q in ("p50", "min", "max")
         }
-        second = C.summary([r["second_run"] - r["first_run"] for r in runs])
+        second = stats.summary([r["second_run"] - r["first_run"] for r in runs])
         out["sides"][side]["second_run_only"] = {
             q: round(second[q], 3) for q in ("p50", "min", "max")
         }

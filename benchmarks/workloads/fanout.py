@@ -10,7 +10,7 @@ default num_cpus=1), ``raygents_local`` (trivial tool with remote=False; not for
 SDK (``Agent.as_tool``; sync tools run in its thread pool, under the GIL), and the Ray floor
 (an orchestrator actor calling a sub actor M times, each doing sleep, one task, sleep).
 
-With CPU tools, each timed run starts from the same Ray worker pool (``common.warm_pool``: a
+With CPU tools, each timed run starts from the same Ray worker pool (``rayfloor.warm_pool``: a
 backlog of trivial one-CPU tasks just before it), not from whatever the previous side left.
 
 Ideal lines: the 2-core floor is 4 x latency + ceil(M / 2) x 200 ms (CPU tools) or 4 x latency
@@ -26,14 +26,18 @@ import statistics
 import time
 from typing import Any
 
-import common as C
+import fakes
+import machine
+import rayfloor
+import sampling
+import stats
 
 MS = (1, 8, 64)
 LATENCY_S = 0.1
 
 
 def ideal(m: int, tool: str, cores: int) -> float:
-    cpu = math.ceil(m / cores) * C.CPU_BURN_S if tool == "cpu" else 0.0
+    cpu = math.ceil(m / cores) * fakes.CPU_BURN_S if tool == "cpu" else 0.0
     return 4 * LATENCY_S + cpu
 
 
@@ -67,10 +71,10 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     reps = (
         (lambda m, tool: 3) if quick else (lambda m, tool: 5 if (m == 64 and tool == "cpu") else 10)
     )
-    C.sdk_setup()
-    C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
-    sdk_loop = C.SdkLoop()
-    fl = C.floor()
+    fakes.sdk_setup()
+    machine.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
+    sdk_loop = fakes.SdkLoop()
+    fl = rayfloor.floor()
     floor_orch = fl["FloorAgent"].remote()
     floor_sub = fl["FloorAgent"].remote()
 
@@ -78,16 +82,16 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         worker = SdkAgent(
             name=f"fo_worker_{kind}",
             instructions="",
-            tools=C.sdk_tools(kind),
-            model=C.sdk_model(
-                C.ToolTurns(k=1, tool="burn" if kind == "cpu" else "noop"), LATENCY_S
+            tools=fakes.sdk_tools(kind),
+            model=fakes.sdk_model(
+                fakes.ToolTurns(k=1, tool="burn" if kind == "cpu" else "noop"), LATENCY_S
             ),
         )
         return SdkAgent(
             name=f"fo_orch_{kind}",
             instructions="",
             tools=[worker.as_tool("worker", "a worker")],
-            model=C.sdk_model(C.FanOut(), LATENCY_S),
+            model=fakes.sdk_model(fakes.FanOut(), LATENCY_S),
         )
 
     rows: list[dict[str, Any]] = []
@@ -98,7 +102,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         if tool == "trivial":
             kinds["raygents_local"] = "local"
         rg_agents = {
-            side: C.rg_fanout_agent(kind, f"fo_{kind}", LATENCY_S) for side, kind in kinds.items()
+            side: fakes.rg_fanout_agent(kind, f"fo_{kind}", LATENCY_S)
+            for side, kind in kinds.items()
         }
         sdk_agent = sdk_graph("task" if tool == "trivial" else "cpu")
         cpu = tool == "cpu"
@@ -113,9 +118,9 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             fn(2)
         if pool is None:  # the idle workers Ray keeps
             time.sleep(2.0)
-            pool = C.idle_workers()
+            pool = machine.idle_workers()
         for m in ms:
-            C.log(f"fanout: tool={tool} M={m}")
+            machine.log(f"fanout: tool={tool} M={m}")
             times: dict[str, list[float]] = {s: [] for s in sides}
             # CPU seconds of every process during each run (the tools fill both cores, so
             # every other CPU second stretches the wall time by about half a second)
@@ -123,7 +128,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             sample = cpu and m == max(ms)
             names = list(sides)
             n = reps(m, tool)
-            load0 = C.load()
+            load0 = machine.load()
             waits: list[float] = []
             for rep in range(n):
                 order = names[rep % len(names) :] + names[: rep % len(names)]
@@ -131,11 +136,11 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                     if cpu:
                         # without the idle workers the trivial cases' zero-CPU tasks left,
                         # on a quiet machine
-                        waits.append(C.settle_workers(pool)["waited_s"])
-                        waits.append(C.settle(max_s=30.0, window_s=1.0)["waited_s"])
-                        C.warm_pool(max(m, 8))
+                        waits.append(machine.settle_workers(pool)["waited_s"])
+                        waits.append(machine.settle(max_s=30.0, window_s=1.0)["waited_s"])
+                        rayfloor.warm_pool(max(m, 8))
                     with (
-                        C.Sampler(interval_s=0.5, pss=False)
+                        sampling.Sampler(interval_s=0.5, pss=False)
                         if sample
                         else contextlib.nullcontext() as s
                     ):
@@ -151,14 +156,14 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                 "m": m,
                 "reps": n,
                 "load_before": load0,
-                "load_after": C.load(),
+                "load_after": machine.load(),
                 "settle_s": {"runs": len(waits) // 2, "total": round(sum(waits), 1)},
                 "ideal_2core_s": ideal(m, tool, 2),
                 "ideal_1core_s": ideal(m, tool, 1),
                 "sides": {},
             }
             for side, vals in times.items():
-                s = C.summary(vals)
+                s = stats.summary(vals)
                 row["sides"][side] = {
                     "wall_p50_s": round(s["p50"], 4),
                     "min_s": round(s["min"], 4),
@@ -170,11 +175,11 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             sdk50 = row["sides"]["sdk"]["wall_p50_s"]
             for side in row["sides"]:
                 if side != "sdk":
-                    row["sides"][side]["speedup_vs_sdk"] = C.ratio(
+                    row["sides"][side]["speedup_vs_sdk"] = stats.ratio(
                         sdk50, row["sides"][side]["wall_p50_s"]
                     )
             rows.append(row)
-            C.log(
+            machine.log(
                 "  "
                 + ", ".join(f"{s}={v['wall_p50_s']:.3f}s" for s, v in row["sides"].items())
                 + f" (ideal 2-core {row['ideal_2core_s']:.2f}s)"
@@ -198,7 +203,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         },
     }
     return {
-        "config": {"latency_ms": LATENCY_S * 1000, "cpu_burn_ms": C.CPU_BURN_S * 1000},
+        "config": {"latency_ms": LATENCY_S * 1000, "cpu_burn_ms": fakes.CPU_BURN_S * 1000},
         "rows": rows,
         "checks": checks,
     }

@@ -19,7 +19,10 @@ import os
 import time
 from typing import Any
 
-import common as C
+import fakes
+import machine
+import rayfloor
+import stats
 
 KS = (1, 4, 16)
 LATENCIES = (0.0, 0.1)
@@ -43,11 +46,11 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
     ks = KS
     if mode == "smoke":
         reps, ks = {0.0: 2, 0.1: 2}, (1, 4)
-    C.sdk_setup()
-    C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
-    fl = C.floor()
+    fakes.sdk_setup()
+    machine.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
+    fl = rayfloor.floor()
     floor_actor = fl["FloorAgent"].remote()
-    sdk_loop = C.SdkLoop()
+    sdk_loop = fakes.SdkLoop()
 
     # the raw Ray floor's building blocks
     ray.get(floor_actor.ping.remote())
@@ -61,24 +64,25 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             _time(lambda: ray.get([fl["bare_task"].remote(i) for i in range(4)]))
         )
     floor_micro = {
-        k: {q: C.ms(v) for q, v in C.summary(vals).items() if q != "n"} for k, vals in micro.items()
+        k: {q: stats.ms(v) for q, v in stats.summary(vals).items() if q != "n"}
+        for k, vals in micro.items()
     }
 
     results: list[dict[str, Any]] = []
     for latency in LATENCIES:
         tag = int(latency * 1000)
-        logic = C.ToolTurns()
+        logic = fakes.ToolTurns()
         rg_agents = {
             kind: rg.Agent(
-                f"ov_{kind}_{tag}", tools=C.rg_tools(kind), model=C.rg_model(logic, latency)
+                f"ov_{kind}_{tag}", tools=fakes.rg_tools(kind), model=fakes.rg_model(logic, latency)
             )
             for kind in ("task", "local")
         }
         sdk_agent = SdkAgent(
             name=f"ov_sdk_{tag}",
             instructions="",
-            tools=C.sdk_tools("task"),
-            model=C.sdk_model(logic, latency),
+            tools=fakes.sdk_tools("task"),
+            model=fakes.sdk_model(logic, latency),
         )
         sides = {
             "raygents_task": lambda k, a=rg_agents["task"]: rg.run(a, f"k={k}"),
@@ -92,13 +96,13 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             ),
         }
         for k in ks:
-            C.log(f"overhead: latency={tag}ms K={k}")
+            machine.log(f"overhead: latency={tag}ms K={k}")
             for fn in sides.values():  # warm up (actors, workers, imports)
                 for _ in range(3):
                     fn(k)
             times: dict[str, list[float]] = {s: [] for s in sides}
             names = list(sides)
-            load0 = C.load()
+            load0 = machine.load()
             for rep in range(reps[latency]):
                 order = names[rep % len(names) :] + names[: rep % len(names)]
                 for side in order:
@@ -108,29 +112,31 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                 "k": k,
                 "reps": reps[latency],
                 "load_before": load0,
-                "load_after": C.load(),
+                "load_after": machine.load(),
                 "sides": {},
             }
             for side, vals in times.items():
-                s = C.summary(vals)
+                s = stats.summary(vals)
                 row["sides"][side] = {
-                    "p50_ms": C.ms(s["p50"]),
-                    "p99_ms": C.ms(s["p99"]),
-                    "min_ms": C.ms(s["min"]),
-                    "max_ms": C.ms(s["max"]),
-                    "overhead_per_turn_p50_ms": C.ms((s["p50"] - 2 * latency) / 2),
+                    "p50_ms": stats.ms(s["p50"]),
+                    "p99_ms": stats.ms(s["p99"]),
+                    "min_ms": stats.ms(s["min"]),
+                    "max_ms": stats.ms(s["max"]),
+                    "overhead_per_turn_p50_ms": stats.ms((s["p50"] - 2 * latency) / 2),
                 }
             sdk50 = row["sides"]["sdk"]["p50_ms"]
             fl50 = row["sides"]["ray_floor"]["p50_ms"]
             for side in ("raygents_task", "raygents_local"):
-                row["sides"][side]["ratio_vs_sdk_p50"] = C.ratio(
+                row["sides"][side]["ratio_vs_sdk_p50"] = stats.ratio(
                     row["sides"][side]["p50_ms"], sdk50
                 )
-                row["sides"][side]["ratio_vs_floor_p50"] = C.ratio(
+                row["sides"][side]["ratio_vs_floor_p50"] = stats.ratio(
                     row["sides"][side]["p50_ms"], fl50
                 )
             results.append(row)
-            C.log("  " + ", ".join(f"{s}={v['p50_ms']:.1f}ms" for s, v in row["sides"].items()))
+            machine.log(
+                "  " + ", ".join(f"{s}={v['p50_ms']:.1f}ms" for s, v in row["sides"].items())
+            )
 
     phases = _phases(rg, sdk_loop, 10 if mode == "smoke" else 30 if quick else 100)
     sdk_loop.close()
@@ -179,11 +185,16 @@ def _phases(rg: Any, sdk_loop: Any, reps: int) -> dict[str, Any]:
     from agents import Agent as SdkAgent
     from agents import Runner
 
-    logic = C.Stamped(k=4)
-    rg_task = rg.Agent("ph_task", tools=C.rg_tools("stamp"), model=C.rg_model(logic, 0.0))
-    rg_local = rg.Agent("ph_local", tools=C.rg_tools("stamp_local"), model=C.rg_model(logic, 0.0))
+    logic = fakes.Stamped(k=4)
+    rg_task = rg.Agent("ph_task", tools=fakes.rg_tools("stamp"), model=fakes.rg_model(logic, 0.0))
+    rg_local = rg.Agent(
+        "ph_local", tools=fakes.rg_tools("stamp_local"), model=fakes.rg_model(logic, 0.0)
+    )
     sdk_agent = SdkAgent(
-        name="ph_sdk", instructions="", tools=C.sdk_tools("stamp"), model=C.sdk_model(logic, 0.0)
+        name="ph_sdk",
+        instructions="",
+        tools=fakes.sdk_tools("stamp"),
+        model=fakes.sdk_model(logic, 0.0),
     )
 
     def rg_side(agent: Any) -> Any:
@@ -227,4 +238,7 @@ def _phases(rg: Any, sdk_loop: Any, reps: int) -> dict[str, Any]:
                 strict=False,
             ):
                 got[side][name].append(value)
-    return {side: {p: C.ms(C.summary(v)["p50"]) for p, v in d.items()} for side, d in got.items()}
+    return {
+        side: {p: stats.ms(stats.summary(v)["p50"]) for p, v in d.items()}
+        for side, d in got.items()
+    }

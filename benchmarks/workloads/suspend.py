@@ -17,7 +17,10 @@ import os
 import time
 from typing import Any
 
-import common as C
+import fakes
+import machine
+import sampling
+import stats
 
 LATENCY_S = 0.1
 
@@ -51,12 +54,12 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
     n = 1000
     if mode == "smoke":
         n = 20
-    C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}", durability="sync")
+    machine.init_raygents(store=f"file://{os.path.join(tmp, 'store')}", durability="sync")
     agent = rg.Agent(
         "storm",
         instructions=phase,
-        tools=C.rg_tools("local"),
-        model=C.rg_model(C.UntilFinish(), LATENCY_S),
+        tools=fakes.rg_tools("local"),
+        model=fakes.rg_model(fakes.UntilFinish(), LATENCY_S),
         max_turns=100_000,
     )
     # warm up: one run through suspend and resume
@@ -76,11 +79,11 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             "store": "file",
         }
     }
-    with C.Sampler(interval_s=1.0) as sampler:
+    with sampling.Sampler(interval_s=1.0) as sampler:
         t = time.perf_counter()
         handles = [rg.start(agent, f"go {i}", context="loop") for i in range(n)]
         out["start_all_s"] = round(time.perf_counter() - t, 3)
-        C.log(f"suspend: started {n} runs in {out['start_all_s']} s")
+        machine.log(f"suspend: started {n} runs in {out['start_all_s']} s")
         deadline = time.time() + 300
         while time.time() < deadline:
             ready = sum(
@@ -91,21 +94,21 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             time.sleep(0.2)
         out["running_before_suspend"] = ready
         out["wait_until_all_running_s"] = round(time.perf_counter() - t - out["start_all_s"], 3)
-        out["load_at_suspend"] = C.load()
+        out["load_at_suspend"] = machine.load()
 
         t0 = time.perf_counter()
         for h in handles:
             h.suspend()
         out["suspend_calls_s"] = round(time.perf_counter() - t0, 4)
         done_at, kinds = asyncio.run(_gather(handles, t0))
-        s = C.summary(done_at)
+        s = stats.summary(done_at)
         out["suspend"] = {
             "outcomes": kinds,
             "latency_p50_s": round(s["p50"], 3),
             "latency_p99_s": round(s["p99"], 3),
             "latency_max_s": round(s["max"], 3),
         }
-        C.log(f"suspend: {kinds}, p50 {s['p50']:.2f} s, max {s['max']:.2f} s")
+        machine.log(f"suspend: {kinds}, p50 {s['p50']:.2f} s, max {s['max']:.2f} s")
         suspended = len(rg.runs(status="suspended"))
         out["suspend"]["coordinator_says_suspended"] = suspended
 
@@ -115,7 +118,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             resumed.append(rg.resume(h.run_id, agent=agent, context="finish"))
         out["resume_calls_s"] = round(time.perf_counter() - t1, 3)
         done_at, kinds = asyncio.run(_gather(resumed, t1))
-        s = C.summary(done_at)
+        s = stats.summary(done_at)
         total = max(done_at)
         out["resume"] = {
             "outcomes": kinds,
@@ -125,7 +128,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             "latency_p50_s": round(s["p50"], 3),
             "latency_p99_s": round(s["p99"], 3),
         }
-        C.log(f"resume: {out['resume']}")
+        machine.log(f"resume: {out['resume']}")
     out["processes"] = {
         k: sampler.report.get(k)
         for k in ("wall_s", "cpu_s_total", "peak_total_pss_mb", "peak_total_rss_mb", "by_role")

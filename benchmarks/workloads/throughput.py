@@ -23,7 +23,11 @@ import os
 import time
 from typing import Any
 
-import common as C
+import fakes
+import machine
+import rayfloor
+import sampling
+import stats
 
 from workloads import harness as H
 
@@ -56,22 +60,24 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     ns = NS
     if mode == "smoke":
         reps, ns = {10: 1, 100: 1}, (10, 100)
-    C.sdk_setup()
-    C.init_raygents(store=f"file://{os.path.join(tmp, 'store')}", durability="sync")
+    fakes.sdk_setup()
+    machine.init_raygents(store=f"file://{os.path.join(tmp, 'store')}", durability="sync")
     time.sleep(2.0)
-    idle_cold = C.idle_footprint()
-    logic = C.ToolTurns(k=K)
+    idle_cold = sampling.idle_footprint()
+    logic = fakes.ToolTurns(k=K)
     rg_agents = {
-        kind: rg.Agent(f"tp_{kind}", tools=C.rg_tools(kind), model=C.rg_model(logic, LATENCY_S))
+        kind: rg.Agent(
+            f"tp_{kind}", tools=fakes.rg_tools(kind), model=fakes.rg_model(logic, LATENCY_S)
+        )
         for kind in ("task", "local")
     }
     sdk_agent = SdkAgent(
         name="tp_sdk",
         instructions="",
-        tools=C.sdk_tools("task"),
-        model=C.sdk_model(logic, LATENCY_S),
+        tools=fakes.sdk_tools("task"),
+        model=fakes.sdk_model(logic, LATENCY_S),
     )
-    fl = C.floor()
+    fl = rayfloor.floor()
     floor_actor = fl["FloorAgent"].remote()
 
     def inputs(n: int) -> list[str]:
@@ -90,7 +96,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     for fn in sides.values():  # warm up: actors, imports, a few workers
         fn(10)
     time.sleep(2.0)
-    idle_warm = C.idle_footprint()
+    idle_warm = sampling.idle_footprint()
     pool = idle_warm["by_role"].get("ray::IDLE worker", {}).get("count", 0)
 
     per_n: dict[int, dict[str, list[dict[str, Any]]]] = {n: {s: [] for s in sides} for n in ns}
@@ -98,19 +104,19 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     for n in schedule(reps, ns):
         rep = len(per_n[n][names[0]])
         order = names[rep % len(names) :] + names[: rep % len(names)]
-        C.log(f"throughput: N={n}, repetition {rep + 1} of {reps[n]}")
+        machine.log(f"throughput: N={n}, repetition {rep + 1} of {reps[n]}")
         for side in order:
             # neither the idle workers another side's tasks left behind nor the CPU of
             # their ending must count here
-            settled = C.settle_workers(pool)
-            settled["quiet"] = C.settle(max_s=30.0, window_s=1.0)
-            with C.Sampler(interval_s=0.5) as sampler:
+            settled = machine.settle_workers(pool)
+            settled["quiet"] = machine.settle(max_s=30.0, window_s=1.0)
+            with sampling.Sampler(interval_s=0.5) as sampler:
                 out = sides[side](n)
             out["sampler"] = sampler.report
             out["settled"] = settled
-            out["load"] = C.load()
+            out["load"] = machine.load()
             per_n[n][side].append(out)
-            C.log(
+            machine.log(
                 f"  {side}: {n / out['wall_s']:.1f} runs/s, wall {out['wall_s']:.2f} s, "
                 f"start {out['start_s']:.2f} s, errors {len(out['errors'])}, "
                 f"recovered {out.get('recovered', '-')}, "
@@ -128,13 +134,13 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         for side, outs in per_side.items():
             rates = [n / o["wall_s"] for o in outs]
             lat = [x for o in outs for x in o["latencies"]]
-            s_lat = C.summary(lat)
+            s_lat = stats.summary(lat)
             best = max(outs, key=lambda o: n / o["wall_s"])
             row["sides"][side] = {
-                "runs_per_s": C.summary(rates),
-                "latency_p50_ms": C.ms(s_lat["p50"]),
-                "latency_p99_ms": C.ms(s_lat["p99"]),
-                "start_all_s": C.summary([o["start_s"] for o in outs]),
+                "runs_per_s": stats.summary(rates),
+                "latency_p50_ms": stats.ms(s_lat["p50"]),
+                "latency_p99_ms": stats.ms(s_lat["p99"]),
+                "start_all_s": stats.summary([o["start_s"] for o in outs]),
                 "errors": sum(len(o["errors"]) for o in outs),
                 "error_sample": next((o["errors"][0] for o in outs if o["errors"]), None),
                 **(
@@ -142,7 +148,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                     if "recovered" in outs[0]
                     else {}
                 ),
-                "cpu_s_total": C.summary([o["sampler"].get("cpu_s_total", 0) for o in outs]),
+                "cpu_s_total": stats.summary([o["sampler"].get("cpu_s_total", 0) for o in outs]),
                 "peak_total_pss_mb": max(o["sampler"].get("peak_total_pss_mb", 0) for o in outs),
                 "peak_total_rss_mb": max(o["sampler"].get("peak_total_rss_mb", 0) for o in outs),
                 "processes_by_role": best["sampler"].get("by_role"),
@@ -152,7 +158,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             }
         for side in ("raygents_task", "raygents_local", "ray_floor"):
             if "runs_per_s" in row["sides"][side]:
-                row["sides"][side]["ratio_vs_sdk_runs_per_s"] = C.ratio(
+                row["sides"][side]["ratio_vs_sdk_runs_per_s"] = stats.ratio(
                     row["sides"][side]["runs_per_s"]["p50"],
                     row["sides"]["sdk"]["runs_per_s"]["p50"],
                 )
@@ -172,8 +178,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         if rate(side, top) is None:
             continue
         best = max(x for x in (rate(side, n) for n in ns) if x is not None)
-        vs_sdk = C.ratio(rate(side, top), rate("sdk", top))
-        vs_best = C.ratio(rate(side, top), best)
+        vs_sdk = stats.ratio(rate(side, top), rate("sdk", top))
+        vs_best = stats.ratio(rate(side, top), best)
         checks[f"N={top} runs/s >= 2x SDK ({side})"] = {
             "value": vs_sdk,
             "target": ">= 2",

@@ -1,7 +1,7 @@
 """Summarise py-spy ``record -f raw`` output (collapsed stacks): the top functions by
 inclusive and by self samples.
 
-    python benchmarks/profile_summary.py actor.txt [--top 25] [--filter raygents]
+    python benchmarks/tools/profile_summary.py actor.txt [--top 25] [--filter raygents]
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
 """Profile raygents under one benchmark scenario with py-spy (``pip install py-spy``).
 
-    python benchmarks/profile.py single --seconds 15   # sequential 2-turn runs, K=4 task tools
-    python benchmarks/profile.py single-local          # the same with remote=False tools
-    python benchmarks/profile.py concurrent --n 300    # N concurrent runs, 100 ms model
-    python benchmarks/profile.py concurrent-task       # the same with num_cpus=0 tool tasks
-    python benchmarks/profile.py resume --n 200        # suspend N runs, profile resuming them
-    python benchmarks/profile.py checkpoint            # 10 local tool turns, model latency 0,
-                                                       # sync on the file store (workload 4)
-    python benchmarks/profile.py fanout --n 64         # an orchestrator calls N sub-agents
-                                                       # with 200 ms CPU tool tasks (workload 3;
-                                                       # --tool sleep: sleeping tools)
+    python benchmarks/tools/profile.py SCENARIO [--seconds 15] [--n N] [--tool sleep]
+
+    single            sequential 2-turn runs, K=4 task tools
+    single-local      the same with remote=False tools
+    concurrent        N concurrent runs (--n 300), 100 ms model
+    concurrent-task   the same with num_cpus=0 tool tasks
+    resume            suspend N runs (--n 200), profile resuming them
+    checkpoint        10 local tool turns, model latency 0, sync on the file store (workload 4)
+    fanout            an orchestrator calls N sub-agents (--n 64) with 200 ms CPU tool tasks
+                      (workload 3; --tool sleep: sleeping tools)
 
 py-spy records the driver, the coordinator and the agent actor(s) (found by their ``ray::``
 process titles) at 100 Hz (``--rate``), on-CPU samples only, into
-``benchmarks/results/profiles/<scenario>-<process>.txt`` (collapsed stacks); a summary of each
-(top inclusive / self functions) is printed and written next to them (``.summary.txt``).
+``<tmp>/raygents-profiles/<scenario>-<process>.txt`` (``--out``; collapsed stacks); a summary
+of each (top inclusive / self functions) is printed and written next to them (``.summary.txt``).
 ``--gil`` keeps only samples of threads holding the GIL (Python running, not blocked in fsync
 or in Ray's C++ threads) and names the files ``<scenario>-gil-<process>``.
 """
@@ -26,13 +26,16 @@ import contextlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH_DIR = os.path.dirname(HERE)
 sys.path.insert(0, BENCH_DIR)
 
-import common as C  # noqa: E402
+import fakes  # noqa: E402
+import machine  # noqa: E402
 
 
 def _targets() -> dict[str, int]:
@@ -93,14 +96,14 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     if args.scenario == "checkpoint":
         agent = rg.Agent(
             "prof_ck",
-            tools=C.rg_tools("payload_local"),
-            model=C.rg_model(C.ToolTurns(k=1, tool="payload", n=512), 0.0),
+            tools=fakes.rg_tools("payload_local"),
+            model=fakes.rg_model(fakes.ToolTurns(k=1, tool="payload", n=512), 0.0),
             max_turns=20,
         )
         for _ in range(3):
             rg.run(agent, "k=1 turns=10")
     elif args.scenario == "fanout":
-        agent = C.rg_fanout_agent(args.tool, "prof_fo", latency)
+        agent = fakes.rg_fanout_agent(args.tool, "prof_fo", latency)
         rg.run(agent, "m=2")
     elif args.scenario == "resume":
         from workloads.suspend import phase
@@ -108,8 +111,8 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[Any]]:
         agent = rg.Agent(
             "prof_storm",
             instructions=phase,
-            tools=C.rg_tools("local"),
-            model=C.rg_model(C.UntilFinish(), latency),
+            tools=fakes.rg_tools("local"),
+            model=fakes.rg_model(fakes.UntilFinish(), latency),
             max_turns=100_000,
         )
         handles = [rg.start(agent, f"go {i}", context="loop") for i in range(args.n)]
@@ -121,7 +124,9 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, list[Any]]:
                 h.result(300)
     else:
         agent = rg.Agent(
-            f"prof_{kind}", tools=C.rg_tools(kind), model=C.rg_model(C.ToolTurns(k=4), latency)
+            f"prof_{kind}",
+            tools=fakes.rg_tools(kind),
+            model=fakes.rg_model(fakes.ToolTurns(k=4), latency),
         )
         for _ in range(5):
             rg.run(agent, "k=4")
@@ -145,7 +150,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
-    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", "profiles"))
+    ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "raygents-profiles"))
     ap.add_argument(
         "--gil",
         action="store_true",
@@ -166,8 +171,8 @@ def main() -> None:
 
     import raygents as rg
 
-    tmp = C.scratch("rgprof-")
-    C.init_raygents(store=f"file://{tmp}/store", durability=args.durability)
+    tmp = machine.scratch("rgprof-")
+    machine.init_raygents(store=f"file://{tmp}/store", durability=args.durability)
     agent, handles = _prepare(args)
     procs = _record(args.scenario, args.seconds, args.out, args.gil, args.rate)
     t0 = time.perf_counter()
@@ -195,7 +200,7 @@ def main() -> None:
     for name, path, proc in procs:
         proc.wait()
         res = subprocess.run(
-            [sys.executable, os.path.join(BENCH_DIR, "profile_summary.py"), path, "--top", "30"],
+            [sys.executable, os.path.join(HERE, "profile_summary.py"), path, "--top", "30"],
             capture_output=True,
             text=True,
         )

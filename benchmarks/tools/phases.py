@@ -1,13 +1,13 @@
 """Where the time of one 2-turn run goes, phase by phase, in raygents and on the Ray floor.
 
-    python benchmarks/phases.py                       # K=4 tool tasks, 100 ms model, 40 runs
-    python benchmarks/phases.py --durability exit     # without the run's checkpoint records
+    python benchmarks/tools/phases.py                 # K=4 tool tasks, 100 ms model, 40 runs
+    python benchmarks/tools/phases.py --durability exit # without the run's checkpoint records
 
-The two sides run alternately in one process, as in ``single_ab.py``. raygents' moments come
-from a Ray worker setup hook that wraps, in every worker, ``AgentActor.start`` (the actor takes
-the run) and ``FunctionModel.respond`` (a model call starts and returns), and from the driver
-(``start()`` called, the result back); the floor's from the same moments in its actor
-(``common.marked_turns``). Prints the median of each phase on both sides and the difference.
+The two sides run alternately in one process, as in ``ab.py --workload single``. raygents'
+moments come from a Ray worker setup hook that wraps, in every worker, ``AgentActor.start`` (the
+actor takes the run) and ``FunctionModel.respond`` (a model call starts and returns), and from
+the driver (``start()`` called, the result back); the floor's from the same moments in its actor
+(``rayfloor.marked_turns``). Prints the median of each phase on both sides and the difference.
 Clocks are ``time.time()``, one clock for every process of this machine.
 """
 
@@ -23,10 +23,12 @@ import tempfile
 import time
 from typing import Any
 
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+BENCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, BENCH_DIR)
 
-import common as C  # noqa: E402
+import fakes  # noqa: E402
+import machine  # noqa: E402
+import rayfloor  # noqa: E402
 
 PHASES = (
     ("driver_start", "actor_start", "start() to the actor having the run"),
@@ -139,7 +141,7 @@ def main() -> None:
     from raygents.runtime import runs
 
     folder = tempfile.mkdtemp(prefix="rg-phases-")
-    C.init_raygents(
+    machine.init_raygents(
         store=f"file://{folder}/store",
         durability=args.durability,
         runtime_env={
@@ -147,16 +149,18 @@ def main() -> None:
             "worker_process_setup_hook": _mark_worker,
         },
     )
-    bare_task = C.floor()["bare_task"]
+    bare_task = rayfloor.floor()["bare_task"]
 
     @ray.remote(num_cpus=0)
     class MarkedFloor:
         async def turns(self, latency_s: float, k: int) -> list[tuple[str, float]]:
-            return await C.marked_turns(bare_task, latency_s, k)
+            return await rayfloor.marked_turns(bare_task, latency_s, k)
 
     floor = MarkedFloor.remote()  # type: ignore[attr-defined]
     agent = rg.Agent(
-        "phases", tools=C.rg_tools("task"), model=C.rg_model(C.ToolTurns(k=args.k), args.latency)
+        "phases",
+        tools=fakes.rg_tools("task"),
+        model=fakes.rg_model(fakes.ToolTurns(k=args.k), args.latency),
     )
     start = runs.start
     driver: list[tuple[float, float]] = []  # raygents runs: (start() called, result back)
