@@ -34,6 +34,7 @@ from raygents.errors import (
     RunNotFound,
     SuspendedError,
     ToolNotFound,
+    TooManyRuns,
     UserError,
 )
 
@@ -165,6 +166,7 @@ __all__ = [
     "StoreSession",
     "SuspendedError",
     "Tool",
+    "TooManyRuns",
     "ToolCall",
     "ToolContext",
     "ToolNotFound",

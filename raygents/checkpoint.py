@@ -58,7 +58,7 @@ Status = Literal["running", "suspended", "awaiting_approval", "failed", "complet
 Record = dict[str, Any]
 Body = dict[str, Any]
 _NONE = object()
-_ALWAYS = ("agent_name", "turns", "epoch")
+_ALWAYS = ("agent_name", "turns", "epoch", "tenant")
 """Body fields every record carries (the run table is rebuilt from each run's newest record)."""
 
 

@@ -89,6 +89,9 @@ class RunState(BaseModel):
     """The conversation the run loads at start and saves on success (start agent's session)."""
     start_agent: str = ""
     """The agent the run started on (whose session and input guardrails apply)."""
+    tenant: str | None = None
+    """Whose quota of runs in flight the run counts against (``max_concurrent_runs``); None
+    is the default tenant's."""
     rewritten: bool = False
     """A handoff's ``input_filter`` rewrote the history: the session save replaces the
     conversation with the run's instead of appending the run's new messages to it."""

@@ -15,6 +15,7 @@
     ├── ModelOutputError           malformed model output past ``max_output_retries``
     ├── OutputValidationError      typed output failed its schema or type
     ├── RunNotFound                no run with that id is known
+    ├── TooManyRuns                a tenant has ``max_concurrent_runs`` runs in flight
     ├── PayloadTooLarge            a payload is over its size cap (``MAX_PAYLOAD_BYTES``)
     │   └── CheckpointTooLarge     a checkpoint record is over its cap (also a CheckpointError)
     └── CheckpointError            a checkpoint could not be stored or loaded
@@ -52,6 +53,7 @@ __all__ = [
     "RunInterrupted",
     "RunNotFound",
     "SuspendedError",
+    "TooManyRuns",
     "ToolNotFound",
     "UserError",
 ]
@@ -250,6 +252,28 @@ class OutputValidationError(RaygentsError):
 
 class RunNotFound(RaygentsError):
     """No run with that id is known to the coordinator or the store."""
+
+
+class TooManyRuns(RaygentsError):
+    """A run was refused: its tenant already has ``max_concurrent_runs`` runs in flight
+    (see ``raygents.init``). Nothing of the refused run was started or stored.
+
+    Attributes:
+        tenant: the tenant the run was started for.
+        limit: the number of runs each tenant may have in flight.
+    """
+
+    _fields: tuple[str, ...] = ("tenant", "limit")
+    tenant: str | None
+    limit: int | None
+
+    def __init__(self, message: object = "", *, run_id: object = None, **fields: Any) -> None:
+        if not message and fields.get("tenant") is not None:
+            message = (
+                f"tenant {fields['tenant']!r} already has {fields.get('limit')} runs in flight "
+                "(max_concurrent_runs); wait for one to end, or start the run later"
+            )
+        super().__init__(message, run_id=run_id, **fields)
 
 
 class CheckpointError(RaygentsError):

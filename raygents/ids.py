@@ -16,13 +16,20 @@ from typing import Any, Literal
 
 from raygents.errors import UserError
 
-__all__ = ["MAX_ID_LENGTH", "MAX_NAME_LENGTH", "IdKind", "validate_agent_name", "validate_id"]
+__all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_NAME_LENGTH",
+    "IdKind",
+    "is_id",
+    "validate_agent_name",
+    "validate_id",
+]
 
 MAX_ID_LENGTH = 128
 """The longest id: a store key segment (``raygents.store.MAX_SEGMENT_LENGTH``)."""
 MAX_NAME_LENGTH = 128
 """The longest agent name."""
-IdKind = Literal["run id", "session id", "job id"]
+IdKind = Literal["run id", "session id", "job id", "tenant"]
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
 _RULE = (
     f"use 1 to {MAX_ID_LENGTH} ASCII letters, digits, '.', '_' or '-', starting with a letter, "
@@ -40,9 +47,14 @@ def validate_id(value: Any, what: IdKind = "run id") -> str:
     """
     if type(value) is not str:
         raise UserError(f"a {what} must be a str, not {type(value).__name__}")
-    if len(value) <= MAX_ID_LENGTH and _ID.fullmatch(value) and ".." not in value:
+    if is_id(value):
         return value
     raise UserError(f"invalid {what} {_shown(value)}: {_RULE}")
+
+
+def is_id(value: str) -> bool:
+    """Whether ``value`` is a usable id (see :func:`validate_id`)."""
+    return len(value) <= MAX_ID_LENGTH and _ID.fullmatch(value) is not None and ".." not in value
 
 
 def validate_agent_name(name: Any) -> str:

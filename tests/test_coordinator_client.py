@@ -27,7 +27,9 @@ class _Coordinator:
     def settings(self) -> dict[str, Any]:
         return {"durability": "sync", "key": None}
 
-    def claim(self, run_id: str, owner: str, agent_name: str) -> tuple[None, int]:
+    def claim(
+        self, run_id: str, owner: str, agent_name: str, force: bool, tenant: str | None
+    ) -> tuple[None, int]:
         self._maybe_fail()
         return None, 3
 
@@ -54,7 +56,7 @@ async def test_each_call_answers_in_its_own_types() -> None:
         (None, 2),
     ]
     assert await client.load("r1") == [b"a", b"b"]
-    assert handle.calls["claim"] == [("r1", "me", "agent")]
+    assert handle.calls["claim"] == [("r1", "me", "agent", False, None)]
 
 
 async def test_settings_are_fetched_once_and_again_after_a_replacement() -> None:
@@ -101,4 +103,4 @@ async def test_a_driver_revives_a_coordinator_gone_for_good() -> None:
 async def test_past_its_patience_the_call_raises() -> None:
     client, _ = _client(_Coordinator(failures=1_000))
     with pytest.raises(ray.exceptions.ActorUnavailableError):
-        await asyncio.wait_for(client._call("claim", "r1", "me", "a", patience_s=0.0), 5)
+        await asyncio.wait_for(client._call("claim", "r1", "me", "a", False, None, patience_s=0.0), 5)

@@ -33,6 +33,7 @@ FIELDS = {
     rg.OutputValidationError: {"errors": [("/a", "bad")], "output": "{}"},
     rg.CheckpointError: {"key": "runs/r/1"},
     rg.CheckpointCorrupt: {"key": "runs/r/1", "reason": "checksum"},
+    rg.TooManyRuns: {"tenant": "acme", "limit": 8},
 }
 
 

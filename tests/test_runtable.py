@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from raygents.errors import CheckpointError, UserError
+from raygents.errors import CheckpointError, TooManyRuns, UserError
 from raygents.messages import Message
 from raygents.runtime import rebuild
 from raygents.runtime.runinfo import RunInfo, outcome_status, table_status
@@ -228,3 +228,53 @@ def test_a_status_is_checked() -> None:
     table, _ = _table()
     with pytest.raises(ValueError):
         table.note("r1", 1, ("exploded", "agent", 0, None))
+
+
+# --- runs in flight per tenant ------------------------------------------------------------
+
+
+def test_a_claim_past_its_tenants_limit_is_refused_and_changes_nothing() -> None:
+    table = RunTable(max_concurrent_runs=1)
+    assert table.claim("a1", "driver", "agent", tenant="acme") == (None, 1)
+    with pytest.raises(TooManyRuns) as refused:
+        table.claim("a2", "driver", "agent", tenant="acme")
+    assert (refused.value.tenant, refused.value.limit, refused.value.run_id) == ("acme", 1, "a2")
+    assert "a2" not in table.runs and "a2" not in table.epochs
+    assert table.claim("b1", "driver", "agent", tenant="globex") == (None, 1)
+    assert table.claim("d1", "driver", "agent") == (None, 1)  # no tenant: the default one's
+    with pytest.raises(TooManyRuns, match="'default'"):
+        table.claim("d2", "driver", "agent")
+
+
+def test_children_and_claims_again_take_no_second_slot() -> None:
+    table = RunTable(max_concurrent_runs=1)
+    table.claim("parent", "driver", "agent", tenant="acme")
+    assert table.claim("parent/child", "actor", "agent", force=True) == (None, 1)
+    assert table.claim("parent", "driver", "agent")[1] == 2  # its tenant is remembered
+    assert table.admission.in_flight("acme") == 1
+
+
+@pytest.mark.parametrize("status", ["suspended", "awaiting_approval", "completed", "failed"])
+def test_a_run_that_stops_gives_its_slot_back(status: Any) -> None:
+    table = RunTable(max_concurrent_runs=1)
+    table.claim("r1", "driver", "agent", tenant="acme")
+    table.finish(RunInfo("r1", status, "agent"))
+    assert table.runs["r1"].tenant == "acme"  # (kept for its resume)
+    assert table.claim("r2", "driver", "agent", tenant="acme") == (None, 1)
+
+
+def test_a_stopping_record_gives_the_slot_back_and_an_undone_claim_too() -> None:
+    table = RunTable(max_concurrent_runs=1)
+    table.claim("r1", "driver", "agent", tenant="acme")
+    table.note("r1", 3, ("suspended", "agent", 2, None))
+    assert table.runs["r1"].tenant == "acme"
+    before = table.runs["r1"]
+    table.claim("r1", "driver", "agent")  # a resume, in acme's slot
+    table.unclaim("r1", before)  # ... that did not go on
+    assert table.claim("r2", "driver", "agent", tenant="acme") == (None, 1)
+
+
+def test_without_a_limit_nothing_is_refused() -> None:
+    table = RunTable()
+    for i in range(100):
+        assert table.claim(f"r{i}", "driver", "agent", tenant="acme")[1] == 1

@@ -51,8 +51,11 @@ class Runtime:
         detached: bool,
         recovery: dict[str, float],
         actor_options: dict[str, Any],
+        max_concurrent_runs: int | None = None,
     ) -> None:
         self.namespace = namespace
+        self.max_concurrent_runs = max_concurrent_runs
+        """The limit this driver asked for (None: whatever the coordinator has)."""
         self.started_ray = started_ray
         self.detached = detached
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -94,11 +97,21 @@ class Runtime:
         """The namespace's coordinator: a new one (this runtime its creator), or the one that
         holds the name already."""
         cls = _coordinator_class(self.namespace, self.detached, node)
-        return cls.remote(*self._args, creator=self.owner)
+        return cls.remote(
+            *self._args, creator=self.owner, max_concurrent_runs=self.max_concurrent_runs
+        )
 
     def _mismatch(self, settings: dict[str, Any]) -> UserError | None:
-        """The error for a coordinator that runs with another store, durability or key."""
+        """The error for a coordinator that runs with another store, durability, key or
+        limit of runs in flight."""
         _, store_url, durability, key, *_ = self._args
+        limit = self.max_concurrent_runs
+        if limit is not None and settings.get("max_concurrent_runs") != limit:
+            return UserError(
+                f"the raygents coordinator of namespace {self.namespace!r} already runs with "
+                f"max_concurrent_runs={settings.get('max_concurrent_runs')!r}; use that (or "
+                "leave it out), or another namespace"
+            )
         return _settings_mismatch(self.namespace, store_url, durability, key, settings)
 
     async def _revive(self, failed: Any) -> bool:
@@ -372,6 +385,7 @@ def init(
     heartbeat_s: float = 2.0,
     stale_after_s: float = 30.0,
     actor_options: dict[str, Any] | None = None,
+    max_concurrent_runs: int | None = None,
     **ray_init_kwargs: Any,
 ) -> None:
     """Connect to Ray (or start a local instance) and set raygents up.
@@ -399,6 +413,12 @@ def init(
             for as long (or one saying its event loop was stuck that long), is replaced.
         actor_options: Ray actor options for every agent actor, e.g.
             ``{"resources": {"cpu_nodes": 0.01}}`` to keep agents on some nodes.
+        max_concurrent_runs: how many runs each tenant (``start(..., tenant=)``) may have
+            in flight (running) in the namespace at once; ``start`` or ``resume`` past that
+            raises ``TooManyRuns`` at once, and nothing of the refused run is kept. Suspended,
+            interrupted and ended runs hold no slot; agent-as-tool children count as part of
+            their parent. None (the default) admits every run; the coordinator's creator
+            sets it for every driver of the namespace.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
             a process asks for one new worker at a time per two CPUs (Ray's default: ten);
@@ -408,6 +428,13 @@ def init(
     if durability not in ("sync", "async", "exit"):
         raise UserError(f"durability must be 'sync', 'async' or 'exit', got {durability!r}")
     _check_recovery(max_attempts, heartbeat_s, stale_after_s, sigterm_grace_s)
+    if max_concurrent_runs is not None and (
+        type(max_concurrent_runs) is not int or max_concurrent_runs < 1
+    ):
+        raise UserError(
+            f"max_concurrent_runs must be an int of at least 1 (or None), got "
+            f"{max_concurrent_runs!r}"
+        )
     from raygents.store import default_store_url, open_store
 
     store_url = store or os.environ.get("RAYGENTS_STORE") or default_store_url()
@@ -445,6 +472,7 @@ def init(
             detached,
             recovery,
             dict(actor_options or {}),
+            max_concurrent_runs,
         )
     if handle_sigterm:
         _install_sigterm(sigterm_grace_s)

@@ -48,6 +48,7 @@ class Coordinator:
         recovery: dict[str, float] | None = None,
         actor_options: dict[str, Any] | None = None,
         creator: str = "",
+        max_concurrent_runs: int | None = None,
     ) -> None:
         self.namespace = namespace
         self.creator = creator
@@ -59,7 +60,7 @@ class Coordinator:
         self.direct = durability != "exit" and isinstance(self.store, FileStore)
         """Agent actors on this node write running runs' records to the store themselves
         (``sync``: the run waits for the put; ``async``: it does not)."""
-        self.table = RunTable(on_forget=self._forgotten)
+        self.table = RunTable(on_forget=self._forgotten, max_concurrent_runs=max_concurrent_runs)
         self.hot = HotRecords()
         self.cleaner = Cleaner(self.store, self.table, hmac_key)
         self.records = RecordStore(
@@ -161,7 +162,12 @@ class Coordinator:
 
     # --- the run table ------------------------------------------------------------------
     async def claim(
-        self, run_id: str, owner: str, agent_name: str, force: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        agent_name: str,
+        force: bool = False,
+        tenant: str | None = None,
     ) -> tuple[RunInfo | None, int]:
         """Dispatch a run for ``owner``: a new epoch fences every earlier dispatch.
 
@@ -173,12 +179,15 @@ class Coordinator:
 
         A run this coordinator has not read yet (a rebuild still reading, or a run it forgot)
         is read first, so its epoch and status are known.
+
+        Raises:
+            TooManyRuns: ``tenant`` has ``max_concurrent_runs`` runs in flight.
         """
         await self.records.known(run_id, look=not force)
         info = self.table.get(run_id)
         if not force and info is not None and info.status == "completed":
             return info, 0  # (a completed run is never run again)
-        return await self._dispatch(run_id, owner, agent_name, force)
+        return await self._dispatch(run_id, owner, agent_name, force, tenant)
 
     async def claim_many(
         self, claims: list[tuple[str, str, str, bool]]
@@ -206,7 +215,7 @@ class Coordinator:
         table.refuse_completed(run_id)
         before = table.get(run_id)
         name = before.agent_name if before is not None else "?"
-        taken, epoch = await self._dispatch(run_id, owner, name)
+        taken, epoch = await self._dispatch(run_id, owner, name)  # (in its tenant's slot)
         if taken is not None:
             return taken, 0, [], before
         stopped = before is None or before.status != "running"
@@ -230,10 +239,15 @@ class Coordinator:
         self.table.unclaim(run_id, before)
 
     async def _dispatch(
-        self, run_id: str, owner: str, agent_name: str, force: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        agent_name: str,
+        force: bool = False,
+        tenant: str | None = None,
     ) -> tuple[RunInfo | None, int]:
         """:meth:`claim` of a run whose entry is known (and not completed unless ``force``)."""
-        taken, epoch = self.table.claim(run_id, owner, agent_name, force)
+        taken, epoch = self.table.claim(run_id, owner, agent_name, force, tenant)
         if taken is not None:
             return taken, epoch
         ended = self.table.ended.pop(run_id, None) == epoch - 1 and not force
@@ -302,6 +316,7 @@ class Coordinator:
             "creator": self.creator,
             "direct": self.direct,
             "node": self.node,
+            "max_concurrent_runs": self.table.admission.limit,
         }
 
     def _forgotten(self, run_id: str, records_go: bool) -> None:

@@ -75,9 +75,15 @@ class CoordinatorClient:
         return self._settings
 
     # --- the run table ------------------------------------------------------------------
-    async def claim(self, run_id: str, owner: str, agent_name: str) -> tuple[RunInfo | None, int]:
-        """Dispatch a run for ``owner`` (see ``Coordinator.claim``)."""
-        taken, epoch = await self._call("claim", run_id, owner, agent_name)
+    async def claim(
+        self, run_id: str, owner: str, agent_name: str, tenant: str | None = None
+    ) -> tuple[RunInfo | None, int]:
+        """Dispatch a run for ``owner`` (see ``Coordinator.claim``), in a slot of ``tenant``.
+
+        Raises:
+            TooManyRuns: the tenant has ``max_concurrent_runs`` runs in flight.
+        """
+        taken, epoch = await self._call("claim", run_id, owner, agent_name, False, tenant)
         return taken, int(epoch)
 
     async def claim_many(

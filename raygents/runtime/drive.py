@@ -90,12 +90,12 @@ async def drive(
     announced = -1  # the attempt the last ``recovered`` event reported
     while True:
         name = envelope.state.agent_name
-        if token.cause is not None:
-            envelope = dataclasses.replace(envelope, suspend_cause=token.cause)
         progress: list[bool] = []
         try:
             actor = await directory.actor(envelope.graph_fp, name)
-            token.actor = actor
+            token.actor = actor  # (suspends asked from now on are sent to it)
+            if token.cause is not None:  # asked before: it goes with the run
+                envelope = dataclasses.replace(envelope, suspend_cause=token.cause)
             outcome = await _call(actor, envelope, emit, directory, progress)
         except (*LOST, StaleActor, ActorRestarted) as exc:
             if "creation task" in str(exc):  # the agent cannot even be built: not transient

@@ -18,7 +18,7 @@ from typing import Any
 
 from raygents import checkpoint, codec
 from raygents.errors import CheckpointCorrupt, CheckpointError
-from raygents.ids import validate_id
+from raygents.ids import is_id, validate_id
 
 __all__ = [
     "DONE",
@@ -96,6 +96,8 @@ class Found:
     usage: dict[str, int] | None = None
     leftovers: bool = False
     """A completed run whose records are still there (a cleanup that did not happen)."""
+    tenant: str | None = None
+    """Whose quota of runs in flight the run counts against, if its record names one."""
 
     @property
     def unreadable(self) -> bool:
@@ -249,6 +251,7 @@ def _entry(run_id: str, key: str, record: dict[str, Any]) -> Found:
     if status == "running":  # whoever drove it is gone: leave it resumable
         status = "suspended"
         error = "its driver or the coordinator stopped while it ran; resume it"
+    tenant = state.get("tenant")
     return Found(
         status,
         agent_name=agent_name,
@@ -256,6 +259,7 @@ def _entry(run_id: str, key: str, record: dict[str, Any]) -> Found:
         seq=seq,
         at=float(at) or time.time(),
         error=None if error is None else _short_text(error),
+        tenant=tenant if isinstance(tenant, str) and is_id(tenant) else None,
     )
 
 

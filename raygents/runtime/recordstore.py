@@ -286,6 +286,7 @@ class RecordStore:
             updated_at=found.at or time.time(),
             last_error=found.error,
             seq=found.seq,
+            tenant=found.tenant,
         )
         if found.unreadable:
             log.error("run %s is listed as failed: %s", run_id, found.error)

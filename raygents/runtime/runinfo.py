@@ -45,6 +45,8 @@ class RunInfo:
     last_error: str | None = None
     seq: int = 0
     owner: str | None = None
+    tenant: str | None = None
+    """Whose quota of runs in flight the run counts against (None: the default tenant's)."""
 
 
 class RunSummary(TypedDict):

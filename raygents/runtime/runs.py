@@ -79,6 +79,7 @@ def start(
     session_id: str | None = None,
     timeout_s: float | None = None,
     max_turns: int | None = None,
+    tenant: str | None = None,
     _stream: bool = False,
     _response_format: dict[str, Any] | None = None,
 ) -> RunHandle:
@@ -94,6 +95,11 @@ def start(
         session_id: the conversation to load from and save to the agent's session.
         timeout_s: a wall-clock budget after which the run suspends (it is never killed).
         max_turns: caps ``max_turns`` of every agent in this run.
+        tenant: whose quota of runs in flight the run counts against, an id like ``run_id``
+            (default: the default tenant's). See ``init(max_concurrent_runs=)``.
+
+    Raises:
+        TooManyRuns: the tenant already has ``max_concurrent_runs`` runs in flight.
     """
     _check_run_args(agent, timeout_s, max_turns)
     messages = _input_messages(input)
@@ -103,6 +109,8 @@ def start(
         validate_session_id(session_id)
     if run_id is not None:
         validate_id(run_id, "run id")
+    if tenant is not None:
+        validate_id(tenant, "tenant")
     rt = current()
     if session_id is not None:
         rt.send_notes()  # this driver's last run on the session has released it
@@ -116,6 +124,7 @@ def start(
         response_format=_response_format,
         session_id=session_id,
         start_agent=agent.name,
+        tenant=tenant,
     )
     envelope = Envelope(state, fp, context, stream=_stream)
     return _launch(rt, envelope, graph, blob, timeout_s, fresh_id=run_id is None)
@@ -134,18 +143,22 @@ def _launch(
     """Claim the run and drive it in the background.
 
     A run id raygents just generated cannot be taken, so its claim goes with the run (``start``
-    returns without a round trip to the coordinator); a given or resumed id is claimed here,
-    so a clash raises at once (``claimed``: the caller did, and set the epoch).
+    returns without a round trip to the coordinator) unless runs in flight are limited (the
+    claim then takes one of its tenant's slots, or raises ``TooManyRuns``); a given or
+    resumed id is claimed here, so a clash raises at once (``claimed``: the caller did, and
+    set the epoch).
     """
     run_id = envelope.state.run_id
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
+    if fresh_id and rt.directory.cached_settings().get("max_concurrent_runs") is not None:
+        fresh_id = False
     if not fresh_id and not claimed:
         if rt.has_notes(run_id):  # a run of this id just ended here
             rt.send_notes()
-        agent_name = envelope.state.agent_name
-        taken, epoch = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name))
+        agent_name, tenant = envelope.state.agent_name, envelope.state.tenant
+        taken, epoch = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name, tenant))
         if taken is not None:
             if envelope.resumed:
                 raise UserError(

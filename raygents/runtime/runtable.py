@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from raygents.errors import CheckpointError, UserError
+from raygents.errors import CheckpointError, TooManyRuns, UserError
 from raygents.runtime import rebuild
+from raygents.runtime.admission import DEFAULT_TENANT, Admission
 from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, table_status
 
 __all__ = ["KeptResults", "RunTable"]
@@ -31,7 +32,7 @@ _FAILED_KEPT = 1_000  # failed runs in the run table (and their records in the s
 _RESULTS_KEPT = 10_000
 _RESULTS_BYTES = 64 * 1024 * 1024  # estimated: the text of their outputs and messages
 _ENDED = ("completed", "failed")
-_WAITED = ("running", "pending")  # statuses a wait for the run's end waits on
+_IN_FLIGHT = ("running", "pending")  # (what a wait for the run's end waits on)
 
 
 class KeptResults:
@@ -100,8 +101,14 @@ class RunTable:
             the store go too.
     """
 
-    def __init__(self, on_forget: Callable[[str, bool], None] = _ignore) -> None:
+    def __init__(
+        self,
+        on_forget: Callable[[str, bool], None] = _ignore,
+        max_concurrent_runs: int | None = None,
+    ) -> None:
         self.runs: dict[str, RunInfo] = {}
+        self.admission = Admission(max_concurrent_runs)
+        """Runs in flight per tenant: a claim past the limit raises ``TooManyRuns``."""
         self.epochs: dict[str, int] = {}
         """Each run's newest dispatch."""
         self.ended: dict[str, int] = {}
@@ -133,11 +140,16 @@ class RunTable:
         old = self.runs.get(info.run_id)
         if old is not None:
             info = replace(
-                info, attempts=max(info.attempts, old.attempts), owner=info.owner or old.owner
+                info,
+                attempts=max(info.attempts, old.attempts),
+                owner=info.owner or old.owner,
+                tenant=info.tenant or old.tenant,
             )
         elif self.unread:  # news of a run not read yet: newer than its records
             self.unread.pop(info.run_id, None)
         self.runs[info.run_id] = info = replace(info, updated_at=time.time())
+        if info.status not in _IN_FLIGHT:
+            self.admission.release(info.run_id)
         if old is None or old.status != info.status:
             self._track(info)
 
@@ -180,14 +192,30 @@ class RunTable:
 
     # --- dispatches ---------------------------------------------------------------------
     def claim(
-        self, run_id: str, owner: str, agent_name: str, force: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        agent_name: str,
+        force: bool = False,
+        tenant: str | None = None,
     ) -> tuple[RunInfo | None, int]:
         """Dispatch a run for ``owner``: ``(None, epoch)`` with a new epoch, or the entry of
-        another owner running it and 0 (unless ``force``)."""
+        another owner running it and 0 (unless ``force``).
+
+        A run (not ``force``: an agent-as-tool child is part of its parent's) takes one of
+        its tenant's slots of runs in flight, kept from an earlier claim of the same run.
+
+        Raises:
+            TooManyRuns: the tenant has no slot left; nothing changed.
+        """
         info = self.runs.get(run_id)
         busy = info is not None and info.status == "running" and info.owner not in (None, owner)
         if busy and not force:
             return info, 0
+        tenant = tenant or (info.tenant if info is not None else None)
+        quota, limit = tenant or DEFAULT_TENANT, self.admission.limit
+        if not force and limit is not None and not self.admission.admit(run_id, quota):
+            raise TooManyRuns(tenant=quota, limit=limit, run_id=run_id)
         epoch = self.epochs.get(run_id, 0) + 1
         self.epochs[run_id] = epoch
         # (an entry without a dispatch comes from a record that arrived before this claim)
@@ -201,12 +229,15 @@ class RunTable:
                 attempts,
                 owner=owner,
                 seq=info.seq if info else 0,
+                tenant=tenant,
             )
         )
         return None, epoch
 
     def unclaim(self, run_id: str, before: RunInfo | None) -> None:
         """Put back a run's entry as it was before a claim its driver did not go on with."""
+        if before is None or before.status not in _IN_FLIGHT:
+            self.admission.release(run_id)
         if before is None:
             self.runs.pop(run_id, None)
             self._untrack(run_id)
@@ -264,7 +295,7 @@ class RunTable:
         holder = self.sessions.get(session_id)
         if holder is not None and holder != run_id:
             info = self.runs.get(holder)
-            if info is not None and info.status in _WAITED:
+            if info is not None and info.status in _IN_FLIGHT:
                 return holder
         self.sessions[session_id] = run_id
         return None
@@ -272,7 +303,7 @@ class RunTable:
     async def wait(self, run_id: str) -> tuple[RunInfo | None, RunSummary | None]:
         """Wait until a running run ends; its final entry and result (if kept)."""
         info = self.runs.get(run_id)
-        if info is not None and info.status in _WAITED:
+        if info is not None and info.status in _IN_FLIGHT:
             event = self._done.setdefault(run_id, asyncio.Event())
             await event.wait()
         return self.runs.get(run_id), self.results.get(run_id)
