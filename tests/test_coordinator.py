@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from raygents import checkpoint
-from raygents.errors import CheckpointError
+from raygents.envelope import RunState
+from raygents.errors import CheckpointError, TooManyRuns
 from raygents.runtime.coordinator import Coordinator
 from raygents.runtime.runinfo import RunInfo
 
@@ -192,6 +193,23 @@ async def test_the_run_table_is_rebuilt_from_the_valid_records_and_the_fence_mar
     assert rebuilt.table.runs["r1"].seq == 2 and rebuilt.table.runs["r1"].turns == 22
     assert rebuilt.table.runs["r1"].status == "suspended"
     assert rebuilt.table.epochs["r1"] == 2
+
+
+async def test_a_rebuilt_run_keeps_its_tenant_and_its_resume_takes_that_tenants_slot(
+    tmp_path: Any,
+) -> None:
+    coord = _file_coordinator(tmp_path)
+    state = RunState(run_id="r1", agent_name="agent", tenant="acme")
+    _, first, body = checkpoint.next_record(state.evolve(seq=0), "running", None)
+    _, delta, _ = checkpoint.next_record(state.evolve(seq=1, recorded=0), "suspended", body)
+    for record in (first, delta):
+        key = checkpoint.key_for("r1", record["seq"], 0)
+        coord.store.put(key, checkpoint.encode(record))
+    rebuilt = Coordinator("test", coord.store.url, max_concurrent_runs=1)
+    assert rebuilt.table.runs["r1"].tenant == "acme"
+    await rebuilt.claim("other", "driver", "agent", False, "acme")
+    with pytest.raises(TooManyRuns, match="'acme'"):
+        await rebuilt.claim_and_load("r1", "driver")
 
 
 async def _until(check: Any, timeout_s: float = 10.0) -> None:
