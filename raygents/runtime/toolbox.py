@@ -92,6 +92,7 @@ class Toolbox:
                 reset_tool_choice=agent.reset_tool_choice,
                 max_turns=agent.max_turns,
                 max_empty_output_retries=agent.max_empty_output_retries,
+                max_output_retries=agent.max_output_retries,
                 max_tool_calls_per_turn=agent.max_tool_calls_per_turn,
                 max_model_calls=agent.max_model_calls,
             )

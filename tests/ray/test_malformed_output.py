@@ -42,6 +42,17 @@ def test_malformed_arguments_past_the_default_limit_fail_the_run() -> None:
     assert len(corrections) == 3 and all("Invalid parameters" in m.text for m in corrections)
 
 
+@pytest.mark.parametrize("retries", [0, 1])
+def test_an_agents_own_max_output_retries_is_the_one_its_runs_get(retries: int) -> None:
+    bad = [calls(call("slow", "{oops", id=f"c{i}")) for i in range(retries + 1)]
+    model = ScriptedModel(bad)
+    agent = rg.Agent(unique("strict"), tools=[slow], model=model, max_output_retries=retries)
+    with pytest.raises(rg.ModelOutputError) as info:
+        rg.start(agent, "go").result(timeout_s=60)
+    assert info.value.max_output_retries == retries
+    assert len(model.calls) == retries + 1
+
+
 def script(request: ModelRequest) -> ModelResponse:
     """A malformed call, a good one (the run is suspended while it runs), then malformed
     calls: the fourth malformed reply is past the limit only if the count survived."""
