@@ -56,8 +56,8 @@ if TYPE_CHECKING:
     from raygents.models.openai import OpenAIChatModel
     from raygents.result import RunResult, TypedResult
     from raygents.runtime.client import init, shutdown
-    from raygents.runtime.coordinator import RunInfo
     from raygents.runtime.handle import RunHandle, RunStatus
+    from raygents.runtime.runinfo import RunInfo
     from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
     from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
@@ -83,8 +83,8 @@ _HOMES = {
     "raygents.models.openai": ("OpenAIChatModel",),
     "raygents.result": ("RunResult", "TypedResult"),
     "raygents.runtime.client": ("init", "shutdown"),
-    "raygents.runtime.coordinator": ("RunInfo",),
     "raygents.runtime.handle": ("RunHandle", "RunStatus"),
+    "raygents.runtime.runinfo": ("RunInfo",),
     "raygents.runtime.runs": (
         "attach",
         "resume",

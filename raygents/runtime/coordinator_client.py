@@ -14,7 +14,7 @@ from raygents.errors import RaygentsError
 
 if TYPE_CHECKING:
     from raygents.envelope import RunState
-    from raygents.runtime.coordinator import RunInfo
+    from raygents.runtime.runinfo import RunInfo, RunSummary
 
 __all__ = ["COORDINATOR_NAME", "CoordinatorClient", "raygents_error"]
 
@@ -113,7 +113,7 @@ class CoordinatorClient:
         """The run table, optionally of one status."""
         return list(await self._call("list_runs", status))
 
-    async def wait(self, run_id: str) -> tuple[RunInfo | None, Any]:
+    async def wait(self, run_id: str) -> tuple[RunInfo | None, RunSummary | None]:
         """Wait until the run ends: its final entry and result, if the coordinator has it."""
         info, result = await self._call("wait", run_id)
         return info, result

@@ -12,7 +12,7 @@ import ray
 from raygents.envelope import Envelope, Outcome
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken, drive
-from raygents.runtime.runinfo import RunInfo, RunSummary, outcome_status
+from raygents.runtime.runinfo import RunInfo, RunSummary, outcome_entry
 
 __all__ = ["DetachedRuns"]
 
@@ -70,19 +70,4 @@ class DetachedRuns:
                 token.request(cause)
 
     async def _record(self, outcome: Outcome) -> None:
-        state = outcome.state
-        summary: RunSummary | None = None
-        if outcome.kind == "completed":
-            summary = {
-                "final_output": outcome.output or "",
-                "messages": state.messages,
-                "usage": state.usage,
-                "turns": state.turns,
-                "agent_name": state.agent_name,
-            }
-        error = None if outcome.error is None else str(outcome.error)
-        status = outcome_status(outcome.kind)
-        info = RunInfo(
-            state.run_id, status, state.agent_name, state.turns, last_error=error, seq=state.seq
-        )
-        await self._finish(info, summary)
+        await self._finish(*outcome_entry(outcome))

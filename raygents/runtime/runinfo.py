@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict, cast, get_args
 from raygents.runtime.handle import RunStatus
 
 if TYPE_CHECKING:
-    from raygents.envelope import OutcomeKind
+    from raygents.envelope import Outcome, OutcomeKind
     from raygents.messages import Message, Usage
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "RunInfo",
     "RunSummary",
     "TableStatus",
+    "outcome_entry",
     "outcome_status",
     "table_status",
 ]
@@ -70,6 +71,33 @@ def outcome_status(kind: OutcomeKind) -> RunStatus:
     """The run table's status for a run whose actor's part ended as ``kind`` (a handoff that
     comes back as an outcome ended nowhere: the run failed)."""
     return _STATUS_OF.get(kind, "failed")
+
+
+def outcome_entry(outcome: Outcome, error: str | None = None) -> tuple[RunInfo, RunSummary | None]:
+    """The run table's entry for a run that ended with ``outcome``, and a completed run's
+    summary; ``error``: the text of the error its caller sees (default: the outcome's)."""
+    state = outcome.state
+    summary: RunSummary | None = None
+    if outcome.kind == "completed":
+        summary = {
+            "final_output": outcome.output or "",
+            "messages": state.messages,
+            "usage": state.usage,
+            "turns": state.turns,
+            "agent_name": state.agent_name,
+        }
+    if error is None and outcome.error is not None:
+        error = str(outcome.error)
+    info = RunInfo(
+        state.run_id,
+        outcome_status(outcome.kind),
+        state.agent_name,
+        state.turns,
+        last_error=error,
+        seq=state.seq,
+        tenant=state.tenant,
+    )
+    return info, summary
 
 
 def table_status(value: str) -> TableStatus:

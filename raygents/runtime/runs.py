@@ -26,12 +26,12 @@ from raygents.errors import (
 )
 from raygents.events import RunEvent
 from raygents.ids import validate_id
-from raygents.messages import Message, ToolCall, to_messages
+from raygents.messages import Message, ToolCall, Usage, to_messages
 from raygents.result import RunResult, TypedResult
 from raygents.runtime.client import Runtime, current
-from raygents.runtime.coordinator import RunInfo
 from raygents.runtime.drive import SuspendToken, drive
 from raygents.runtime.handle import RunHandle, RunStatus
+from raygents.runtime.runinfo import RunInfo, outcome_entry, outcome_status
 from raygents.runtime.snapshot import snapshot
 from raygents.schema import drop_defaulted_nulls, type_is_wrapped, type_name, type_schema
 from raygents.sessions import validate_session_id
@@ -229,7 +229,6 @@ async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) ->
 def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, Agent]) -> None:
     state = outcome.state
     base = {"run_id": state.run_id, "agent_name": state.agent_name, "turns": state.turns}
-    status: Any
     error: RaygentsError | None
     result: RunResult | None
     if outcome.kind == "completed":
@@ -242,7 +241,7 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
             last_agent=graph[state.agent_name],
         )
         event = RunEvent(type="complete", output=result.final_output, usage=state.usage, **base)
-        status, error = "completed", None
+        error = None
     elif outcome.kind == "suspended":
         inline = state if outcome.checkpoint_error else None
         error = SuspendedError(
@@ -253,7 +252,7 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
             checkpoint=inline,
         )
         event = RunEvent(type="suspended", error=outcome.cause, **base)
-        status, result = "suspended", None
+        result = None
     elif outcome.kind == "interrupted":
         pending = list(state.pending)
         error = RunInterrupted(
@@ -264,33 +263,15 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
         event = RunEvent(
             type="interrupted", data={"pending": [p.model_dump() for p in pending]}, **base
         )
-        status, result = "awaiting_approval", None
+        result = None
     else:
         error = outcome.error or RaygentsError("run failed", run_id=state.run_id)
         event = RunEvent(type="error", error=str(error), **base)
-        status, result = "failed", None
+        result = None
     handle._emit(event)
-    info = RunInfo(
-        state.run_id,
-        status,
-        state.agent_name,
-        state.turns,
-        last_error=None if result else str(error),
-        seq=state.seq,
-    )
-    summary = _summary(result) if result is not None else None
+    info, summary = outcome_entry(outcome, None if result else str(error))
     rt.note("finish", info, summary)
-    handle._resolve(result, error, status)
-
-
-def _summary(result: RunResult) -> dict[str, Any]:
-    return {
-        "final_output": result.final_output,
-        "messages": result.messages,
-        "usage": result.usage,
-        "turns": result.turns,
-        "agent_name": result.last_agent.name,
-    }
+    handle._resolve(result, error, outcome_status(outcome.kind))
 
 
 def run(agent: Agent, input: RunInput, **options: Any) -> RunResult:
@@ -489,7 +470,7 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
             run_id=handle.run_id,
             final_output=summary["final_output"],
             messages=tuple(summary["messages"]),
-            usage=summary["usage"],
+            usage=summary["usage"] or Usage(),
             turns=summary["turns"],
             last_agent=Agent(summary["agent_name"]),
         )
