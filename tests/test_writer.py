@@ -14,7 +14,7 @@ import pytest
 from fakes import FakeHandle
 
 from raygents import checkpoint
-from raygents.envelope import RunState
+from raygents.envelope import Outcome, RunState
 from raygents.errors import CheckpointError
 from raygents.messages import Message
 from raygents.runtime import reports as reports_module
@@ -269,7 +269,7 @@ async def test_a_fresh_runs_directory_is_made_in_a_thread_and_its_end_waits_for_
     writer.make_run_dir("fresh", alone=True)  # returns while the disk has not answered
     folder = tmp_path / "store" / "runs" / "fresh"
     assert not folder.exists() and writer.making_dir("fresh")
-    ending = asyncio.ensure_future(writer.finish("fresh", "completed"))
+    ending = asyncio.ensure_future(writer.finish(Outcome("completed", _state("fresh"))))
     for _ in range(5):
         await asyncio.sleep(0)
     assert not ending.done()  # the run's end waits for its directory
@@ -330,7 +330,7 @@ async def test_a_runs_end_drops_or_settles_its_waiting_reports(
     writer, coordinator, _ = await _writer(FileStore(tmp_path / "store"))
     await writer.save(_state("r1"), "running", None)
     writer.child_ended(_state("r1.c1", 3))
-    await writer.finish("r1", kind)  # type: ignore[arg-type]
+    await writer.finish(Outcome(kind, _state("r1", 1)))  # type: ignore[arg-type]
     for _ in range(5):
         await asyncio.sleep(0)
     assert coordinator.notes() == ([] if kind == "completed" else [("r1", 1)])
@@ -349,3 +349,75 @@ async def test_a_batchs_slow_call_is_journaled_at_once_and_its_last_left_to_the_
     journal.finished(1.0, "c2", ToolResult("two"))  # the last: the batch's own record has it
     assert not await journal.settle()
     assert written.records == [("r1", 1, "running")]
+
+
+async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(tmp_path: Path) -> None:
+    """The run's own writer marks it done in the store: a coordinator that crashed before
+    its clean-up wrote the marker rebuilds the run as completed, and never runs it again."""
+    import raygents as rg
+    from raygents.envelope import Envelope
+    from raygents.errors import UserError
+    from raygents.runtime.actor import AgentActor
+    from raygents.runtime.coordinator import Coordinator
+    from raygents.runtime.drive import SuspendToken
+    from raygents.testing import ScriptedModel, calls, text
+
+    @rg.tool(remote=False)
+    def lookup(q: str) -> str:
+        """Look up ``q``."""
+        return q.upper()
+
+    agent = rg.Agent(
+        "marking", model=ScriptedModel([calls(("lookup", {"q": "x"})), text("X")]), tools=[lookup]
+    )
+    url = f"file://{tmp_path}"
+    coord = Coordinator("test", url)
+    actor = AgentActor({"marking": agent}, "marking", "fp", "ns", coordinator=FakeHandle(coord))
+    actor._beater = object()  # type: ignore[assignment]  # (no beats outside Ray)
+    actor.writer.use_store(coord.store)  # type: ignore[arg-type]  # it writes records itself
+    _, epoch = await coord.claim("r1", "driver", "marking")
+    state = _state("r1").evolve(agent_name="marking", turns=0, epoch=epoch)
+    outcome = await actor._run(Envelope(state, "fp"), SuspendToken("r1"), lambda e: None)
+    assert outcome.kind == "completed" and outcome.state.seq >= 1
+    # the coordinator crashes now: the outcome never reached it (no driver here), so its
+    # clean-up never ran
+    keys = coord.store.list("runs/r1/")
+    assert f"runs/r1/done.{epoch}" in keys, keys
+    rebuilt = Coordinator("test", url)
+    assert await rebuilt.records.rebuilt(timeout_s=10.0)
+    assert rebuilt.table.runs["r1"].status == "completed"
+    with pytest.raises(UserError, match="'r1' already completed"):
+        await rebuilt.claim_and_load("r1", "driver-2")
+    info, result = await rebuilt.wait("r1")
+    assert info is not None and result["final_output"] == "X"  # the marker kept it
+    # the coordinator that did not crash learns the end: its clean-up keeps the marker found
+    from raygents.runtime.runinfo import RunInfo, RunSummary
+
+    summary = RunSummary(
+        final_output="X", messages=(), usage=None, turns=outcome.state.turns, agent_name="marking"
+    )
+    info = RunInfo("r1", "completed", "marking", outcome.state.turns, seq=outcome.state.seq)
+    marked = coord.store.get(f"runs/r1/done.{epoch}")
+    await coord.finish(info, summary)
+    for _ in range(200):
+        if coord.store.list("runs/r1/") == [f"runs/r1/done.{epoch}"]:
+            break
+        await asyncio.sleep(0.02)
+    assert coord.store.list("runs/r1/") == [f"runs/r1/done.{epoch}"]
+    assert coord.store.get(f"runs/r1/done.{epoch}") == marked
+
+
+async def test_only_a_completed_run_with_records_of_an_unfenced_copy_is_marked(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path / "store")
+    writer, _, _ = await _writer(store)
+    await writer.finish(Outcome("completed", _state("bare")))  # no records: no marker
+    stopped = await writer.save(_state("stopped"), "running", None)
+    await writer.finish(Outcome("suspended", stopped))
+    fenced = await writer.save(_state("fenced"), "running", None)
+    store.put(checkpoint.fence_key("fenced", 2), b"")  # the run was dispatched again
+    await writer.finish(Outcome("completed", fenced, output="stale"))
+    done = await writer.save(_state("done"), "running", None)
+    await writer.finish(Outcome("completed", done, output="ok"))
+    assert [k for k in store.list("runs/") if "/done." in k] == ["runs/done/done.1"]

@@ -229,7 +229,7 @@ class AgentActor:
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         outcome = await self._outcome(envelope, token, emit)
-        await self.writer.finish(envelope.state.run_id, outcome.kind)
+        await self.writer.finish(outcome)
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(

@@ -20,14 +20,16 @@ from typing import Any
 
 import ray
 
-from raygents import checkpoint
-from raygents.envelope import OutcomeKind, RunState
+from raygents import checkpoint, codec
+from raygents.envelope import Outcome, RunState
 from raygents.errors import CheckpointError
 from raygents.events import RunEvent
+from raygents.runtime import rebuild
+from raygents.runtime.cleanup import done_marker
 from raygents.runtime.directory import Directory
 from raygents.runtime.journal import Journal
 from raygents.runtime.reports import Reports
-from raygents.runtime.runinfo import RecordEntry
+from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary
 from raygents.store import FileStore, open_store
 
 __all__ = ["RecordWriter"]
@@ -204,14 +206,16 @@ class RecordWriter:
         self._newest.pop(run_id, None)
         self._keys.pop(run_id, None)
 
-    async def finish(self, run_id: str, kind: OutcomeKind) -> None:
+    async def finish(self, outcome: Outcome) -> None:
         """Wait until the run's records are where its outcome needs them, before it leaves.
 
         A handoff's next actor may be one that cannot write itself: the coordinator must have
         the reports first. A completed run's records are deleted at its end, so its waiting
         reports are dropped (a run that stopped otherwise had every report acknowledged
-        before its stop record). The ends of its children reach the coordinator before it.
+        before its stop record), and its completion marker is stored first (see
+        :meth:`_mark_done`). The ends of its children reach the coordinator before it.
         """
+        run_id, kind = outcome.state.run_id, outcome.kind
         await self._settle_writes(run_id, keep=0)
         await self.dir_made(run_id)
         tail = self._tails.pop(run_id, None)
@@ -222,8 +226,36 @@ class RecordWriter:
                 await self.reports.settled()
             elif kind == "completed":
                 self.reports.drop(run_id)
+        if kind == "completed":
+            await self._mark_done(outcome)
         if self.reports.ends_waiting:
             self.reports.send()
+
+    async def _mark_done(self, outcome: Outcome) -> None:
+        """Store a completed run's marker (``runs/<id>/done.<epoch>``, create-only, what the
+        coordinator's clean-up would write) if the run has records in this actor's store:
+        a coordinator that crashes before its clean-up then still finds the run completed,
+        and never runs it again. Its clean-up finds the marker there and keeps it."""
+        state = outcome.state
+        store = self.store()
+        if store is None or state.seq == 0:
+            return
+        info = RunInfo(state.run_id, "completed", state.agent_name, state.turns, seq=state.seq)
+        result = RunSummary(
+            final_output=outcome.output or "",
+            messages=state.messages,
+            usage=state.usage,
+            turns=state.turns,
+            agent_name=state.agent_name,
+        )
+        done = done_marker(info, state.epoch, result)
+        data = codec.encode(done, key=self.directory.cached_settings()["key"])
+        key = rebuild.done_key(state.run_id, state.epoch)
+        fence = checkpoint.fence_key(state.run_id, state.epoch + 1)
+        try:
+            await asyncio.to_thread(_put_marker, store, key, data, fence)
+        except CheckpointError as exc:  # (the coordinator's clean-up writes it)
+            log.warning("run %s: cannot store its completion marker: %s", state.run_id, exc)
 
     # --- run directories ----------------------------------------------------------------
     def make_run_dir(self, run_id: str, *, alone: bool) -> None:
@@ -380,6 +412,13 @@ def _put_unless_fenced(
     elif not store.put_if_dir(key, data):
         return True
     return store.has(fence) or (previous is not None and not store.has(previous))
+
+
+def _put_marker(store: FileStore, key: str, data: bytes, fence: str) -> None:
+    """Put a completion marker, unless the run was dispatched again (``fence``): a fenced
+    copy's completion is not the run's."""
+    if not store.has(fence):
+        store.put(key, data)
 
 
 def _make_dir(store: FileStore, prefix: str) -> None:
