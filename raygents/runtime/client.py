@@ -143,7 +143,7 @@ class Runtime:
         if mismatch is not None:  # another driver's, with other settings
             raise mismatch
         if actor_key(self.directory.coordinator()) == actor_key(failed):
-            self.directory.replace(found)
+            self.directory.replace(found, settings)
             self.created = settings["creator"] == self.owner
             self._node = settings["node"]
             log.warning(

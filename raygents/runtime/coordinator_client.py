@@ -58,10 +58,11 @@ class CoordinatorClient:
             self._handle = ray.get_actor(COORDINATOR_NAME, namespace=self.namespace)
         return self._handle
 
-    def replace(self, handle: Any) -> None:
-        """Use another coordinator from now on; its settings are fetched again."""
+    def replace(self, handle: Any, settings: dict[str, Any] | None = None) -> None:
+        """Use another coordinator from now on, with its ``settings`` if the caller has them
+        (else they are fetched again)."""
         self._handle = handle
-        self._settings = None
+        self._settings = settings
 
     async def settings(self) -> dict[str, Any]:
         """The coordinator's checkpoint settings (durability mode, integrity key), cached."""

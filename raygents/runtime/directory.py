@@ -85,10 +85,10 @@ class Directory:
         """The namespace's coordinator actor."""
         return self.client.handle()
 
-    def replace(self, coordinator: Any) -> None:
-        """Use another coordinator from now on (the one before is gone for good): forget the
-        settings and the agent actors the old one gave (they went with it)."""
-        self.client.replace(coordinator)
+    def replace(self, coordinator: Any, settings: dict[str, Any] | None = None) -> None:
+        """Use another coordinator from now on (the one before is gone for good), with its
+        ``settings`` if known; forget the agent actors the old one gave (they went with it)."""
+        self.client.replace(coordinator, settings)
         self._actors.clear()
 
     async def actor(self, graph_fp: str, name: str) -> Any:
