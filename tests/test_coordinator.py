@@ -266,7 +266,7 @@ async def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path
 
 
 def test_an_actor_write_finds_out_that_its_copy_of_the_run_is_fenced(tmp_path: Any) -> None:
-    from raygents.runtime.actor import _put_unless_fenced
+    from raygents.runtime.writer import _put_unless_fenced
     from raygents.store import FileStore
 
     store = FileStore(tmp_path)

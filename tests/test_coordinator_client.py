@@ -103,4 +103,6 @@ async def test_a_driver_revives_a_coordinator_gone_for_good() -> None:
 async def test_past_its_patience_the_call_raises() -> None:
     client, _ = _client(_Coordinator(failures=1_000))
     with pytest.raises(ray.exceptions.ActorUnavailableError):
-        await asyncio.wait_for(client._call("claim", "r1", "me", "a", False, None, patience_s=0.0), 5)
+        await asyncio.wait_for(
+            client._call("claim", "r1", "me", "a", False, None, patience_s=0.0), 5
+        )

@@ -243,8 +243,7 @@ async def test_a_run_that_fails_after_its_own_records_stores_its_failure(tmp_pat
     coord = Coordinator("test", url)
     actor = AgentActor({"failing": agent}, "failing", "fp", "ns", coordinator=FakeHandle(coord))
     actor._beater = object()  # type: ignore[assignment]  # (no beats outside Ray)
-    actor._store = coord.store  # type: ignore[assignment]  # it writes records itself
-    actor._store_known = True
+    actor.writer.use_store(coord.store)  # it writes records itself
     _, epoch = await coord.claim("r1", "driver", "failing")
     state = RunState(
         run_id="r1",

@@ -34,8 +34,6 @@ from raygents.runtime.runsession import open_session, resume_session, save_run_s
 from raygents.runtime.toolbox import Toolbox
 from raygents.runtime.toolcalls import ToolCalls
 from raygents.runtime.writer import RecordWriter
-from raygents.runtime.writer import _put_unless_fenced as _put_unless_fenced  # (re-exported)
-from raygents.store import FileStore
 from raygents.tools import RunContext, Tool
 
 __all__ = ["AgentActor"]
@@ -197,15 +195,6 @@ class AgentActor:
         if self._model is None:
             self._model = resolve_model(self.agent.model)
         return self._model
-
-    @property
-    def _store(self) -> FileStore | None:
-        """The store the writer puts records in itself (set: use that one)."""
-        return self.writer.store()
-
-    @_store.setter
-    def _store(self, store: FileStore | None) -> None:
-        self.writer.use_store(store)
 
     def _start_beats(self) -> Beater | None:
         """Beat to the coordinator while runs are here (see :mod:`~raygents.runtime.liveness`);

@@ -12,6 +12,7 @@ import pytest
 
 import raygents as rg
 from raygents.runtime import directory
+from raygents.runtime.handles import actor_key
 from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("faulty")
@@ -42,7 +43,7 @@ def late_pings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     found: list[bool] = []
 
     async def late_ping(actor: Any) -> Any:
-        key = actor._actor_id.hex()
+        key = actor_key(actor)
         if key not in answered:
             answered.add(key)
             return await real_ping(actor)
