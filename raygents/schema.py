@@ -133,6 +133,9 @@ def _nullable(prop: dict[str, Any]) -> dict[str, Any]:
     if _accepts_null(prop):
         return prop
     kind = prop.get("type")
+    enum = prop.get("enum")
+    if isinstance(enum, list) and None not in enum:  # (an enum's values bind as well as its type)
+        prop = {**prop, "enum": [*enum, None]}
     if isinstance(kind, str):
         return {**prop, "type": [kind, "null"]}
     if isinstance(kind, list):

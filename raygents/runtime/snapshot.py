@@ -15,16 +15,24 @@ bytes (``benchmarks/snapshot_cost.py``). The snapshots of the last :data:`_KEPT`
 kept, each with the objects whose identities its key holds (so that no other object can take
 such an identity meanwhile). A graph that the key cannot pickle is snapshotted in full, every
 time.
+
+The markers of the ``dataclasses`` module that a dataclass compares with ``is``
+(``MISSING``, the default-factory marker) are pickled by reference in every process that
+imports this module: copied with a class of ``__main__``, the copies would no longer mean "no
+default" to ``dataclasses`` and pydantic, which would then reject the class in the actors.
 """
 
 from __future__ import annotations
 
 import abc
+import copyreg
+import dataclasses
 import hashlib
 import io
 import threading
 import types
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from ray import cloudpickle
@@ -49,6 +57,23 @@ _lock = threading.Lock()
 _snapshots: OrderedDict[bytes, tuple[bytes, str, list[Any]]] = OrderedDict()
 _by_reference: dict[int, tuple[Any, bool]] = {}
 _registry: frozenset[str] = frozenset()
+
+
+def _markers_by_reference() -> None:
+    for name in ("MISSING", "_HAS_DEFAULT_FACTORY"):
+        copyreg.pickle(type(getattr(dataclasses, name)), _global(name))
+
+
+def _global(name: str) -> Callable[[object], str]:
+    """A reduction to ``name``: pickle then writes the object as its module's global."""
+
+    def reduce(_: object) -> str:
+        return name
+
+    return reduce
+
+
+_markers_by_reference()
 
 
 def snapshot(agent: Agent) -> Snapshot:
