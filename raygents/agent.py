@@ -13,7 +13,7 @@ from raygents.errors import UserError
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
-from raygents.tools import AgentTool, RunContext, Tool, _sanitise
+from raygents.tools import AgentTool, RunContext, Tool, _sanitise, check_needs_approval
 
 if TYPE_CHECKING:
     from raygents.messages import Message
@@ -215,6 +215,7 @@ class Agent:
                     f"agent {self.name!r}: tools must be Tool objects (use @tool or "
                     f"agent.as_tool()), got {t!r}"
                 )
+            check_needs_approval(t.name, t.needs_approval)
         for h in self.handoffs:
             if not isinstance(h, Agent | Handoff):
                 raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")

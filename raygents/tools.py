@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from raygents.errors import UserError
-from raygents.messages import ToolSpec, Usage
+from raygents.messages import ToolCall, ToolSpec, Usage
 from raygents.schema import EXCERPT, args_model, drop_defaulted_nulls, excerpt, function_parameters
 from raygents.toolcall import ToolContext, clean_text, result_text
 
@@ -30,6 +30,11 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+NeedsApproval = bool | Callable[..., Any]
+"""``needs_approval`` of a tool: always (``True``), never (``False``), or a predicate
+``(RunContext, arguments) -> bool`` (sync or async) asked per call, ``arguments`` being the
+call's JSON arguments as a dict; a predicate with a third parameter also gets the call id."""
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """What a tool name may be: what model APIs accept (OpenAI's function names)."""
@@ -69,7 +74,7 @@ class ExecutionOptions:
     resources: Mapping[str, float] | None = None
     max_retries: int | None = None
     timeout_s: float | None = None
-    needs_approval: bool = False
+    needs_approval: NeedsApproval = False
     remote: bool = True
 
 
@@ -89,7 +94,7 @@ class Tool:
     resources: Mapping[str, float] | None = None
     max_retries: int | None = None
     timeout_s: float | None = None
-    needs_approval: bool = False
+    needs_approval: NeedsApproval = False
     remote: bool = True
     _checked_parameters: Any = None
     """The ``parameters`` object last found usable (checking one costs about 20 ms)."""
@@ -149,6 +154,7 @@ class FunctionTool(Tool):
         self.fn = fn
         self.name = name or fn.__name__
         _check_tool_name(self.name)
+        check_needs_approval(self.name, options.needs_approval)
         params = list(inspect.signature(fn).parameters.values())
         self.takes_context = bool(params) and _is_context_param(fn, params[0])
         try:
@@ -217,6 +223,65 @@ def _is_context_param(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
     if annotation is ToolContext or annotation == "ToolContext":
         return True
     return param.name == "ctx" and annotation is inspect.Parameter.empty
+
+
+def check_needs_approval(name: str, value: object) -> None:
+    """Check a tool's ``needs_approval``: a bool or a predicate.
+
+    Raises:
+        UserError: it is something else, naming the tool.
+    """
+    if isinstance(value, bool) or (callable(value) and not isinstance(value, type)):
+        return
+    raise UserError(
+        f"tool {name!r}: needs_approval must be True, False or a function "
+        f"(ctx, arguments) -> bool, got {excerpt(repr(value), 80)}"
+    )
+
+
+async def call_needs_approval(t: Tool, ctx: RunContext, call: ToolCall) -> bool:
+    """Whether ``call`` of tool ``t`` needs a human's approval (see :data:`NeedsApproval`).
+
+    Raises:
+        UserError: the tool's ``needs_approval`` is not a bool or a predicate, or its predicate
+            raised or returned something other than a bool.
+    """
+    rule = t.needs_approval
+    if isinstance(rule, bool):
+        return rule
+    check_needs_approval(t.name, rule)
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except (ValueError, RecursionError):
+        return True  # (never shown to the predicate: a human looks at it)
+    if not isinstance(arguments, dict):
+        return True
+    args = (ctx, arguments, call.id) if _takes_call_id(rule) else (ctx, arguments)
+    try:
+        verdict = rule(*args)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as exc:
+        raise UserError(
+            f"tool {t.name!r}: its needs_approval function raised "
+            f"{type(exc).__name__}: {excerpt(str(exc))}"
+        ) from None
+    if not isinstance(verdict, bool):
+        raise UserError(
+            f"tool {t.name!r}: its needs_approval function must return a bool, "
+            f"got {excerpt(repr(verdict), 80)}"
+        )
+    return verdict
+
+
+def _takes_call_id(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes a third positional argument (the call id, as the SDK passes)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
 def _check_tool_name(name: str) -> None:
@@ -318,7 +383,7 @@ def tool(
     resources: Mapping[str, float] | None = None,
     max_retries: int | None = None,
     timeout_s: float | None = None,
-    needs_approval: bool = False,
+    needs_approval: NeedsApproval = False,
     remote: bool = True,
 ) -> Callable[[F], FunctionTool]: ...
 
@@ -334,7 +399,7 @@ def tool(
     resources: Mapping[str, float] | None = None,
     max_retries: int | None = None,
     timeout_s: float | None = None,
-    needs_approval: bool = False,
+    needs_approval: NeedsApproval = False,
     remote: bool = True,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a function into a tool; its schema comes from the signature and docstring.
@@ -348,7 +413,11 @@ def tool(
         resources: custom Ray resources the task reserves.
         max_retries: how often Ray retries the task after its worker died.
         timeout_s: after this many seconds the call becomes an error tool message.
-        needs_approval: every call waits for a human decision.
+        needs_approval: ``True``: every call waits for a human decision; or a predicate
+            ``(ctx, arguments) -> bool`` (sync or async), asked in the agent actor for each
+            call with the :class:`RunContext` and the call's arguments as a dict (a third
+            parameter, if it takes one, gets the call id): the calls it answers ``True`` for
+            wait. A call whose arguments are not a JSON object waits without asking it.
         remote: run each call as a Ray task (default); ``False`` runs it inside the agent actor,
             for cheap non-blocking tools.
     """

@@ -18,7 +18,7 @@ from raygents.runtime.drive import SuspendToken
 from raygents.runtime.tasks import StepResult, run_tool, tool_error
 from raygents.runtime.toolbox import Toolbox
 from raygents.runtime.writer import RecordWriter
-from raygents.tools import AgentTool, RunContext, ToolContext
+from raygents.tools import AgentTool, RunContext, ToolContext, call_needs_approval
 
 __all__ = ["ToolCalls"]
 
@@ -70,8 +70,9 @@ class ToolCalls:
             if not isinstance(step, loop.Execute) or step.call.id in state.journal:
                 continue
             t = tools[step.call.name]
-            if t.needs_approval or (
-                approval is not None and await approval.needs(self._ctx(state, context), step.call)
+            ctx = self._ctx(state, context)
+            if await call_needs_approval(t, ctx, step.call) or (
+                approval is not None and await approval.needs(ctx, step.call)
             ):
                 needs.add(step.call.id)
         return frozenset(needs)
