@@ -26,7 +26,9 @@ class RunHooks:
     (the record of a batch's results is written while the next model call runs: its
     ``on_checkpoint`` comes between that call's ``on_llm_start`` and ``on_llm_end``);
     ``on_handoff`` fires on the source agent; ``on_run_start`` when a run starts or resumes
-    (``on_restore`` first on resume) and ``on_run_end`` whenever it stops.
+    (``on_restore`` first on resume) and ``on_run_end`` whenever it stops; ``on_agent_start``
+    each time the agent becomes active in a run (its start, a handoff to it, a resume), after
+    ``on_run_start``. The context of ``on_llm_end`` counts the usage of the call it reports.
     """
 
     async def on_run_start(self, ctx: RunContext, agent: Agent, messages: list[Message]) -> None:
@@ -37,11 +39,15 @@ class RunHooks:
     ) -> None:
         """The run stopped: completed (``output``), failed, suspended or interrupted (``error``)."""
 
+    async def on_agent_start(self, ctx: RunContext, agent: Agent) -> None:
+        """``agent`` became active in the run: the run started on it, was handed to it, or
+        resumed on it."""
+
     async def on_llm_start(self, ctx: RunContext, agent: Agent, request: ModelRequest) -> None:
         """A model call is about to start."""
 
     async def on_llm_end(self, ctx: RunContext, agent: Agent, response: ModelResponse) -> None:
-        """A model call returned."""
+        """A model call returned; ``ctx.usage`` includes its usage."""
 
     async def on_tool_start(self, ctx: RunContext, agent: Agent, call: ToolCall) -> None:
         """A tool call is about to run."""

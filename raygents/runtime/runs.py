@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast, get_args
@@ -274,16 +275,37 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
     handle._resolve(result, error, outcome_status(outcome.kind))
 
 
+def _check_options(function: str, options: dict[str, Any]) -> None:
+    """Refuse an option :func:`start` does not take, naming ``function`` (the one called)."""
+    for name in options:
+        if name not in _RUN_OPTIONS:
+            hint = "; hooks are set per agent: Agent(hooks=...)" if name == "hooks" else ""
+            raise TypeError(
+                f"{function}() got an unexpected keyword argument {name!r} (its options are "
+                f"{', '.join(_RUN_OPTIONS)}){hint}"
+            )
+
+
+_RUN_OPTIONS = tuple(
+    p.name
+    for p in inspect.signature(start).parameters.values()
+    if p.kind is p.KEYWORD_ONLY and not p.name.startswith("_")
+)
+"""The options of :func:`start` that the functions built on it pass through."""
+
+
 def run(agent: Agent, input: RunInput, **options: Any) -> RunResult:
     """Run an agent to completion and return the result (blocks; for driver scripts).
 
     Takes the same options as :func:`start`.
     """
+    _check_options("run", options)
     return start(agent, input, **options).result()
 
 
 def run_streamed(agent: Agent, input: RunInput, **options: Any) -> RunHandle:
     """Like :func:`start`, with every model call streamed; read ``handle.events()``."""
+    _check_options("run_streamed", options)
     return start(agent, input, _stream=True, **options)
 
 
@@ -295,6 +317,7 @@ def run_typed(
     Raises:
         OutputValidationError: the final output does not match, with the failing paths.
     """
+    _check_options("run_typed", options)
     try:
         schema = type_schema(output_type)
     except Exception as exc:

@@ -1,0 +1,38 @@
+"""The run functions refuse an option they do not take, naming the function called."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import raygents as rg
+
+AGENT = rg.Agent("options_agent")
+
+CALLS: dict[str, Callable[..., Any]] = {
+    "run": lambda **options: rg.run(AGENT, "hi", **options),
+    "run_streamed": lambda **options: rg.run_streamed(AGENT, "hi", **options),
+    "run_typed": lambda **options: rg.run_typed(AGENT, "hi", int, **options),
+}
+
+
+@pytest.mark.parametrize("function", sorted(CALLS))
+def test_hooks_given_to_a_run_are_refused_naming_the_function_and_where_hooks_go(
+    function: str,
+) -> None:
+    with pytest.raises(TypeError) as info:
+        CALLS[function](hooks=rg.RunHooks())
+    message = str(info.value)
+    assert message.startswith(f"{function}() got an unexpected keyword argument 'hooks'")
+    assert "Agent(hooks=...)" in message
+
+
+@pytest.mark.parametrize("function", sorted(CALLS))
+@pytest.mark.parametrize("option", ["colour", "_stream", "_response_format"])
+def test_an_unknown_or_private_option_is_refused_naming_the_function(
+    function: str, option: str
+) -> None:
+    with pytest.raises(TypeError, match=rf"^{function}\(\) got an unexpected keyword argument"):
+        CALLS[function](**{option: 1})
