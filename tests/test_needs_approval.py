@@ -112,3 +112,16 @@ def test_the_agent_actor_gates_only_the_calls_the_predicate_picks() -> None:
     )
     gated = asyncio.run(calls.needs_approval(state, batch, {"limit": 100}))
     assert gated == frozenset({"c500"})
+
+
+def test_a_call_decided_already_is_not_asked_about_again() -> None:
+    seen.clear()
+    t = rg.tool(name="pay", needs_approval=over_limit)(pay)
+    agent = rg.Agent("a", tools=[t])
+    toolbox = Toolbox(agent)
+    asyncio.run(toolbox.resolve_tools())
+    calls = ToolCalls(agent, toolbox, None, None, None, lambda run_id: None)  # type: ignore[arg-type]
+    state = RunState(run_id="r", agent_name="a", approvals={"c500": rg.ApprovalDecision(True)})
+    batch = loop.RunTools((loop.Execute(ToolCall("c500", "pay", '{"amount": 500}')),))
+    assert asyncio.run(calls.needs_approval(state, batch, {"limit": 100})) == frozenset()
+    assert seen == []

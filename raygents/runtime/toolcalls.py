@@ -62,12 +62,15 @@ class ToolCalls:
     async def needs_approval(
         self, state: RunState, batch: loop.RunTools, context: Any
     ) -> frozenset[str]:
-        """The calls of the batch that wait for a human's approval."""
+        """The calls of the batch that wait for a human's approval (a call decided already,
+        on a resume, is not asked about again: its decision stands)."""
         tools = self.toolbox.tools()
         approval = self.agent.approval
         needs = set()
         for step in batch.steps:
-            if not isinstance(step, loop.Execute) or step.call.id in state.journal:
+            if not isinstance(step, loop.Execute):
+                continue
+            if step.call.id in state.journal or step.call.id in state.approvals:
                 continue
             t = tools[step.call.name]
             ctx = self._ctx(state, context)
