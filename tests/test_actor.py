@@ -13,6 +13,7 @@ from raygents.envelope import Envelope, Outcome, RunState
 from raygents.messages import to_messages
 from raygents.runtime.actor import AgentActor
 from raygents.runtime.mailbox import unpack
+from raygents.runtime.settings import Settings
 from raygents.testing import ScriptedModel, text
 
 
@@ -60,8 +61,8 @@ async def test_a_run_whose_task_raises_still_sends_a_failed_outcome(
 class _Coordinator:
     """What a run that needs no record asks of the coordinator."""
 
-    def settings(self) -> dict[str, Any]:
-        return {"durability": "sync", "key": None, "recovery": {}}
+    def settings(self) -> Settings:
+        return Settings()
 
 
 async def test_a_run_completes_and_its_outcome_reaches_the_caller() -> None:

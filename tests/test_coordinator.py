@@ -16,10 +16,11 @@ from raygents.envelope import RunState
 from raygents.errors import CheckpointError, TooManyRuns
 from raygents.runtime.coordinator import Coordinator
 from raygents.runtime.runinfo import RunInfo
+from raygents.runtime.settings import Settings
 
 
 def _coordinator() -> Coordinator:
-    return Coordinator("test", f"memory://hot-{os.urandom(4).hex()}")
+    return Coordinator("test", Settings(store=f"memory://hot-{os.urandom(4).hex()}"))
 
 
 def _info(run_id: str, status: str = "running", seq: int = 0) -> RunInfo:
@@ -108,8 +109,8 @@ async def test_claim_and_load_takes_a_stopped_run_and_leaves_others_alone() -> N
 
 
 def _file_coordinator(tmp_path: Any) -> Coordinator:
-    coord = Coordinator("test", f"file://{tmp_path}")
-    assert coord.direct and coord.settings()["direct"]
+    coord = Coordinator("test", Settings(store=f"file://{tmp_path}"))
+    assert coord.direct and coord.settings().direct
     return coord
 
 
@@ -189,7 +190,7 @@ async def test_the_run_table_is_rebuilt_from_the_valid_records_and_the_fence_mar
         state = {"agent_name": "agent", "turns": seq * 10 + epoch, "epoch": epoch}
         data = checkpoint.encode({**record, "append": [], "state": state, "run_id": "r1"})
         coord.store.put(checkpoint.key_for("r1", seq, epoch), data)
-    rebuilt = Coordinator("test", coord.store.url)
+    rebuilt = Coordinator("test", Settings(store=coord.store.url))
     assert rebuilt.table.runs["r1"].seq == 2 and rebuilt.table.runs["r1"].turns == 22
     assert rebuilt.table.runs["r1"].status == "suspended"
     assert rebuilt.table.epochs["r1"] == 2
@@ -205,7 +206,7 @@ async def test_a_rebuilt_run_keeps_its_tenant_and_its_resume_takes_that_tenants_
     for record in (first, delta):
         key = checkpoint.key_for("r1", record["seq"], 0)
         coord.store.put(key, checkpoint.encode(record))
-    rebuilt = Coordinator("test", coord.store.url, max_concurrent_runs=1)
+    rebuilt = Coordinator("test", Settings(store=coord.store.url, max_concurrent_runs=1))
     assert rebuilt.table.runs["r1"].tenant == "acme"
     await rebuilt.claim("other", "driver", "agent", False, "acme")
     with pytest.raises(TooManyRuns, match="'acme'"):

@@ -11,6 +11,7 @@ from fakes import FakeHandle
 
 from raygents.errors import RunNotFound
 from raygents.runtime.coordinator_client import CoordinatorClient
+from raygents.runtime.settings import Settings
 
 
 class _Coordinator:
@@ -24,8 +25,8 @@ class _Coordinator:
             self.failures -= 1
             raise ray.exceptions.ActorUnavailableError("restarting", None)
 
-    def settings(self) -> dict[str, Any]:
-        return {"durability": "sync", "key": None}
+    def settings(self) -> Settings:
+        return Settings()
 
     def claim(
         self, run_id: str, owner: str, agent_name: str, force: bool, tenant: str | None
@@ -65,7 +66,7 @@ async def test_settings_are_fetched_once_and_again_after_a_replacement() -> None
         client.cached_settings()
     await client.settings()
     await client.settings()
-    assert client.cached_settings()["durability"] == "sync"
+    assert client.cached_settings().durability == "sync"
     assert len(handle.calls["settings"]) == 1
     other = FakeHandle(_Coordinator())
     client.replace(other)

@@ -19,6 +19,7 @@ from raygents.runtime import coordinator as coordinator_module
 from raygents.runtime import recordstore
 from raygents.runtime.coordinator import Coordinator
 from raygents.runtime.runinfo import RunInfo
+from raygents.runtime.settings import Settings
 from raygents.store import _MEMORY, MemoryStore
 
 
@@ -61,7 +62,7 @@ def _with_good_run(url: str) -> None:
 
 
 async def _rebuilt(url: str, **options: Any) -> Coordinator:
-    coord = Coordinator("test", url, **options)
+    coord = Coordinator("test", Settings(store=url, **options))
     assert await coord.records.rebuilt(timeout_s=10.0)
     return coord
 
@@ -163,7 +164,7 @@ async def test_a_record_that_does_not_decode_is_listed(data: bytes) -> None:
 async def test_a_short_hmac_key_fails_each_read_not_the_coordinator() -> None:
     url = _url()
     _with_good_run(url)
-    coord = await _rebuilt(url, hmac_key=b"k" * 14)  # codec refuses keys under 16 bytes
+    coord = await _rebuilt(url, key=b"k" * 14)  # codec refuses keys under 16 bytes
     _assert_listed(coord, "good", "key")
 
 
@@ -185,7 +186,7 @@ async def test_keys_no_run_writes_are_listed_under_their_run_id() -> None:
 
 async def test_a_rebuild_over_a_file_store_with_planted_files_lists_them(tmp_path: Any) -> None:
     url = f"file://{tmp_path}"
-    Coordinator("test", url)  # makes the store
+    Coordinator("test", Settings(store=url))  # makes the store
     good = tmp_path / "runs" / "good"
     good.mkdir(parents=True)
     (good / "0000000001.1.ckpt").write_bytes(codec.encode(_record()))
@@ -206,7 +207,7 @@ def test_an_unlistable_store_starts_an_empty_table(monkeypatch: Any) -> None:
     url = _url()
     _with_good_run(url)
     monkeypatch.setattr(coordinator_module, "open_store", lambda _: Broken(url[len("memory://") :]))
-    coord = Coordinator("test", url)
+    coord = Coordinator("test", Settings(store=url))
     assert coord.table.runs == {}
     assert coord.records.rebuild_error is not None and "fire" in coord.records.rebuild_error
 
@@ -215,7 +216,7 @@ async def test_list_runs_of_a_rebuilt_table_reports_the_unreadable_runs() -> Non
     url = _url()
     _with_good_run(url)
     _put(url, checkpoint.key_for("broken", 1, 1), b"x" * 14)
-    [broken] = await Coordinator("test", url).list_runs("failed")
+    [broken] = await Coordinator("test", Settings(store=url)).list_runs("failed")
     assert broken.run_id == "broken" and broken.last_error is not None
 
 
@@ -240,7 +241,7 @@ async def test_a_run_that_fails_after_its_own_records_stores_its_failure(tmp_pat
     agent = rg.Agent("failing", model=model, tools=[lookup])
     url = f"file://{tmp_path}"
 
-    coord = Coordinator("test", url)
+    coord = Coordinator("test", Settings(store=url))
     actor = AgentActor({"failing": agent}, "failing", "fp", "ns", coordinator=FakeHandle(coord))
     actor._beater = object()  # type: ignore[assignment]  # (no beats outside Ray)
     actor.writer.use_store(coord.store)  # it writes records itself
@@ -255,7 +256,7 @@ async def test_a_run_that_fails_after_its_own_records_stores_its_failure(tmp_pat
     outcome = await actor._run(Envelope(state, "fp"), SuspendToken("r1"), lambda e: None)
     assert outcome.kind == "failed" and "provider is down" in str(outcome.error)
     assert coord.table.runs["r1"].status == "failed"
-    stored = Coordinator("test", url).store.list("runs/r1/")
+    stored = Coordinator("test", Settings(store=url)).store.list("runs/r1/")
     assert len([k for k in stored if k.endswith(".ckpt")]) >= 2, stored  # the batch's, the end
     rebuilt = await _rebuilt(url)  # a coordinator that restarted
     info = rebuilt.table.runs["r1"]
@@ -283,7 +284,7 @@ def _records(coord: Coordinator, run_id: str = "r1") -> list[str]:
 async def test_a_completed_run_is_refused_between_its_end_and_its_clean_up() -> None:
     from raygents.errors import UserError
 
-    coord = Coordinator("test", _url())
+    coord = Coordinator("test", Settings(store=_url()))
     await _completed_run(coord)  # (the cleaner has not run: nothing awaited since)
     assert _records(coord), "its records are still there"
     with pytest.raises(UserError, match="'r1' already completed"):
@@ -304,7 +305,7 @@ async def test_a_run_completed_before_a_crash_stays_completed_and_its_records_go
     marker = {"format": 1, "kind": "done", "run_id": "r1", "epoch": 1, "seq": 2}
     _put(url, "runs/r1/done.1", {**marker, "agent_name": "agent", "turns": 3, "output": "42"})
 
-    coord = Coordinator("test", url)
+    coord = Coordinator("test", Settings(store=url))
     assert coord.table.runs["r1"].status == "completed"
     with pytest.raises(UserError, match="'r1' already completed"):
         await coord.claim_and_load("r1", "driver")
@@ -318,7 +319,7 @@ async def test_a_completed_run_whose_records_were_not_deleted_is_refused(tmp_pat
 
     url = f"file://{tmp_path}"
 
-    coord = Coordinator("test", url)
+    coord = Coordinator("test", Settings(store=url))
 
     def refuse(keys: Any) -> None:
         raise CheckpointError("permission denied")
@@ -331,7 +332,7 @@ async def test_a_completed_run_whose_records_were_not_deleted_is_refused(tmp_pat
     with pytest.raises(UserError, match="'r1' already completed"):
         await coord.claim_and_load("r1", "driver-2")
 
-    restarted = Coordinator("test", url)  # a restart: the marker says it completed
+    restarted = Coordinator("test", Settings(store=url))  # a restart: the marker says it completed
     assert restarted.table.runs["r1"].status == "completed"
     with pytest.raises(UserError, match="'r1' already completed"):
         await restarted.claim_and_load("r1", "driver-3")
@@ -341,7 +342,7 @@ async def test_a_completed_run_whose_records_were_not_deleted_is_refused(tmp_pat
 async def test_a_forgotten_completed_run_is_still_refused_from_its_marker() -> None:
     from raygents.errors import UserError
 
-    coord = Coordinator("test", _url())
+    coord = Coordinator("test", Settings(store=_url()))
     coord.table.completed_kept = 1
     await _completed_run(coord, "r1")
     await _until(lambda: coord.store.list("runs/r1/") == ["runs/r1/done.1"])
@@ -356,7 +357,7 @@ async def test_a_forgotten_completed_run_is_still_refused_from_its_marker() -> N
 
 async def test_a_completed_child_that_its_parent_runs_again_is_not_listed_as_completed() -> None:
     url = _url()
-    coord = Coordinator("test", url)
+    coord = Coordinator("test", Settings(store=url))
     await _completed_run(coord, "p.c1")
     await _until(lambda: coord.store.list("runs/p.c1/") == ["runs/p.c1/done.1"])
     [(taken, epoch)] = await coord.claim_many([("p.c1", "actor", "agent", True)])
@@ -372,7 +373,7 @@ async def test_a_completed_child_that_its_parent_runs_again_is_not_listed_as_com
 
 
 async def test_ended_runs_beyond_the_caps_are_forgotten_oldest_first() -> None:
-    coord = Coordinator("test", _url())
+    coord = Coordinator("test", Settings(store=_url()))
     coord.table.completed_kept = 3
     coord.table.failed_kept = 2
     for n in range(4):  # stopped runs are resumable: never forgotten, nor their records
@@ -400,7 +401,7 @@ async def test_ended_runs_beyond_the_caps_are_forgotten_oldest_first() -> None:
 
 
 async def test_a_resumed_failed_run_leaves_the_failed_runs() -> None:
-    coord = Coordinator("test", _url())
+    coord = Coordinator("test", Settings(store=_url()))
     coord.table.failed_kept = 1
     await coord.finish(RunInfo("f0", "failed", "agent"))
     await coord.claim("f0", "driver", "agent")  # resumed: running now
@@ -413,7 +414,7 @@ async def test_a_resumed_failed_run_leaves_the_failed_runs() -> None:
 async def test_results_are_bounded_in_bytes_as_well_as_in_count() -> None:
     from raygents.messages import Message
 
-    coord = Coordinator("test", _url())
+    coord = Coordinator("test", Settings(store=_url()))
     coord.table.results.max_bytes = 3000
     for n in range(5):
         result = {"final_output": "x" * 500, "messages": (Message("user", "y" * 500),)}
@@ -438,7 +439,7 @@ def _slow_coordinator(url: str, monkeypatch: Any) -> Coordinator:
     monkeypatch.setattr(
         coordinator_module, "open_store", lambda _: _SlowStore(url.removeprefix("memory://"))
     )
-    return Coordinator("test", url)
+    return Coordinator("test", Settings(store=url))
 
 
 async def test_a_big_rebuild_reads_behind_the_start_and_answers_each_run_on_demand(
@@ -503,7 +504,7 @@ async def test_a_run_the_store_failed_to_read_is_read_again_not_listed_as_failed
     url = _url()
     _with_good_run(url)
     monkeypatch.setattr(coordinator_module, "open_store", lambda _: Flaky(url[len("memory://") :]))
-    coord = Coordinator("test", url)
+    coord = Coordinator("test", Settings(store=url))
     assert "good" not in coord.table.runs and "good" in coord.table.unread
 
     info = await coord.get_run("good")

@@ -10,8 +10,9 @@ from fakes import FakeHandle
 
 from raygents.errors import RaygentsError
 from raygents.runtime.directory import Directory
+from raygents.runtime.settings import Recovery, Settings
 
-_RECOVERY = {"heartbeat_s": 0.02, "stale_after_s": 0.06}
+_RECOVERY = Recovery(heartbeat_s=0.02, stale_after_s=0.06)
 
 
 class _Coordinator:
@@ -20,8 +21,8 @@ class _Coordinator:
         self.replicas = [FakeHandle(_Actor(), actor_id=f"actor-{i}") for i in range(replicas)]
         self.beats = beats
 
-    def settings(self) -> dict[str, Any]:
-        return {"recovery": _RECOVERY, "key": None}
+    def settings(self) -> Settings:
+        return Settings(recovery=_RECOVERY)
 
     def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         self.graphs.add(graph_fp)

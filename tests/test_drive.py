@@ -12,6 +12,7 @@ from raygents.envelope import Envelope, RunState
 from raygents.messages import Message
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken, drive
+from raygents.runtime.settings import Recovery, Settings
 
 
 class _Stop(Exception):
@@ -37,8 +38,8 @@ class _Coordinator:
         self.actor = actor
         self.ready = asyncio.Event()
 
-    def settings(self) -> dict[str, Any]:
-        return {"recovery": {"heartbeat_s": 5.0, "stale_after_s": 10.0}, "key": None}
+    def settings(self) -> Settings:
+        return Settings(recovery=Recovery(heartbeat_s=5.0, stale_after_s=10.0))
 
     async def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
         await self.ready.wait()

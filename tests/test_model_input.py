@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import pytest
 from fakes import FakeHandle
@@ -24,6 +24,7 @@ from raygents.runtime.children import (
     legacy_child_run_id,
 )
 from raygents.runtime.directory import Directory
+from raygents.runtime.settings import Settings
 from raygents.schema import type_schema
 from raygents.sessions import SQLiteSession
 from raygents.testing import call, calls, text
@@ -203,8 +204,8 @@ class Records:
     def load(self, run_id: str) -> list[bytes]:
         return self.blobs.get(run_id, [])
 
-    def settings(self) -> dict[str, Any]:
-        return {"key": None}
+    def settings(self) -> Settings:
+        return Settings()
 
 
 @pytest.mark.parametrize("stored_as", ["hashed", "legacy", "none"])

@@ -17,8 +17,9 @@ from raygents.approvals import ApprovalDecision, PendingApproval
 from raygents.envelope import Envelope, RunState
 from raygents.errors import CheckpointCorrupt
 from raygents.messages import Message, ToolCall
-from raygents.runtime import client
+from raygents.runtime import client, startup
 from raygents.runtime.coordinator import Coordinator
+from raygents.runtime.settings import Settings
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
@@ -132,7 +133,7 @@ def test_a_nested_run_directory_never_joins_the_runs_chain() -> None:
 def test_records_of_victim_x_never_become_part_of_victims_chain() -> None:
     """Before run ids were single segments, ``start(run_id="victim/x")`` wrote its records
     under ``runs/victim/``: a resume of "victim" loaded the attacker's conversation."""
-    coord = Coordinator("attack", f"memory://attack-{os.urandom(4).hex()}")
+    coord = Coordinator("attack", Settings(store=f"memory://attack-{os.urandom(4).hex()}"))
     _put_run(coord.store, "victim", ["victim asks", "victim answer"])
     for record in _records("victim/x", ["attacker", "a1", "a2", "a3", "a4"]):
         data = checkpoint.encode(record)
@@ -141,7 +142,7 @@ def test_records_of_victim_x_never_become_part_of_victims_chain() -> None:
     assert [m.text for m in state.messages] == ["victim asks", "victim answer"]
     assert last["seq"] == 2
     # a coordinator that starts on this store sees run "victim" as it was, and no "victim/x"
-    again = Coordinator("attack", coord.store.url)
+    again = Coordinator("attack", Settings(store=coord.store.url))
     assert again.table.runs["victim"].seq == 2 and "victim/x" not in again.table.runs
     assert "victim" in again.table.runs and set(again.table.runs) == {"victim"}
 
@@ -205,7 +206,7 @@ def test_a_tampered_signed_record_fails_the_mac_check() -> None:
 def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     for name in ("RAYGENTS_CHECKPOINT_KEY", "RAYGENTS_REQUIRE_KEY"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(client, "_warned_unkeyed", False)
+    monkeypatch.setattr(startup, "_warned_unkeyed", False)
     return monkeypatch
 
 
@@ -224,17 +225,17 @@ def test_a_short_key_is_refused_at_init_naming_the_variable_and_length(
 
 def test_a_long_enough_key_is_used(env: pytest.MonkeyPatch) -> None:
     env.setenv("RAYGENTS_CHECKPOINT_KEY", "x" * 16)
-    assert client._checkpoint_key("s3://bucket/p") == b"x" * 16
+    assert startup.checkpoint_key("s3://bucket/p") == b"x" * 16
 
 
 def test_an_s3_store_without_a_key_warns_once(
     env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="raygents"):
-        assert client._checkpoint_key("file:///tmp/x") is None
+        assert startup.checkpoint_key("file:///tmp/x") is None
         assert not caplog.records, "a local store is not warned about"
-        assert client._checkpoint_key("s3://bucket/p") is None
-        assert client._checkpoint_key("s3://bucket/q") is None
+        assert startup.checkpoint_key("s3://bucket/p") is None
+        assert startup.checkpoint_key("s3://bucket/q") is None
     (warning,) = caplog.records
     assert "forge" in warning.getMessage() and "RAYGENTS_CHECKPOINT_KEY" in warning.getMessage()
 
@@ -243,13 +244,13 @@ def test_an_s3_store_without_a_key_warns_once(
 def test_require_key_makes_a_missing_key_an_error(env: pytest.MonkeyPatch, store: str) -> None:
     env.setenv("RAYGENTS_REQUIRE_KEY", "1")
     with pytest.raises(rg.UserError, match=r"RAYGENTS_REQUIRE_KEY.*RAYGENTS_CHECKPOINT_KEY"):
-        client._checkpoint_key(store)
+        startup.checkpoint_key(store)
     env.setenv("RAYGENTS_CHECKPOINT_KEY", "y" * 32)
-    assert client._checkpoint_key(store) == b"y" * 32
+    assert startup.checkpoint_key(store) == b"y" * 32
 
 
-def _settings(key: bytes | None) -> dict[str, Any]:
-    return {"store": "memory://", "durability": "sync", "key": key}
+def _settings(key: bytes | None) -> Settings:
+    return Settings(key=key)
 
 
 @pytest.mark.parametrize(
@@ -265,7 +266,7 @@ def _settings(key: bytes | None) -> dict[str, Any]:
 def test_a_driver_with_a_key_never_joins_a_coordinator_without_it(
     mine: bytes | None, theirs: bytes | None, error: str | None
 ) -> None:
-    found = client._settings_mismatch("ns", "memory://", "sync", mine, _settings(theirs))
+    found = startup.settings_mismatch("ns", _settings(mine), _settings(theirs))
     if error is None:
         assert found is None
         return

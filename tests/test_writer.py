@@ -20,6 +20,7 @@ from raygents.messages import Message
 from raygents.runtime import reports as reports_module
 from raygents.runtime import writer as writer_module
 from raygents.runtime.directory import Directory
+from raygents.runtime.settings import Settings
 from raygents.runtime.writer import RecordWriter
 from raygents.store import FileStore
 from raygents.tools import ToolResult
@@ -32,8 +33,8 @@ class _Coordinator:
         self.saved: list[tuple[Any, ...]] = []
         self.discarded: list[tuple[str, str]] = []
 
-    def settings(self) -> dict[str, Any]:
-        return {"durability": self.durability, "key": None, "recovery": {}}
+    def settings(self) -> Settings:
+        return Settings(durability=self.durability)
 
     def noted(self, notes: list[Any], ends: list[Any]) -> None:
         self.reported.append((list(notes), list(ends)))
@@ -118,6 +119,7 @@ async def test_a_lone_put_runs_on_the_loop_and_puts_that_come_together_in_thread
 ) -> None:
     store = FileStore(tmp_path / "store")
     threads = _watched(store, monkeypatch)
+    monkeypatch.setattr(writer_module, "_INLINE_PUT_MAX_S", 60.0)  # (a loaded disk: not slow)
     writer, coordinator, _ = await _writer(store)
     loop_thread = threading.current_thread().name
     states = [_state(f"r{i}") for i in range(4)]
@@ -351,9 +353,13 @@ async def test_a_batchs_slow_call_is_journaled_at_once_and_its_last_left_to_the_
     assert written.records == [("r1", 1, "running")]
 
 
-async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(tmp_path: Path) -> None:
-    """The run's own writer marks it done in the store: a coordinator that crashed before
-    its clean-up wrote the marker rebuilds the run as completed, and never runs it again."""
+@pytest.mark.parametrize("writes", ["itself", "through the coordinator"])
+async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(
+    tmp_path: Path, writes: str
+) -> None:
+    """The run's writer marks it done in the store (itself, or through the coordinator for a
+    store it does not write): a coordinator that crashed before its clean-up rebuilds the run
+    as completed, and never runs it again."""
     import raygents as rg
     from raygents.envelope import Envelope
     from raygents.errors import UserError
@@ -370,11 +376,14 @@ async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(tmp_p
     agent = rg.Agent(
         "marking", model=ScriptedModel([calls(("lookup", {"q": "x"})), text("X")]), tools=[lookup]
     )
-    url = f"file://{tmp_path}"
-    coord = Coordinator("test", url)
+    url = f"file://{tmp_path}" if writes == "itself" else f"memory://marking-{tmp_path.name}"
+    coord = Coordinator("test", Settings(store=url))
     actor = AgentActor({"marking": agent}, "marking", "fp", "ns", coordinator=FakeHandle(coord))
     actor._beater = object()  # type: ignore[assignment]  # (no beats outside Ray)
-    actor.writer.use_store(coord.store)  # type: ignore[arg-type]  # it writes records itself
+    if writes == "itself":
+        actor.writer.use_store(coord.store)  # type: ignore[arg-type]
+    else:
+        actor.writer.use_store(None)
     _, epoch = await coord.claim("r1", "driver", "marking")
     state = _state("r1").evolve(agent_name="marking", turns=0, epoch=epoch)
     outcome = await actor._run(Envelope(state, "fp"), SuspendToken("r1"), lambda e: None)
@@ -383,7 +392,7 @@ async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(tmp_p
     # clean-up never ran
     keys = coord.store.list("runs/r1/")
     assert f"runs/r1/done.{epoch}" in keys, keys
-    rebuilt = Coordinator("test", url)
+    rebuilt = Coordinator("test", Settings(store=url))
     assert await rebuilt.records.rebuilt(timeout_s=10.0)
     assert rebuilt.table.runs["r1"].status == "completed"
     with pytest.raises(UserError, match="'r1' already completed"):

@@ -203,7 +203,7 @@ class AgentActor:
         if actor_id is None:
             return None
         coordinator = self.directory.coordinator()
-        every = float(self.directory.cached_settings()["recovery"].get("heartbeat_s", 2.0))
+        every = self.directory.cached_settings().recovery.heartbeat_s
         return Beater(
             asyncio.get_running_loop(),
             lambda lag: coordinator.beat.remote(actor_id, lag),

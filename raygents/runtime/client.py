@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
+import dataclasses
 import itertools
 import logging
-import math
 import os
 import signal
 import socket
@@ -17,52 +16,40 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raygents import codec
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
+from raygents.runtime import startup
 from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.coordinator_client import COORDINATOR_NAME
+from raygents.runtime.coordinator_client import COORDINATOR_NAME, checked_settings
 from raygents.runtime.directory import Directory
 from raygents.runtime.handle import RunHandle
 from raygents.runtime.handles import actor_key
+from raygents.runtime.settings import Durability, Recovery, Settings
 
 __all__ = ["Runtime", "current", "init", "shutdown"]
 
 log = logging.getLogger("raygents")
 T = TypeVar("T")
-Durability = Literal["sync", "async", "exit"]
 
 
 class Runtime:
     """One per driver process: the Ray connection, the coordinator, and a background loop."""
 
-    def __init__(
-        self,
-        namespace: str,
-        started_ray: bool,
-        store_url: str,
-        durability: Durability,
-        key: bytes | None,
-        detached: bool,
-        recovery: dict[str, float],
-        actor_options: dict[str, Any],
-        max_concurrent_runs: int | None = None,
-    ) -> None:
+    def __init__(self, namespace: str, started_ray: bool, settings: Settings) -> None:
         self.namespace = namespace
-        self.max_concurrent_runs = max_concurrent_runs
-        """The limit this driver asked for (None: whatever the coordinator has)."""
+        self.settings = settings
+        """What this driver asked for (a coordinator it creates runs with them)."""
         self.started_ray = started_ray
-        self.detached = detached
+        self.detached = settings.detached
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="raygents", daemon=True)
         self._thread.start()
-        self._args = (namespace, store_url, durability, key, detached, recovery, actor_options)
         for attempt in itertools.count(1):
             coordinator = self._new_coordinator()
             self.directory = Directory(namespace, coordinator, self.owner, revive=self._revive)
@@ -76,9 +63,9 @@ class Runtime:
                     raise
                 time.sleep(0.2 * attempt)
         self._notes: Coalescer[None, _Note] = Coalescer(self._apply, _NOTE_WINDOW_S)
-        self.created = settings["creator"] == self.owner
+        self.created = settings.creator == self.owner
         """Whether this runtime created the coordinator (it then removes it in close)."""
-        self._node: str = settings["node"]
+        self._node: str = settings.node
         """The node of the coordinator (where a ``file://`` store's records are)."""
         self.handles: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
         """This driver's runs: a running run's handle is held by its drive, an ended one only
@@ -97,22 +84,12 @@ class Runtime:
         """The namespace's coordinator: a new one (this runtime its creator), or the one that
         holds the name already."""
         cls = _coordinator_class(self.namespace, self.detached, node)
-        return cls.remote(
-            *self._args, creator=self.owner, max_concurrent_runs=self.max_concurrent_runs
-        )
+        return cls.remote(self.namespace, dataclasses.replace(self.settings, creator=self.owner))
 
-    def _mismatch(self, settings: dict[str, Any]) -> UserError | None:
+    def _mismatch(self, settings: Settings) -> UserError | None:
         """The error for a coordinator that runs with another store, durability, key or
         limit of runs in flight."""
-        _, store_url, durability, key, *_ = self._args
-        limit = self.max_concurrent_runs
-        if limit is not None and settings.get("max_concurrent_runs") != limit:
-            return UserError(
-                f"the raygents coordinator of namespace {self.namespace!r} already runs with "
-                f"max_concurrent_runs={settings.get('max_concurrent_runs')!r}; use that (or "
-                "leave it out), or another namespace"
-            )
-        return _settings_mismatch(self.namespace, store_url, durability, key, settings)
+        return startup.settings_mismatch(self.namespace, self.settings, settings)
 
     async def _revive(self, failed: Any) -> bool:
         """Take over from a coordinator that is gone for good; True once the directory uses
@@ -136,7 +113,7 @@ class Runtime:
         if found is None:  # (on the lost one's node if it is still there: its store is)
             found = self._new_coordinator(self._node)
         try:
-            settings = await found.settings.remote()
+            settings = checked_settings(await found.settings.remote(), self.namespace)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             return False  # gone as well: the caller tries again shortly
         mismatch = self._mismatch(settings)
@@ -144,8 +121,8 @@ class Runtime:
             raise mismatch
         if actor_key(self.directory.coordinator()) == actor_key(failed):
             self.directory.replace(found, settings)
-            self.created = settings["creator"] == self.owner
-            self._node = settings["node"]
+            self.created = settings.creator == self.owner
+            self._node = settings.node
             log.warning(
                 "the raygents coordinator of namespace %r (actor %s) is gone for good (the "
                 "driver that created it exited, or it was killed); %s: actor %s",
@@ -247,43 +224,6 @@ class Runtime:
         return sum(1 for h in running if h.done())
 
 
-def _settings_mismatch(
-    namespace: str, store_url: str, durability: str, key: bytes | None, settings: dict[str, Any]
-) -> UserError | None:
-    """The error for joining a coordinator whose settings are not this driver's, or None.
-
-    A driver with a checkpoint key never joins a coordinator without one, or with another
-    one (their key ids are compared; no key is shown). A driver without a key may join one
-    that has a key: the coordinator signs and checks the records of every run anyway.
-    """
-    if settings["store"] != store_url or settings["durability"] != durability:
-        return UserError(
-            f"the raygents coordinator of namespace {namespace!r} already runs with store "
-            f"{settings['store']!r} and durability {settings['durability']!r}; use those, "
-            "or another namespace"
-        )
-    if key is None:
-        return None
-    theirs = settings.get("key_id")
-    if "key_id" not in settings and settings.get("key") is not None:
-        theirs = codec.key_id(settings["key"])
-    mine = codec.key_id(key)
-    if theirs is None:
-        return UserError(
-            f"the raygents coordinator of namespace {namespace!r} runs without a checkpoint "
-            f"key, but $RAYGENTS_CHECKPOINT_KEY is set here (key id {mine.hex()}); restart "
-            "it with the key (end the drivers and detached coordinator that use it), or use "
-            "another namespace"
-        )
-    if not hmac.compare_digest(theirs, mine):
-        return UserError(
-            f"the raygents coordinator of namespace {namespace!r} runs with another "
-            f"checkpoint key (key id {theirs.hex()}; this driver's $RAYGENTS_CHECKPOINT_KEY "
-            f"has key id {mine.hex()}); use the same key on every driver, or another namespace"
-        )
-    return None
-
-
 _Note = tuple[str, tuple[Any, ...]]
 """A note for the coordinator's run table: its method (``claim``, ``finish``) and arguments."""
 
@@ -334,42 +274,9 @@ def _wait_until_free(namespace: str, coordinator: Any, timeout_s: float) -> None
 
 
 _runtime: Runtime | None = None
-_KEY_ENV = "RAYGENTS_CHECKPOINT_KEY"
-_REQUIRE_KEY_ENV = "RAYGENTS_REQUIRE_KEY"
-_warned_unkeyed = False
-"""Whether this process has warned about a shared store without a key (once is enough)."""
-_IDLE_WORKERS_PER_CPU = 4
-_CPUS_PER_WORKER_REQUEST = 2
 _NOTE_WINDOW_S = 0.005
 _lock = threading.Lock()
 _previous_sigterm: Any = None
-
-
-def _local_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Ray settings for a local instance raygents starts itself.
-
-    Ray keeps only as many idle worker processes as there are free CPUs and kills the rest
-    after a second; tool tasks with fractional or zero CPUs then start (and import) a new
-    worker for most calls. A local instance keeps up to four idle workers per CPU instead.
-
-    Ray also starts workers for zero-CPU tasks as fast as they are asked for: while all its
-    workers are busy, a process that submits tasks keeps up to ten requests for a new worker
-    open per kind of task, and every start costs about half a CPU second. A burst of tool
-    tasks then starts a worker for most of them, and the starts take the CPUs from the work
-    already running. On a local instance a process asks for one new worker at a time per two
-    CPUs, and a burst reuses the workers it has while the next one starts (measured in
-    ``docs/perf-log.md``). Ray still starts as many workers at once as there are CPUs: one at a time
-    would also start agent actors one by one. Any of these keys given in ``_system_config``
-    wins.
-    """
-    cpus = int(kwargs.get("num_cpus") or os.cpu_count() or 1)
-    system = dict(kwargs.get("_system_config") or {})
-    system.setdefault("num_workers_soft_limit", max(8, _IDLE_WORKERS_PER_CPU * cpus))
-    system.setdefault(
-        "max_pending_lease_requests_per_scheduling_category",
-        min(10, max(1, cpus // _CPUS_PER_WORKER_REQUEST)),
-    )
-    return {**kwargs, "_system_config": system}
 
 
 def init(
@@ -427,7 +334,7 @@ def init(
     global _runtime
     if durability not in ("sync", "async", "exit"):
         raise UserError(f"durability must be 'sync', 'async' or 'exit', got {durability!r}")
-    _check_recovery(max_attempts, heartbeat_s, stale_after_s, sigterm_grace_s)
+    startup.check_recovery(max_attempts, heartbeat_s, stale_after_s, sigterm_grace_s)
     if max_concurrent_runs is not None and (
         type(max_concurrent_runs) is not int or max_concurrent_runs < 1
     ):
@@ -441,7 +348,7 @@ def init(
     if store_url.startswith("file://") and not store_url.startswith("file:///"):
         store_url = "file://" + os.path.abspath(store_url[len("file://") :])
     open_store(store_url)  # fail here, in the caller's process, on a bad URL
-    key = _checkpoint_key(store_url)
+    key = startup.checkpoint_key(store_url)
     with _lock:
         if _runtime is not None:
             if _runtime.namespace != namespace:
@@ -454,93 +361,24 @@ def init(
         if not ray.is_initialized():
             target = address or os.environ.get("RAY_ADDRESS") or "local"
             if target == "local":
-                ray_init_kwargs = _local_defaults(ray_init_kwargs)
+                ray_init_kwargs = startup.local_defaults(ray_init_kwargs)
             ray.init(address=target, **ray_init_kwargs)
             started = True
-        recovery = {
-            "attempts": max_attempts,
-            "backoff_s": 0.5,
-            "heartbeat_s": heartbeat_s,
-            "stale_after_s": stale_after_s,
-        }
-        _runtime = Runtime(
-            namespace,
-            started,
-            store_url,
-            durability,
-            key,
-            detached,
-            recovery,
-            dict(actor_options or {}),
-            max_concurrent_runs,
+        recovery = Recovery(
+            attempts=max_attempts, heartbeat_s=heartbeat_s, stale_after_s=stale_after_s
         )
+        settings = Settings(
+            store=store_url,
+            durability=durability,
+            key=key,
+            detached=detached,
+            recovery=recovery,
+            actor_options=dict(actor_options or {}),
+            max_concurrent_runs=max_concurrent_runs,
+        )
+        _runtime = Runtime(namespace, started, settings)
     if handle_sigterm:
         _install_sigterm(sigterm_grace_s)
-
-
-def _checkpoint_key(store_url: str) -> bytes | None:
-    """The checkpoint HMAC key from ``$RAYGENTS_CHECKPOINT_KEY``, checked, or None.
-
-    Without a key, records carry a checksum only: whoever can write the store can forge a
-    run's state (approve a pending call, rewrite its conversation). A store others can write
-    (``s3://``) without a key gets a loud warning, once per process; with
-    ``$RAYGENTS_REQUIRE_KEY=1`` a missing key is an error whatever the store.
-
-    Raises:
-        UserError: the key is shorter than ``codec.MIN_KEY_BYTES``, or missing while required.
-    """
-    global _warned_unkeyed
-    text = os.environ.get(_KEY_ENV)
-    if text:
-        key = text.encode()
-        if len(key) < codec.MIN_KEY_BYTES:
-            raise UserError(
-                f"${_KEY_ENV} is {len(key)} bytes long; a checkpoint key needs at least "
-                f"{codec.MIN_KEY_BYTES} bytes: set it to a long random value, e.g. the output "
-                "of: python -c 'import secrets; print(secrets.token_hex(32))'"
-            )
-        return key
-    if os.environ.get(_REQUIRE_KEY_ENV, "").strip().lower() in ("1", "true", "yes"):
-        raise UserError(
-            f"${_REQUIRE_KEY_ENV} is set but ${_KEY_ENV} is not: set the key (at least "
-            f"{codec.MIN_KEY_BYTES} random bytes, the same on every driver of the store), or "
-            f"unset ${_REQUIRE_KEY_ENV}"
-        )
-    if store_url.startswith("s3://") and not _warned_unkeyed:
-        _warned_unkeyed = True
-        log.warning(
-            "the checkpoint store %s has no key: anyone who can write to it can forge run "
-            "state (approve a pending tool call, rewrite a conversation) and raygents will "
-            "resume it. Set $%s to at least %d random bytes (the same on every driver) to "
-            "sign checkpoints; $%s=1 makes a missing key an error",
-            store_url,
-            _KEY_ENV,
-            codec.MIN_KEY_BYTES,
-            _REQUIRE_KEY_ENV,
-        )
-    return None
-
-
-def _check_recovery(
-    max_attempts: int, heartbeat_s: float, stale_after_s: float, sigterm_grace_s: float
-) -> None:
-    """Refuse recovery settings no run could work with, before anything starts."""
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise UserError(f"max_attempts must be an int of at least 1, got {max_attempts!r}")
-    for name, value, zero_ok in (
-        ("heartbeat_s", heartbeat_s, False),
-        ("stale_after_s", stale_after_s, False),
-        ("sigterm_grace_s", sigterm_grace_s, True),
-    ):
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not number or math.isnan(value) or value < 0 or (value == 0 and not zero_ok):
-            what = "a number of seconds, at least 0" if zero_ok else "a positive number of seconds"
-            raise UserError(f"{name} must be {what}, got {value!r}")
-    if stale_after_s < heartbeat_s:
-        raise UserError(
-            f"stale_after_s ({stale_after_s!r}) must be at least heartbeat_s ({heartbeat_s!r}): "
-            "an actor is pinged every heartbeat_s"
-        )
 
 
 def _install_sigterm(grace_s: float) -> None:

@@ -6,6 +6,7 @@ agent actors (:mod:`~raygents.runtime.registry`) and the runs it drives when det
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -13,8 +14,9 @@ from typing import Any
 
 import ray
 
-from raygents import codec
 from raygents.envelope import Envelope
+from raygents.errors import CheckpointError
+from raygents.runtime import rebuild
 from raygents.runtime.cleanup import Cleaner
 from raygents.runtime.detached import DetachedRuns
 from raygents.runtime.hotrecords import HotRecords
@@ -23,6 +25,7 @@ from raygents.runtime.recordstore import Note, RecordStore
 from raygents.runtime.registry import ActorRegistry
 from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary
 from raygents.runtime.runtable import RunTable
+from raygents.runtime.settings import Settings
 from raygents.store import FileStore, Store, open_store
 
 __all__ = ["Coordinator", "RunInfo"]  # (RunInfo lives in runtime.runinfo)
@@ -38,41 +41,32 @@ class Coordinator:
     creates it. On (re)start it rebuilds the run table from the store.
     """
 
-    def __init__(
-        self,
-        namespace: str,
-        store_url: str = "memory://",
-        durability: str = "sync",
-        hmac_key: bytes | None = None,
-        detached: bool = False,
-        recovery: dict[str, float] | None = None,
-        actor_options: dict[str, Any] | None = None,
-        creator: str = "",
-        max_concurrent_runs: int | None = None,
-    ) -> None:
+    def __init__(self, namespace: str, settings: Settings | None = None) -> None:
+        settings = settings or Settings()
         self.namespace = namespace
-        self.creator = creator
-        self.store: Store = open_store(store_url)
-        self.durability = durability
-        self.key = hmac_key
-        self.recovery = dict(recovery or {})
-        self.node = _node_id()
-        self.direct = durability != "exit" and isinstance(self.store, FileStore)
-        """Agent actors on this node write running runs' records to the store themselves
-        (``sync``: the run waits for the put; ``async``: it does not)."""
-        self.table = RunTable(on_forget=self._forgotten, max_concurrent_runs=max_concurrent_runs)
+        self.store: Store = open_store(settings.store)
+        direct = settings.durability != "exit" and isinstance(self.store, FileStore)
+        self._settings = replace(settings, store=self.store.url, direct=direct, node=_node_id())
+        """Its settings as it answers them: agent actors on its node write running runs'
+        records to a file store themselves (``sync``: the run waits for the put; ``async``:
+        it does not)."""
+        self.direct = direct
+        key, durability = settings.key, settings.durability
+        self.table = RunTable(self._forgotten, settings.max_concurrent_runs)
         self.hot = HotRecords()
-        self.cleaner = Cleaner(self.store, self.table, hmac_key)
+        self.cleaner = Cleaner(self.store, self.table, key)
         self.records = RecordStore(
             self.store,
             self.table,
             self.hot,
             self.cleaner,
-            key=hmac_key,
+            key=key,
             durability=durability,
-            direct=self.direct,
+            direct=direct,
         )
-        self.registry = ActorRegistry(namespace, detached=detached, actor_options=actor_options)
+        self.registry = ActorRegistry(
+            namespace, detached=settings.detached, actor_options=dict(settings.actor_options)
+        )
         self.driven = DetachedRuns(namespace, self.finish)
         self.records.rebuild_table()
         tune_collector()
@@ -143,6 +137,20 @@ class Coordinator:
         self.records.noted(notes)
         for info in ends:
             self._finish(info)
+
+    async def mark_done(self, run_id: str, epoch: int, data: bytes) -> None:
+        """Store a completed run's marker (``data``, create-only) before its outcome leaves an
+        agent actor that does not write to the store itself: a crash of this coordinator
+        before its clean-up then still leaves the run completed, never to run again. A copy
+        of an earlier dispatch marks nothing; a store that fails is logged (the clean-up
+        tries again when the run's end arrives)."""
+        if self.table.epochs.get(run_id, 0) > epoch:
+            return
+        key = rebuild.done_key(run_id, epoch)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.store.put, key, data)
+        except CheckpointError as exc:
+            log.warning("run %s: cannot store its completion marker: %s", run_id, exc)
 
     def discard(self, run_id: str, key: str) -> None:
         """A fenced copy of a run wrote ``key`` before it found its fence mark: delete it
@@ -304,20 +312,10 @@ class Coordinator:
         """Liveness check."""
         return True
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> Settings:
         """What agent actors need to write checkpoints (``direct``: actors on ``node`` write
         ``sync`` records to the store themselves)."""
-        return {
-            "durability": self.durability,
-            "key": self.key,
-            "key_id": codec.key_id(self.key) if self.key is not None else None,
-            "store": self.store.url,
-            "recovery": self.recovery,
-            "creator": self.creator,
-            "direct": self.direct,
-            "node": self.node,
-            "max_concurrent_runs": self.table.admission.limit,
-        }
+        return self._settings
 
     def _forgotten(self, run_id: str, records_go: bool) -> None:
         """An ended run left the table: its hot records go, and its stored ones if failed."""

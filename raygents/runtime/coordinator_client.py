@@ -10,15 +10,30 @@ import ray
 import ray.exceptions
 
 from raygents import checkpoint
-from raygents.errors import RaygentsError
+from raygents.errors import RaygentsError, UserError
+from raygents.runtime.settings import Settings
 
 if TYPE_CHECKING:
     from raygents.envelope import RunState
     from raygents.runtime.runinfo import RunInfo, RunSummary
 
-__all__ = ["COORDINATOR_NAME", "CoordinatorClient", "raygents_error"]
+__all__ = ["COORDINATOR_NAME", "CoordinatorClient", "checked_settings", "raygents_error"]
 
 COORDINATOR_NAME = "raygents:coordinator"
+
+
+def checked_settings(settings: Any, namespace: str) -> Settings:
+    """``settings`` as a coordinator answered them, checked to be this version's.
+
+    Raises:
+        UserError: they are not (a detached coordinator of an older raygents still runs).
+    """
+    if not isinstance(settings, Settings):
+        raise UserError(
+            f"the raygents coordinator of namespace {namespace!r} runs another version of "
+            "raygents; end it (and the drivers that use it) or use another namespace"
+        )
+    return settings
 
 
 def raygents_error(exc: Any) -> BaseException:
@@ -50,7 +65,7 @@ class CoordinatorClient:
         self.namespace = namespace
         self._handle = handle
         self._revive = revive
-        self._settings: dict[str, Any] | None = None
+        self._settings: Settings | None = None
 
     def handle(self) -> Any:
         """The coordinator's actor handle."""
@@ -58,19 +73,23 @@ class CoordinatorClient:
             self._handle = ray.get_actor(COORDINATOR_NAME, namespace=self.namespace)
         return self._handle
 
-    def replace(self, handle: Any, settings: dict[str, Any] | None = None) -> None:
+    def replace(self, handle: Any, settings: Settings | None = None) -> None:
         """Use another coordinator from now on, with its ``settings`` if the caller has them
         (else they are fetched again)."""
         self._handle = handle
         self._settings = settings
 
-    async def settings(self) -> dict[str, Any]:
-        """The coordinator's checkpoint settings (durability mode, integrity key), cached."""
+    async def settings(self) -> Settings:
+        """The coordinator's settings (durability mode, integrity key...), cached.
+
+        Raises:
+            UserError: the coordinator is of another raygents version.
+        """
         if self._settings is None:
-            self._settings = await self.handle().settings.remote()
+            self._settings = checked_settings(await self.handle().settings.remote(), self.namespace)
         return self._settings
 
-    def cached_settings(self) -> dict[str, Any]:
+    def cached_settings(self) -> Settings:
         """The settings fetched by :meth:`settings` earlier."""
         assert self._settings is not None, "settings() must be awaited first"
         return self._settings
@@ -136,7 +155,7 @@ class CoordinatorClient:
         blobs = await self.load(run_id)
         if not blobs:
             return None
-        key = (await self.settings())["key"]
+        key = (await self.settings()).key
         return checkpoint.restore(blobs, run_id=run_id, key=key)
 
     # --- agent actors -------------------------------------------------------------------

@@ -17,6 +17,7 @@ from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.coordinator_client import CoordinatorClient
 from raygents.runtime.handles import actor_key
 from raygents.runtime.mailbox import Mailboxes
+from raygents.runtime.settings import Settings
 
 __all__ = ["Directory"]
 
@@ -50,11 +51,11 @@ class Directory:
         self.mailboxes = Mailboxes()
         """Where the runs this process dispatched to agent actors send their events back."""
 
-    async def settings(self) -> dict[str, Any]:
+    async def settings(self) -> Settings:
         """The coordinator's checkpoint settings (durability mode, integrity key), cached."""
         return await self.client.settings()
 
-    def cached_settings(self) -> dict[str, Any]:
+    def cached_settings(self) -> Settings:
         """The settings fetched by :meth:`settings` earlier."""
         return self.client.cached_settings()
 
@@ -85,7 +86,7 @@ class Directory:
         """The namespace's coordinator actor."""
         return self.client.handle()
 
-    def replace(self, coordinator: Any, settings: dict[str, Any] | None = None) -> None:
+    def replace(self, coordinator: Any, settings: Settings | None = None) -> None:
         """Use another coordinator from now on (the one before is gone for good), with its
         ``settings`` if known; forget the agent actors the old one gave (they went with it)."""
         self.client.replace(coordinator, settings)
@@ -142,9 +143,8 @@ class Directory:
 
     async def _heartbeat(self, key: str, actor: Any, watch: _Watch) -> None:
         try:
-            recovery = (await self.settings())["recovery"]
-            every = float(recovery.get("heartbeat_s", 2.0))
-            limit = float(recovery.get("stale_after_s", 30.0))
+            recovery = (await self.settings()).recovery
+            every, limit = recovery.heartbeat_s, recovery.stale_after_s
             with contextlib.suppress(ray.exceptions.RayError):
                 await _ping(actor)  # an actor that is still starting is not stale
             while True:

@@ -140,19 +140,19 @@ async def _recover(
     The ``recovered`` event (and the log line) comes once per attempt, not once per wait for
     an actor that is restarting.
     """
-    settings = (await directory.settings())["recovery"]
+    recovery = (await directory.settings()).recovery
     state = current.state
     announce = attempt != announced
     attempt = max(attempt, 1)
     reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    if attempt > int(settings.get("attempts", 5)):
+    if attempt > recovery.attempts:
         error = RaygentsError(
             f"run {state.run_id} failed: its agent actor was lost {attempt - 1} time(s); "
             f"last: {reason}",
             run_id=state.run_id,
         )
         return Outcome("failed", state, error=error)
-    base = float(settings.get("backoff_s", 0.5))
+    base = recovery.backoff_s
     await asyncio.sleep(min(base * 2 ** (attempt - 1), 30.0) * (0.5 + random.random() / 2))
     if isinstance(exc, StaleActor):
         await directory.client.replace_actor(current.graph_fp, state.agent_name, exc.actor)

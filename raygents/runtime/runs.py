@@ -153,7 +153,7 @@ def _launch(
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
-    if fresh_id and rt.directory.cached_settings().get("max_concurrent_runs") is not None:
+    if fresh_id and rt.directory.cached_settings().max_concurrent_runs is not None:
         fresh_id = False
     if not fresh_id and not claimed:
         if rt.has_notes(run_id):  # a run of this id just ended here
@@ -397,7 +397,7 @@ def resume(
     if not blobs:
         raise RunNotFound(f"no checkpoint for run {run_id!r}", run_id=run_id)
     try:  # claimed: from here on, a failure puts the run's entry back
-        key = rt.directory.cached_settings()["key"]
+        key = rt.directory.cached_settings().key
         state, _ = checkpoint.restore(blobs, run_id=run_id, key=key)
         graph, blob, fp = snapshot(agent)
         if state.agent_name not in graph:

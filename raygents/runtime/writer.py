@@ -91,8 +91,8 @@ class RecordWriter:
         if not self._store_known:
             settings = self.directory.cached_settings()
             here = ray.get_runtime_context().get_node_id()
-            if settings.get("direct") and settings.get("node") == here:
-                store = open_store(settings["store"])
+            if settings.direct and settings.node == here:
+                store = open_store(settings.store)
                 self._store = store if isinstance(store, FileStore) else None
             self._store_known = True
         return self._store
@@ -123,7 +123,7 @@ class RecordWriter:
         In ``exit`` mode only records of runs that stop here are written.
         """
         settings = self.directory.cached_settings()
-        if settings["durability"] == "exit" and status == "running":
+        if settings.durability == "exit" and status == "running":
             return state, None
         run_id = state.run_id
         last = self._bodies.get(run_id)
@@ -131,7 +131,7 @@ class RecordWriter:
         new, record, body = checkpoint.next_record(
             state, status, previous, cause=cause, error=error
         )
-        data = checkpoint.encode(record, key=settings["key"])  # (too large: no seq is taken)
+        data = checkpoint.encode(record, key=settings.key)  # (too large: no seq is taken)
         self._bodies[run_id] = (new.seq, body)
         self._newest[run_id] = new
         info: RecordEntry = (status, new.agent_name, new.turns, error)  # (travels cheaper)
@@ -143,7 +143,7 @@ class RecordWriter:
         self._keys[run_id] = key
         if store is not None and not durable:
             put = _Put(store, key, previous_key, new, data, info, full)
-            behind = settings["durability"] == "async"  # (the run does not wait for it)
+            behind = settings.durability == "async"  # (the run does not wait for it)
             if not behind and (tail is None or tail.done()) and self._put_inline():
                 write = self._put_now(put)
             else:
@@ -174,7 +174,7 @@ class RecordWriter:
         new, write = self.write(state, status, cause=cause, error=error, durable=durable)
         if write is None:
             return new
-        if durable or self.directory.cached_settings()["durability"] != "async":
+        if durable or self.directory.cached_settings().durability != "async":
             await write
         else:
             self._unsettled.setdefault(state.run_id, []).append(write)
@@ -238,7 +238,7 @@ class RecordWriter:
         and never runs it again. Its clean-up finds the marker there and keeps it."""
         state = outcome.state
         store = self.store()
-        if store is None or state.seq == 0:
+        if state.seq == 0:  # (no records: nothing would run it again)
             return
         info = RunInfo(state.run_id, "completed", state.agent_name, state.turns, seq=state.seq)
         result = RunSummary(
@@ -249,12 +249,16 @@ class RecordWriter:
             agent_name=state.agent_name,
         )
         done = done_marker(info, state.epoch, result)
-        data = codec.encode(done, key=self.directory.cached_settings()["key"])
+        data = codec.encode(done, key=self.directory.cached_settings().key)
         key = rebuild.done_key(state.run_id, state.epoch)
         fence = checkpoint.fence_key(state.run_id, state.epoch + 1)
         try:
-            await asyncio.to_thread(_put_marker, store, key, data, fence)
-        except CheckpointError as exc:  # (the coordinator's clean-up writes it)
+            if store is None:  # the coordinator writes this run's records: it marks it too
+                marking = self.directory.coordinator().mark_done.remote
+                await marking(state.run_id, state.epoch, data)
+            else:
+                await asyncio.to_thread(_put_marker, store, key, data, fence)
+        except (CheckpointError, ray.exceptions.RayError) as exc:  # (its clean-up writes it)
             log.warning("run %s: cannot store its completion marker: %s", state.run_id, exc)
 
     # --- run directories ----------------------------------------------------------------

@@ -77,9 +77,9 @@ def test_idle_tool_workers_stay_warm(tmp_path: Path) -> None:
 def test_local_instance_asks_for_workers_a_few_at_a_time(
     cpus: int, soft_limit: int, leases: int
 ) -> None:
-    from raygents.runtime.client import _local_defaults
+    from raygents.runtime.startup import local_defaults
 
-    got = _local_defaults({"num_cpus": cpus, "include_dashboard": False})
+    got = local_defaults({"num_cpus": cpus, "include_dashboard": False})
     assert got["num_cpus"] == cpus and got["include_dashboard"] is False
     assert got["_system_config"] == {
         "num_workers_soft_limit": soft_limit,
@@ -89,9 +89,9 @@ def test_local_instance_asks_for_workers_a_few_at_a_time(
 
 @pytest.mark.timeout(10)
 def test_settings_given_to_init_win_over_local_defaults() -> None:
-    from raygents.runtime.client import _local_defaults
+    from raygents.runtime.startup import local_defaults
 
     mine = {"max_pending_lease_requests_per_scheduling_category": 4, "x": 1}
-    got = _local_defaults({"num_cpus": 2, "_system_config": mine})
+    got = local_defaults({"num_cpus": 2, "_system_config": mine})
     assert got["_system_config"] == {**mine, "num_workers_soft_limit": 8}
     assert mine == {"max_pending_lease_requests_per_scheduling_category": 4, "x": 1}

@@ -13,6 +13,8 @@ import ray
 from pydantic import BaseModel, field_validator
 
 import raygents as rg
+from raygents.runtime.handles import actor_key
+from raygents.runtime.settings import Settings
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")
@@ -581,12 +583,10 @@ def test_a_runtime_that_found_the_coordinator_leaves_it_running() -> None:
 
     rt = client.current()
     assert rt.created
-    borrowed = client.Runtime(
-        rt.namespace, False, "memory://", "sync", None, False, {"attempts": 5}, {}
-    )
+    borrowed = client.Runtime(rt.namespace, False, Settings(store="memory://"))
     assert not borrowed.created
     borrowed.close()
-    assert ray.get(rt.coordinator.settings.remote())["creator"] == rt.owner
+    assert ray.get(rt.coordinator.settings.remote()).creator == rt.owner
     assert rg.run(rg.Agent("still_here", model=ScriptedModel([text("yes")])), "go").turns == 1
 
 
@@ -642,13 +642,13 @@ def test_a_coordinator_gone_for_good_is_replaced_by_the_next_call() -> None:
         rt = client.current()
         before = rg.run(rg.Agent("before", model=ScriptedModel([text("one")])), "go")
         old = rt.coordinator
-        node = ray.get(old.settings.remote())["node"]
+        node = ray.get(old.settings.remote()).node
         ray.kill(old, no_restart=True)
         client._wait_until_free(namespace, old, timeout_s=10.0)
         # the new coordinator's run table comes from the store
         assert {r.run_id: r.status for r in rg.runs()} == {before.run_id: "completed"}
-        assert rt.coordinator._actor_id != old._actor_id and rt.created
-        assert ray.get(rt.coordinator.settings.remote())["node"] == node  # where its store is
+        assert actor_key(rt.coordinator) != actor_key(old) and rt.created
+        assert ray.get(rt.coordinator.settings.remote()).node == node  # where its store is
         after = rg.run(rg.Agent("after", model=ScriptedModel([text("two")])), "go")
         assert after.final_output == "two"
         table = {r.run_id: r.status for r in rg.runs()}
