@@ -293,8 +293,9 @@ class AgentActor:
                     await asyncio.sleep(0)
                     self.writer.make_run_dir(state.run_id, alone=len(self._active) == 1)
                 response = await reply
-                await fire(hooks, "on_llm_end", ctx, self.agent, response)
                 state, action = loop.on_response(state, view, response)
+                ctx = self._run_context(state, envelope.context)  # (usage with this call)
+                await fire(hooks, "on_llm_end", ctx, self.agent, response)
                 if isinstance(action, loop.RunTools):
                     state = state.evolve(turn_limit=loop.turn_limit(state, view))
                 return None, state, action, False
@@ -348,6 +349,7 @@ class AgentActor:
             await fire(self.agent.hooks, "on_restore", ctx, self.agent, state.seq)
         if envelope.resumed or fresh:
             await fire(self.agent.hooks, "on_run_start", ctx, self.agent, list(state.messages))
+        await fire(self.agent.hooks, "on_agent_start", ctx, self.agent)  # (a handoff's too)
         self._emit(emit, state, "agent_start")
         pending = loop.pending_batch(state, view) if envelope.resumed else None
         if pending is not None:

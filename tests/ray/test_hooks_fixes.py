@@ -37,10 +37,6 @@ def read(path: Path) -> list[list[object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs AgentActor to fire on_agent_start in _begin and on_llm_end after on_response",
-)
 def test_llm_end_counts_its_call_and_a_handoff_target_gets_agent_start(tmp_path: Path) -> None:
     log = tmp_path / "hooks.jsonl"
     target = rg.Agent(
