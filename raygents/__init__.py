@@ -55,10 +55,11 @@ if TYPE_CHECKING:
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
     from raygents.result import RunResult, TypedResult
+    from raygents.runtime.attach import attach
     from raygents.runtime.client import init, shutdown
     from raygents.runtime.handle import RunHandle, RunStatus
     from raygents.runtime.runinfo import RunInfo
-    from raygents.runtime.runs import attach, resume, run, run_streamed, run_typed, runs, start
+    from raygents.runtime.runs import resume, run, run_streamed, run_typed, runs, start
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
     from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
 
@@ -85,8 +86,8 @@ _HOMES = {
     "raygents.runtime.client": ("init", "shutdown"),
     "raygents.runtime.handle": ("RunHandle", "RunStatus"),
     "raygents.runtime.runinfo": ("RunInfo",),
+    "raygents.runtime.attach": ("attach",),
     "raygents.runtime.runs": (
-        "attach",
         "resume",
         "run",
         "run_streamed",

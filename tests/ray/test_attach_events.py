@@ -109,7 +109,7 @@ def test_attach_replays_a_completed_run_then_its_complete_event() -> None:
 
 
 def test_history_events_follow_handoffs_and_take_results_from_the_journal() -> None:
-    from raygents.runtime.runs import _HistoryReplay
+    from raygents.runtime.attach import _HistoryReplay
 
     messages = [
         Message("user", "hi"),
