@@ -12,7 +12,8 @@ from fakes import FakeHandle
 from raygents.envelope import RunState
 from raygents.messages import Message
 from raygents.runtime import reports as reports_module
-from raygents.runtime.reports import Note, Reports
+from raygents.runtime.reports import Reports
+from raygents.runtime.runinfo import Note
 
 
 def _reports() -> tuple[Reports, list[tuple[list[Any], list[Any]]]]:

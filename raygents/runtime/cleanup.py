@@ -2,7 +2,8 @@
 fenced copies' writes, forgotten failed runs' records.
 
 Retention: a completed run's records are deleted at its end, after a small completion marker
-(``runs/<run_id>/done.<epoch>``, kept) that stops it from being claimed again; a failed run
+(``runs/<run_id>/done.<epoch>``, kept) that stops it from being claimed again (its agent actor
+stored it before the run's outcome left; the clean-up writes it if it is missing); a failed run
 keeps its records while it is in the run table, so it can be resumed, and they are deleted
 when it is forgotten; a suspended or awaiting-approval run's records are never deleted here.
 """
@@ -11,49 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from raygents import checkpoint, codec
 from raygents.errors import CheckpointError
-from raygents.messages import Usage
 from raygents.runtime import rebuild
-from raygents.runtime.runinfo import RunInfo, RunSummary
 from raygents.runtime.runtable import RunTable
 from raygents.store import FileStore, Store
 
-__all__ = ["Chore", "Cleaner", "done_marker"]
+__all__ = ["Chore", "Cleaner"]
 
 log = logging.getLogger("raygents")
-
-_MARKER_OUTPUT = 4096  # characters of output a completion marker keeps, at most
 
 Chore = tuple[str, str, Any]
 """``("done", run_id, marker)`` (a completed run: its marker, then its records go),
 ``("void", run_id, key)`` (a fenced copy's write) and ``("drop", run_id, None)`` (a forgotten
 failed run's records go)."""
-
-
-def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> dict[str, Any]:
-    """What a completed run's marker holds: its entry, and its output if small."""
-    done: dict[str, Any] = {
-        "format": 1,
-        "kind": "done",
-        "run_id": info.run_id,
-        "epoch": epoch,
-        "seq": info.seq,
-        "agent_name": info.agent_name,
-        "turns": info.turns,
-        "at": time.time(),
-    }
-    output = result.get("final_output") if isinstance(result, dict) else None
-    if isinstance(output, str) and len(output) <= _MARKER_OUTPUT:
-        done["output"] = output
-        usage = result.get("usage") if isinstance(result, dict) else None
-        if isinstance(usage, Usage):
-            done["usage"] = usage.model_dump(mode="json")
-    return done
 
 
 class Cleaner:

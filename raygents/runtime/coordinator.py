@@ -21,9 +21,9 @@ from raygents.runtime.cleanup import Cleaner
 from raygents.runtime.detached import DetachedRuns
 from raygents.runtime.hotrecords import HotRecords
 from raygents.runtime.process import tune_collector
-from raygents.runtime.recordstore import Note, RecordStore
+from raygents.runtime.recordstore import RecordStore
 from raygents.runtime.registry import ActorRegistry
-from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary
+from raygents.runtime.runinfo import Note, RecordEntry, RunInfo, RunSummary
 from raygents.runtime.runtable import RunTable
 from raygents.runtime.settings import Settings
 from raygents.store import FileStore, Store, open_store

@@ -22,9 +22,16 @@ from raygents import checkpoint
 from raygents.errors import CheckpointError
 from raygents.messages import Usage
 from raygents.runtime import rebuild
-from raygents.runtime.cleanup import Cleaner, done_marker
+from raygents.runtime.cleanup import Cleaner
 from raygents.runtime.hotrecords import HotRecords
-from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, table_status
+from raygents.runtime.runinfo import (
+    Note,
+    RecordEntry,
+    RunInfo,
+    RunSummary,
+    done_marker,
+    table_status,
+)
 from raygents.runtime.runtable import RunTable
 from raygents.store import Store
 
@@ -38,9 +45,6 @@ _REBUILD_INLINE_RUNS = 1_000  # a start-up reads at most this many runs before i
 _REBUILD_INLINE_S = 1.0  # and for at most this long; the rest are read behind
 _REBUILD_THREADS = 8
 _LIST_WAIT_S = 10.0
-
-Note = tuple[str, int, int, bytes, RecordEntry, bool]
-"""A record an agent actor wrote itself: ``(run_id, seq, epoch, data, info, full)``."""
 
 
 class RecordStore:

@@ -14,14 +14,12 @@ from typing import Any
 import ray
 
 from raygents.envelope import RunState
-from raygents.runtime.runinfo import RecordEntry, RunInfo
+from raygents.runtime.runinfo import Note, RunInfo
 
 __all__ = ["Note", "Reports"]
 
 log = logging.getLogger("raygents")
 
-Note = tuple[str, int, int, bytes, RecordEntry, bool]
-"""A stored record: run id, seq, epoch, the record, its run-table fields, whether it is full."""
 _NOTE_WINDOW_S = 0.25  # how long reports of records written here gather before they go out
 
 

@@ -1,24 +1,27 @@
-"""RunInfo: a run's entry in the run table, plain data that crosses processes, and the summary
-of a completed run's result that the table keeps for ``attach``."""
+"""RunInfo: a run's entry in the run table, plain data that crosses processes; the summary
+of a completed run's result that the table keeps for ``attach``, and its completion marker."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypedDict, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, get_args
 
+from raygents.messages import Usage
 from raygents.runtime.handle import RunStatus
 
 if TYPE_CHECKING:
     from raygents.envelope import Outcome, OutcomeKind
-    from raygents.messages import Message, Usage
+    from raygents.messages import Message
 
 __all__ = [
+    "Note",
     "RecordEntry",
     "RunInfo",
     "RunSummary",
     "TableStatus",
+    "done_marker",
     "outcome_entry",
     "outcome_status",
     "table_status",
@@ -29,6 +32,12 @@ TableStatus = RunStatus | Literal["unknown"]
 
 RecordEntry = tuple[str, str, int, str | None]
 """What a checkpoint record tells the run table: ``(status, agent_name, turns, last_error)``."""
+
+Note = tuple[str, int, int, bytes, RecordEntry, bool]
+"""A record an agent actor stored itself, as it reports it to the coordinator:
+``(run_id, seq, epoch, data, entry, full)``."""
+
+_MARKER_OUTPUT = 4096  # characters of output a completion marker keeps, at most
 
 _TABLE_STATUSES = frozenset(s for literal in get_args(TableStatus) for s in get_args(literal))
 
@@ -109,3 +118,24 @@ def table_status(value: str) -> TableStatus:
     if value not in _TABLE_STATUSES:
         raise ValueError(f"not a run status: {value!r}")
     return cast(TableStatus, value)
+
+
+def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> dict[str, Any]:
+    """What a completed run's marker holds: its entry, and its output if small."""
+    done: dict[str, Any] = {
+        "format": 1,
+        "kind": "done",
+        "run_id": info.run_id,
+        "epoch": epoch,
+        "seq": info.seq,
+        "agent_name": info.agent_name,
+        "turns": info.turns,
+        "at": time.time(),
+    }
+    output = result.get("final_output") if isinstance(result, dict) else None
+    if isinstance(output, str) and len(output) <= _MARKER_OUTPUT:
+        done["output"] = output
+        usage = result.get("usage") if isinstance(result, dict) else None
+        if isinstance(usage, Usage):
+            done["usage"] = usage.model_dump(mode="json")
+    return done

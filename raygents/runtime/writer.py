@@ -25,11 +25,10 @@ from raygents.envelope import Outcome, RunState
 from raygents.errors import CheckpointError
 from raygents.events import RunEvent
 from raygents.runtime import rebuild
-from raygents.runtime.cleanup import done_marker
 from raygents.runtime.directory import Directory
 from raygents.runtime.journal import Journal
 from raygents.runtime.reports import Reports
-from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary
+from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, done_marker
 from raygents.store import FileStore, open_store
 
 __all__ = ["RecordWriter"]
