@@ -97,7 +97,7 @@ class Tool:
     needs_approval: NeedsApproval = False
     remote: bool = True
     _checked_parameters: Any = None
-    """The ``parameters`` object last found usable (checking one costs about 20 ms)."""
+    """The ``parameters`` object last found usable (checking one is slow: done once)."""
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
         """Run the tool with the model's JSON ``arguments``."""

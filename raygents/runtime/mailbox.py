@@ -215,7 +215,7 @@ class Mailboxes:
                 _deliver(box, number, instance, items)
                 if not box.runs and not items:
                     return
-                if items:  # their runs go on before the next take is sent (~0.5 ms)
+                if items:  # their runs go on before the next take is sent (a short pause)
                     await asyncio.sleep(_TAKE_AGAIN_S)
         finally:
             with contextlib.suppress(KeyError):

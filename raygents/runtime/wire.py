@@ -2,9 +2,8 @@
 
 Ray pickles the arguments and return values of its calls with cloudpickle, whose pickler runs
 Python code for every object that is not a builtin, and serialises each argument of a call
-separately. The standard pickler does raygents' own types at about half the CPU, and a call
-with one ``bytes`` argument (or return value) costs Ray the least: about 0.15 ms less per tool
-task submitted here than a tool context and its arguments as two arguments.
+separately. The standard pickler does raygents' own types with less CPU, and a call with one
+``bytes`` argument (or return value) costs Ray the least (see ``docs/perf-log.md``).
 
 What the standard pickler would only name, for the other process to import, but that
 cloudpickle copies by value goes through cloudpickle, as Ray would send it: classes and
