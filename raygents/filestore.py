@@ -23,7 +23,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from raygents.errors import CheckpointCorrupt, CheckpointError
-from raygents.store import Store, _is_key, _too_large, validate_key
+from raygents.storebase import Store, is_key, too_large, validate_key
 
 __all__ = ["FileStore"]
 
@@ -267,12 +267,12 @@ class FileStore(Store):
             info = os.fstat(fd)
             _check_file(key, info.st_mode)
             if info.st_size > max_bytes:
-                raise _too_large(self.url, key, info.st_size, max_bytes)
+                raise too_large(self.url, key, info.st_size, max_bytes)
             data = _read_at_most(fd, max_bytes + 1)
         finally:
             os.close(fd)
         if len(data) > max_bytes:  # it grew since the fstat
-            raise _too_large(self.url, key, None, max_bytes)
+            raise too_large(self.url, key, None, max_bytes)
         return data
 
     def _list(self, prefix: str) -> Iterator[str]:
@@ -298,7 +298,7 @@ class FileStore(Store):
                     wanted = key.startswith(prefix) or prefix.startswith(f"{key}/")
                     if wanted and not entry.name.startswith("."):
                         yield from self._scan_below(directory, entry.name, f"{key}/", prefix)
-                elif not key.startswith(prefix) or not _is_key(key):
+                elif not key.startswith(prefix) or not is_key(key):
                     continue  # (temporary and stray files)
                 elif entry.is_file(follow_symlinks=False):
                     yield key

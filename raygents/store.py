@@ -5,12 +5,12 @@ Every store is synchronous and thread-safe; callers run it in a thread pool. Key
 existing key fails unless the stored bytes are identical, so a retried put is harmless and
 nothing is ever overwritten in place. No read returns (or reads) more than a limit, the
 codec's by default. Only this module imports ``boto3``, and only lazily; the file store lives in
-:mod:`raygents.filestore` and is re-exported here.
+:mod:`raygents.filestore` and is re-exported here; the interface and its key rules are in
+:mod:`raygents.storebase`.
 """
 
 from __future__ import annotations
 
-import abc
 import builtins
 import functools
 import os
@@ -18,14 +18,20 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
-from raygents.codec import DEFAULT_MAX_BYTES
 from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
-
-if TYPE_CHECKING:
-    from raygents.filestore import FileStore
+from raygents.filestore import FileStore
+from raygents.storebase import (
+    MAX_KEY_LENGTH,
+    MAX_SEGMENT_LENGTH,
+    Store,
+    is_key,
+    short,
+    too_large,
+    validate_key,
+)
 
 __all__ = [
     "FileStore",
@@ -39,168 +45,9 @@ __all__ = [
     "validate_key",
 ]
 
-MAX_KEY_LENGTH = 512
-MAX_SEGMENT_LENGTH = 128
-_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", re.ASCII)
 _SCHEMES = "memory://[name], file://<dir>, s3://<bucket>[/<prefix>]"
 _T = TypeVar("_T")
-
-
-def __getattr__(name: str) -> Any:
-    """``FileStore``, imported on first use: :mod:`raygents.filestore` builds on this module."""
-    if name == "FileStore":
-        from raygents.filestore import FileStore
-
-        return FileStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def validate_key(key: str) -> str:
-    """Check that ``key`` is safe as a store key, a file path and an S3 key, and return it.
-
-    A key is one or more segments joined by ``/``; a segment starts with a letter, digit or
-    ``_``, continues with letters, digits, ``.``, ``_`` or ``-`` (ASCII only), holds no
-    ``..``, and is at most 128 characters; the key is at most 512.
-
-    Raises:
-        UserError: the key is not a str or breaks a rule; the message says which.
-    """
-    if type(key) is not str:
-        raise UserError(f"a store key must be a str, not {type(key).__name__}")
-    if not key or len(key) > MAX_KEY_LENGTH:
-        _bad_key(key, f"it must be 1 to {MAX_KEY_LENGTH} characters long")
-    for segment in key.split("/"):
-        if not segment:
-            _bad_key(key, "it has an empty segment (a leading, trailing or double '/')")
-        if len(segment) > MAX_SEGMENT_LENGTH or not _SEGMENT.fullmatch(segment):
-            _bad_key(
-                key,
-                f"segment {_short(segment)} must start with a letter, digit or '_', hold only "
-                f"ASCII letters, digits, '.', '_' and '-', and be at most "
-                f"{MAX_SEGMENT_LENGTH} characters",
-            )
-        if ".." in segment:
-            _bad_key(key, f"segment {_short(segment)} contains '..'")
-    return key
-
-
-def _validate_prefix(prefix: str) -> str:
-    if type(prefix) is not str:
-        raise UserError(f"a store prefix must be a str, not {type(prefix).__name__}")
-    if prefix:
-        validate_key(prefix[:-1] if prefix.endswith("/") else prefix)
-    return prefix
-
-
-def _is_key(key: str) -> bool:
-    try:
-        validate_key(key)
-    except UserError:
-        return False
-    return True
-
-
-def _bad_key(key: str, why: str) -> NoReturn:
-    raise UserError(f"invalid store key {_short(key)}: {why}")
-
-
-def _short(text: str) -> str:
-    return repr(text) if len(text) <= 80 else repr(text[:60]) + f"... ({len(text)} characters)"
-
-
-def _too_large(url: str, key: str, size: int | None, max_bytes: int) -> CheckpointCorrupt:
-    """The error for a value over ``max_bytes``: ``size`` bytes, or None when only the bytes
-    read so far (``max_bytes`` + 1) are known."""
-    amount = f"{size} bytes" if size is not None else f"more than {max_bytes} bytes"
-    return CheckpointCorrupt(
-        f"checkpoint {key!r} in {url} is {amount}, over the limit of {max_bytes}, and was not "
-        "read; raygents writes nothing that large: remove it, or read it with a larger "
-        "max_bytes if it is yours",
-        key=key,
-        reason="too large",
-    )
-
-
-class Store(abc.ABC):
-    """A create-only map from keys to bytes; every method is thread-safe and blocking."""
-
-    @property
-    @abc.abstractmethod
-    def url(self) -> str:
-        """The URL that :func:`open_store` turns back into this store."""
-
-    def put(self, key: str, data: bytes) -> None:
-        """Store ``data`` under a new ``key``.
-
-        Raises:
-            CheckpointError: the key exists with different bytes, or the store failed.
-                The key existing with identical bytes is success.
-            UserError: the key is invalid or ``data`` is not bytes.
-        """
-        validate_key(key)
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise UserError(f"a store value must be bytes, not {type(data).__name__}")
-        self._put(key, bytes(data))
-
-    def get(self, key: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | None:
-        """Return the bytes under ``key``, or ``None`` when there are none.
-
-        Args:
-            key: the key.
-            max_bytes: the largest value returned; of a larger one, no more than
-                ``max_bytes`` + 1 bytes are read. The codec's limit by default, which no
-                checkpoint raygents writes exceeds.
-
-        Raises:
-            CheckpointCorrupt: the value is larger than ``max_bytes`` (``reason`` "too large").
-            CheckpointError: the store failed, or the file store found a symbolic link or
-                something other than a file where the key or its directories should be.
-            UserError: the key or ``max_bytes`` is invalid.
-        """
-        validate_key(key)
-        if type(max_bytes) is not int or max_bytes < 0:
-            raise UserError(
-                f"max_bytes must be an int of at least 0, got {_short(repr(max_bytes))}"
-            )
-        return self._get(key, max_bytes)
-
-    def mark(self, key: str) -> None:
-        """Create an empty ``key`` if it does not exist: a mark that writers look for, which
-        need not survive a crash of the machine (the file store skips its fsyncs)."""
-        self.put(key, b"")
-
-    def list(self, prefix: str = "") -> builtins.list[str]:
-        """Return every key that starts with ``prefix`` (a plain string prefix), sorted."""
-        return sorted(self._list(_validate_prefix(prefix)))
-
-    def delete(self, keys: Iterable[str]) -> None:
-        """Delete ``keys``; keys that do not exist are ignored."""
-        checked = [validate_key(key) for key in keys]
-        if checked:
-            self._delete(checked)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.url!r})"
-
-    def _conflict(self, key: str) -> CheckpointError:
-        return CheckpointError(
-            f"checkpoint key {key!r} already exists in {self.url} with different content; "
-            "checkpoints are never overwritten",
-            key=key,
-        )
-
-    @abc.abstractmethod
-    def _put(self, key: str, data: bytes) -> None: ...
-
-    @abc.abstractmethod
-    def _get(self, key: str, max_bytes: int) -> bytes | None: ...
-
-    @abc.abstractmethod
-    def _list(self, prefix: str) -> Iterable[str]: ...
-
-    @abc.abstractmethod
-    def _delete(self, keys: builtins.list[str]) -> None: ...
 
 
 _MEMORY: dict[str, dict[str, bytes]] = {}
@@ -231,7 +78,7 @@ class MemoryStore(Store):
         with _MEMORY_LOCK:
             data = self._data.get(key)
         if data is not None and len(data) > max_bytes:
-            raise _too_large(self.url, key, len(data), max_bytes)
+            raise too_large(self.url, key, len(data), max_bytes)
         return data
 
     def _list(self, prefix: str) -> builtins.list[str]:
@@ -310,7 +157,7 @@ class S3Store(Store):
         read_timeout_s: float = 30.0,
     ) -> None:
         if type(bucket) is not str or not _BUCKET.fullmatch(bucket) or ".." in bucket:
-            raise UserError(f"invalid S3 bucket name {_short(str(bucket))}")
+            raise UserError(f"invalid S3 bucket name {short(str(bucket))}")
         prefix = prefix.strip("/")
         if prefix:
             validate_key(prefix)
@@ -376,12 +223,12 @@ class S3Store(Store):
         try:  # (closing a body not read to its end drops the connection, as it should)
             size = response.get("ContentLength")
             if type(size) is int and size > max_bytes:
-                raise _too_large(self.url, key, size, max_bytes)
+                raise too_large(self.url, key, size, max_bytes)
             data = _read_at_most(body, max_bytes + 1)  # the length may lie
         finally:
             body.close()
         if len(data) > max_bytes:
-            raise _too_large(self.url, key, None, max_bytes)
+            raise too_large(self.url, key, None, max_bytes)
         return data
 
     def _list(self, prefix: str) -> builtins.list[str]:
@@ -394,7 +241,7 @@ class S3Store(Store):
         for page in pages.paginate(Bucket=self._bucket, Prefix=base + prefix):
             for item in page.get("Contents", ()):
                 key = str(item["Key"])[len(base) :]
-                if _is_key(key):  # skip objects this store could not have written
+                if is_key(key):  # skip objects this store could not have written
                     keys.append(key)
         return keys
 
@@ -590,7 +437,7 @@ def open_store(url: str) -> Store:
         if "@" in bucket or "?" in rest or "#" in rest:
             raise UserError("an s3:// store URL takes no credentials, query or fragment")
         return S3Store(bucket, prefix)
-    shown = _short(url) if "@" not in url else f"{scheme}://..."
+    shown = short(url) if "@" not in url else f"{scheme}://..."
     raise UserError(f"unsupported store URL {shown}: use one of {_SCHEMES}")
 
 
