@@ -27,8 +27,8 @@ DRIVER = textwrap.dedent(
 
     @rg.tool(num_cpus=0)
     def step(n: int) -> str:
-        \"\"\"A slow step.\"\"\"
-        time.sleep(0.7)
+        \"\"\"A slow step (in "hold" mode, slower than the test takes to let the driver go).\"\"\"
+        time.sleep(30.0 if mode == "hold" else 0.7)
         return f"step {n}"
 
     def reply(request):
