@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 # Where each public name lives. They are imported on first use: a Ray worker that only runs
 # tool tasks loads the few modules those need (tools, messages), not the driver's runtime, the
-# agent loop or the OpenAI client, and so starts faster (``benchmarks/tool_workers.py``).
+# agent loop or the OpenAI client, and so starts faster (``docs/perf-log.md``).
 _HOMES = {
     "raygents.agent": ("Agent", "Handoff", "HandoffInputData", "StopAtTools", "handoff"),
     "raygents.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),

@@ -11,7 +11,7 @@ those functions and classes: for each, its identity and every attribute of it th
 change (a function's globals, defaults, closure and ``__dict__``; a class's bases and
 namespace), with code objects, which never change, by identity. Two keys are equal only if
 nothing that cloudpickle copies changed in between, and a key costs a third to a half of the
-bytes (``benchmarks/snapshot_cost.py``). The snapshots of the last :data:`_KEPT` keys are
+bytes (``docs/perf-log.md``). The snapshots of the last :data:`_KEPT` keys are
 kept, each with the objects whose identities its key holds (so that no other object can take
 such an identity meanwhile). A graph that the key cannot pickle is snapshotted in full, every
 time.
