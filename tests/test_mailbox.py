@@ -6,47 +6,49 @@ import asyncio
 from typing import Any
 
 import ray.exceptions
+from fakes import FakeHandle
 
 from raygents.runtime.mailbox import ActorRestarted, Mailboxes, pack, unpack
 
 
-class _Id:
-    def hex(self) -> str:
-        return "actor-1"
-
-
-class _Take:
-    def __init__(self, actor: FakeActor) -> None:
-        self._actor = actor
-
-    def remote(self, caller: str, wait_s: float, known: str | None) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._actor.takes.append((caller, future))
-        self._actor.known.append(known)
-        return future
-
-
-class _Start:
-    def __init__(self, actor: FakeActor) -> None:
-        self._actor = actor
-
-    def remote(self, envelopes: list[Any], caller: str) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._actor.starts.append((list(envelopes), future))
-        return future
-
-
-class FakeActor:
+class _Actor:
     """Every take and start waits until the test answers it."""
 
     def __init__(self) -> None:
-        self._actor_id = _Id()
         self.takes: list[tuple[str, asyncio.Future[Any]]] = []
         self.known: list[str | None] = []
         """The incarnation each take said it last saw."""
-        self.take = _Take(self)
         self.starts: list[tuple[list[Any], asyncio.Future[Any]]] = []
-        self.start = _Start(self)
+
+    def take(self, caller: str, wait_s: float, known: str | None) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.takes.append((caller, future))
+        self.known.append(known)
+        return future
+
+    def start(self, envelopes: list[Any], caller: str) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.starts.append((list(envelopes), future))
+        return future
+
+
+class FakeActor(FakeHandle):
+    """The handle of an :class:`_Actor`, with its takes and starts at hand."""
+
+    def __init__(self) -> None:
+        super().__init__(_Actor())
+
+    @property
+    def takes(self) -> list[tuple[str, asyncio.Future[Any]]]:
+        return self.target.takes
+
+    @property
+    def known(self) -> list[str | None]:
+        return self.target.known
+
+    @property
+    def starts(self) -> list[tuple[list[Any], asyncio.Future[Any]]]:
+        return self.target.starts
 
     async def next_take(self) -> tuple[str, asyncio.Future[Any]]:
         for _ in range(100):
