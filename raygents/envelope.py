@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from raygents.approvals import ApprovalDecision, PendingApproval
 from raygents.errors import RaygentsError
-from raygents.messages import Message, Usage
-from raygents.tools import ToolResult
+from raygents.messages import Message, ToolResult, Usage
 
 __all__ = ["Envelope", "Outcome", "RunState", "new_run_id"]
 

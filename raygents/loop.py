@@ -28,11 +28,11 @@ from raygents.messages import (
     ModelResponse,
     ModelSettingsData,
     ToolCall,
+    ToolResult,
     ToolSpec,
     Usage,
 )
 from raygents.schema import bounded_errors, excerpt, parse_json
-from raygents.tools import ToolResult
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",

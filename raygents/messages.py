@@ -18,6 +18,7 @@ __all__ = [
     "ModelResponse",
     "Role",
     "ToolCall",
+    "ToolResult",
     "ToolSpec",
     "Usage",
     "to_messages",
@@ -29,6 +30,20 @@ FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolResult(BaseModel):
+    """What a tool call returns to the model. ``is_error`` is for hooks and events only."""
+
+    model_config = ConfigDict(frozen=True)
+
+    content: str
+    is_error: bool = False
+
+    _clean = field_validator("content")(clean_text)
+
+    def __init__(self, content: str, is_error: bool = False, **data: Any) -> None:
+        super().__init__(content=content, is_error=is_error, **data)
 
 
 class ToolCall(_Frozen):

@@ -10,12 +10,12 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 from raygents.errors import UserError
-from raygents.messages import ToolCall, ToolSpec, Usage
+from raygents.messages import ToolCall, ToolResult, ToolSpec, Usage
 from raygents.schema import EXCERPT, args_model, drop_defaulted_nulls, excerpt, function_parameters
-from raygents.toolcall import ToolContext, clean_text, result_text
+from raygents.toolcall import ToolContext, result_text
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
@@ -38,20 +38,6 @@ call's JSON arguments as a dict; a predicate with a third parameter also gets th
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """What a tool name may be: what model APIs accept (OpenAI's function names)."""
-
-
-class ToolResult(BaseModel):
-    """What a tool call returns to the model. ``is_error`` is for hooks and events only."""
-
-    model_config = ConfigDict(frozen=True)
-
-    content: str
-    is_error: bool = False
-
-    _clean = field_validator("content")(clean_text)
-
-    def __init__(self, content: str, is_error: bool = False, **data: Any) -> None:
-        super().__init__(content=content, is_error=is_error, **data)
 
 
 @dataclass(frozen=True)
