@@ -653,6 +653,7 @@ _FORMAT = "raygents.session"
 _SUFFIX = ".sess"
 _KEY_ENV = "RAYGENTS_CHECKPOINT_KEY"
 _MAX_WRITE_ATTEMPTS = 64
+_LINEAGE = 64  # ids of the versions a version was built on that it records, newest last
 
 
 class StoreSession:
@@ -735,14 +736,16 @@ class StoreSession:
         overwritten: when another save took that version first, start again from it."""
         for _ in range(_MAX_WRITE_ATTEMPTS):
             versions = self._versions(store, session_id)
-            current, marks, seq, base = self._newest(store, session_id, versions, input_len)
+            current, marks, seq, lineage = self._newest(store, session_id, versions, input_len)
             if seq < 0:
                 continue  # the newest version went while we read it: a newer one exists
             new, new_marks = _merge(current, marks, data, input_len)
             payload: dict[str, Any] = {"format": _FORMAT, "session_id": session_id, "messages": new}
             if new_marks:
                 payload["marks"] = new_marks
-            payload["id"], payload["base"] = uuid.uuid4().hex, base
+            payload["id"] = uuid.uuid4().hex
+            if lineage:
+                payload["base"], payload["lineage"] = lineage[-1], lineage[-_LINEAGE:]
             key = f"sessions/{session_id}/{seq + 1:010d}{_SUFFIX}"
             frame = codec.encode(payload, key=self._key(), source=f"sessions/{session_id}")
             try:
@@ -761,43 +764,58 @@ class StoreSession:
         )
 
     def _built_on(self, store: Store, session_id: str, seq: int, version_id: str) -> bool:
-        """Whether version ``seq`` (id ``version_id``), just put, is the newest or the base
-        of the next one. Not so when its key was free only because a save far ahead had
-        deleted the version there (old versions go): newer versions, computed without it,
-        exist, and it would be lost."""
-        newer = [k for k in self._versions(store, session_id) if _seq(k) > seq]
-        if not newer:
-            return True
-        data = store.get(newer[0]) if _seq(newer[0]) == seq + 1 else None
-        try:
-            value = self._decode(data, newer[0], session_id) if data is not None else {}
-        except RaygentsError:
-            return False
-        return bool(value.get("base") == version_id)
+        """Whether version ``seq`` (id ``version_id``), just put, is the newest or in the
+        lineage of the newest. Not so when its key was free only because a save far ahead
+        had deleted the version there (old versions go): newer versions, computed without
+        it, exist, and it would be lost. (Saves that built on it may have deleted it since:
+        the newest version's lineage still names it.)"""
+        for _ in range(3):  # a concurrent save may delete what a listing showed
+            newer = [k for k in self._versions(store, session_id) if _seq(k) > seq]
+            if not newer:
+                return True
+            data = store.get(newer[-1])
+            if data is None:
+                continue
+            try:
+                value = self._decode(data, newer[-1], session_id)
+            except RaygentsError:
+                return False
+            lineage = value.get("lineage")
+            if isinstance(lineage, list) and version_id in lineage:
+                return True
+            return bool(
+                _seq(newer[0]) == seq + 1
+                and newer[0] == newer[-1]
+                and value.get("base") == version_id
+            )
+        return False
 
     def _newest(
         self, store: Store, session_id: str, versions: list[str], input_len: int | None
-    ) -> tuple[list[dict[str, Any]], list[int], int, str | None]:
-        """The newest version's messages (canonical JSON-mode dicts), marks, number and id;
-        the number is -1 if that version is gone. A plain save replaces a version it cannot
-        read; a run's save, which adds to it, raises."""
+    ) -> tuple[list[dict[str, Any]], list[int], int, list[str]]:
+        """The newest version's messages (canonical JSON-mode dicts), marks, number and
+        lineage (the ids of the versions it was built on, oldest first, then its own: what a
+        version built on it records); the number is -1 if that version is gone. A plain save
+        replaces a version it cannot read; a run's save, which adds to it, raises."""
         if not versions:
-            return [], [], 0, None
+            return [], [], 0, []
         data = store.get(versions[-1])
         if data is None:
-            return [], [], -1, None
+            return [], [], -1, []
         try:
             value = self._decode(data, versions[-1], session_id)
             messages = _build(value["messages"], f"session {versions[-1]!r} in {self.url}")
         except RaygentsError:
             if input_len is not None:
                 raise
-            return [], [], _seq(versions[-1]), None
+            return [], [], _seq(versions[-1]), []
         raw = value.get("marks")
         marks = [b for b in raw if type(b) is int] if isinstance(raw, list) else []
-        found = value.get("id")
-        version_id = found if isinstance(found, str) else None
-        return [m.model_dump(mode="json") for m in messages], marks, _seq(versions[-1]), version_id
+        found, before = value.get("id"), value.get("lineage")
+        lineage = [i for i in before if isinstance(i, str)] if isinstance(before, list) else []
+        if isinstance(found, str):
+            lineage.append(found)
+        return [m.model_dump(mode="json") for m in messages], marks, _seq(versions[-1]), lineage
 
     def _open(self) -> Store:
         if self._store is None:

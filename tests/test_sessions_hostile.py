@@ -315,3 +315,29 @@ def test_store_session_save_where_an_old_version_was_deleted_is_not_lost(tmp_pat
     slow._newest = newest_then_three_saves  # type: ignore[method-assign]
     slow.save_run("s", [*HISTORY, *turn("mine", "y")], input_len=3)
     assert texts(other.load("s")) == [*texts(HISTORY), "o0", "x", "o1", "x", "o2", "x", "mine", "y"]
+
+
+def test_a_save_that_others_built_on_and_cleaned_up_after_is_not_saved_twice(
+    tmp_path: Path,
+) -> None:
+    """A save puts version 2; before it checks that version, three other saves build on it
+    (versions 3 to 5) and their clean-up deletes versions 2 and 3. The first save's turn is
+    in version 5 already: it must not be saved again."""
+    url = f"file://{tmp_path}"
+    mine, other = StoreSession(url), StoreSession(url)
+    mine.save("s", HISTORY)
+    real = mine._built_on
+    raced: list[int] = []
+
+    def two_saves_then_check(*args: Any) -> Any:
+        while len(raced) < 3:
+            loaded = other.load("s")
+            other.save_run("s", [*loaded, *turn(f"o{len(raced)}", "x")], input_len=len(loaded) + 1)
+            raced.append(1)
+        return real(*args)
+
+    mine._built_on = two_saves_then_check  # type: ignore[method-assign]
+    mine.save_run("s", [*HISTORY, *turn("mine", "y")], input_len=3)
+    assert texts(other.load("s")) == [
+        *texts(HISTORY), "mine", "y", *("o0", "x", "o1", "x", "o2", "x")
+    ]
