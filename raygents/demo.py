@@ -1,7 +1,7 @@
 """The demo: an orchestrator fans out to analyst sub-agents whose CPU-heavy tools run as Ray
 tasks, then hands off to a writer that produces a typed report.
 
-Offline by default (a deterministic model from ``raygents.testing``); with ``OPENAI_API_KEY``
+Offline by default (a deterministic ``FunctionModel``); with ``OPENAI_API_KEY``
 or ``OPENAI_BASE_URL`` set, every agent uses ``OpenAIChatModel`` (``$RAYGENTS_MODEL``).
 """
 
@@ -19,8 +19,8 @@ from pydantic import BaseModel
 
 import raygents as rg
 from raygents.messages import ModelRequest, ModelResponse
+from raygents.models.function import FunctionModel, call, calls, text
 from raygents.templates import load_template, template_instructions
-from raygents.testing import FunctionModel, call, calls, text
 
 __all__ = ["Report", "build_agents", "main"]
 
@@ -153,7 +153,7 @@ def choose_model(out: TextIO) -> Any:
         print(f"model: {name} via OpenAIChatModel", file=out)
         return rg.OpenAIChatModel(name)
     print(
-        "model: offline (raygents.testing.FunctionModel, 0.3 s per reply); "
+        "model: offline (raygents.models.function.FunctionModel, 0.3 s per reply); "
         "set OPENAI_API_KEY or OPENAI_BASE_URL to use a real model",
         file=out,
     )

@@ -8,15 +8,13 @@ shared actor, so they are consumed in order whichever agent actor or replica ask
 from __future__ import annotations
 
 import asyncio
-import inspect
-import itertools
-import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from raygents.errors import ModelError
-from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from raygents.messages import ModelRequest, ModelResponse
+from raygents.models.function import FunctionModel, apply_step, call, calls, stream_text, text
 
 __all__ = ["FunctionModel", "ScriptedModel", "call", "calls", "text"]
 
@@ -24,55 +22,6 @@ Step = ModelResponse | BaseException | Callable[[ModelRequest], Any]
 
 _STORE_NAME = "raygents-testing-scripts"
 _STORE_NAMESPACE = "raygents-testing"
-_ids = itertools.count(1)
-
-
-def text(content: str, *, input_tokens: int = 10, output_tokens: int = 5) -> ModelResponse:
-    """A model reply that ends the turn with ``content``."""
-    return ModelResponse(Message("assistant", content), "stop", Usage(input_tokens, output_tokens))
-
-
-def call(
-    name: str, arguments: dict[str, Any] | str | None = None, *, id: str | None = None
-) -> ToolCall:
-    """A tool call; ``arguments`` as a dict (serialised to JSON) or a raw JSON string."""
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
-    return ToolCall(id or f"call_{next(_ids)}", name, args)
-
-
-def calls(
-    *items: ToolCall | tuple[str, dict[str, Any]], input_tokens: int = 10, output_tokens: int = 5
-) -> ModelResponse:
-    """A model reply asking for the given tool calls (``finish_reason="tool_calls"``)."""
-    out = [c if isinstance(c, ToolCall) else call(c[0], c[1]) for c in items]
-    return ModelResponse(
-        Message("assistant", None, tool_calls=out), "tool_calls", Usage(input_tokens, output_tokens)
-    )
-
-
-async def _apply(step: Any, request: ModelRequest) -> ModelResponse:
-    if isinstance(step, BaseException):
-        raise step
-    if callable(step) and not isinstance(step, ModelResponse):
-        step = step(request)
-        if inspect.isawaitable(step):
-            step = await step
-    if not isinstance(step, ModelResponse):
-        raise ModelError(f"a scripted step produced {type(step).__name__!r}, not a ModelResponse")
-    return step
-
-
-async def _stream_text(response: ModelResponse) -> AsyncIterator[str | ModelResponse]:
-    content = response.message.content or ""
-    for piece in _pieces(content):
-        yield piece
-        await asyncio.sleep(0)
-    yield response
-
-
-def _pieces(content: str) -> list[str]:
-    words = content.split(" ")
-    return [w if i == len(words) - 1 else w + " " for i, w in enumerate(words)] if content else []
 
 
 class ScriptedModel:
@@ -122,12 +71,12 @@ class ScriptedModel:
         """Reply with the next step."""
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        return await _apply(await self._next(request), request)
+        return await apply_step(await self._next(request), request)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:
         """Reply with the next step, its text streamed word by word."""
         response = await self.respond(request)
-        async for item in _stream_text(response):
+        async for item in stream_text(response):
             yield item
 
     async def _next(self, request: ModelRequest) -> Any:
@@ -166,33 +115,6 @@ class ScriptedModel:
             raise AssertionError(
                 f"ScriptedModel has {left} unused step(s) after {len(self.calls)} call(s)"
             )
-
-
-class FunctionModel:
-    """A model computed by ``fn(request) -> ModelResponse`` (sync or async)."""
-
-    def __init__(
-        self,
-        fn: Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]],
-        *,
-        latency_s: float = 0.0,
-    ) -> None:
-        if not callable(fn):
-            raise TypeError("FunctionModel needs a function")
-        self.fn = fn
-        self.latency_s = latency_s
-
-    async def respond(self, request: ModelRequest) -> ModelResponse:
-        """Reply with ``fn(request)``."""
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
-        return await _apply(self.fn, request)
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:
-        """Reply with ``fn(request)``, its text streamed word by word."""
-        response = await self.respond(request)
-        async for item in _stream_text(response):
-            yield item
 
 
 class _ScriptStore:

@@ -71,6 +71,7 @@ async def test_a_run_completes_and_its_outcome_reaches_the_caller() -> None:
         {"outboxed": agent}, "outboxed", "fp", "ns", coordinator=FakeHandle(_Coordinator())
     )
     actor._beater = object()  # type: ignore[assignment]  # (no beats outside Ray)
+    actor.writer.use_store(None)  # (records through the coordinator: no Ray node to ask)
     state = RunState(run_id="r1", agent_name="outboxed", messages=to_messages("hi"))
     me = await actor.start([Envelope(state, "fp", None)], "c")
     items: list[tuple[str, Any]] = []
