@@ -152,11 +152,12 @@ def _launch(
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
-    if fresh_id and rt.directory.cached_settings().max_concurrent_runs is not None:
+    limited = rt.directory.cached_settings().max_concurrent_runs is not None
+    if fresh_id and limited:
         fresh_id = False
     if not fresh_id and not claimed:
-        if rt.has_notes(run_id):  # a run of this id just ended here
-            rt.send_notes()
+        if limited or rt.has_notes(run_id):  # (runs that ended here give their slots back
+            rt.send_notes()  # first; or a run of this id just ended here)
         agent_name, tenant = envelope.state.agent_name, envelope.state.tenant
         taken, epoch = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name, tenant))
         if taken is not None:
