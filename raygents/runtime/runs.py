@@ -388,9 +388,9 @@ def resume(
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
         return known
-    if rt.has_notes(run_id):  # its end here must reach the coordinator before the claim
-        rt.send_notes()
-    # straight from this thread (not through the runtime's loop, busy with running runs)
+    limited = rt.directory.cached_settings().max_concurrent_runs is not None
+    if limited or rt.has_notes(run_id):  # ends here reach the coordinator before the claim
+        rt.send_notes()  # (its own, and those of runs whose slots it may take)
     taken, epoch, blobs, before = rt.ask(rt.directory.client.claim_and_load(run_id, rt.owner))
     if taken is not None:
         raise UserError(f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id)
