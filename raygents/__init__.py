@@ -41,6 +41,8 @@ from raygents.errors import (
 if TYPE_CHECKING:
     from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools, handoff
     from raygents.approvals import Approval, ApprovalDecision, PendingApproval
+    from raygents.batch import BatchHandle, BatchItem, BatchResult, run_batch, start_batch
+    from raygents.batchprogress import BatchProgress
     from raygents.events import RunEvent
     from raygents.guardrails import (
         GuardrailResult,
@@ -69,6 +71,8 @@ if TYPE_CHECKING:
 _HOMES = {
     "raygents.agent": ("Agent", "Handoff", "HandoffInputData", "StopAtTools", "handoff"),
     "raygents.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
+    "raygents.batch": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
+    "raygents.batchprogress": ("BatchProgress",),
     "raygents.events": ("RunEvent",),
     "raygents.guardrails": (
         "GuardrailResult",
@@ -124,6 +128,10 @@ __all__ = [
     "Approval",
     "ApprovalDecision",
     "ApprovalDecisionsMismatch",
+    "BatchHandle",
+    "BatchItem",
+    "BatchProgress",
+    "BatchResult",
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointTooLarge",
@@ -182,10 +190,12 @@ __all__ = [
     "output_guardrail",
     "resume",
     "run",
+    "run_batch",
     "run_streamed",
     "run_typed",
     "runs",
     "shutdown",
     "start",
+    "start_batch",
     "tool",
 ]
