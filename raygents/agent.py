@@ -106,7 +106,13 @@ class Agent:
         tools: tools, including other agents' ``as_tool()``.
         handoffs: agents or :func:`handoff` configs the model may transfer the conversation to.
         model: a model name (served by ``OpenAIChatModel``) or a :class:`Model`.
-        output_type: a type the final output must match (strict JSON schema).
+        output_type: a type the final output must match (strict JSON schema);
+            ``result.final_output`` is then an instance of it, parsed in the driver. ``str``
+            or ``None``: plain text.
+        schema_on_every_call: with ``output_type`` and tools, send the schema with every model
+            call and end the run with the first reply that has no tool calls (the OpenAI Agents
+            SDK's way). By default such an agent explores with tools, then makes one more call
+            with the schema enforced and tools off.
         tool_use_behavior: ``"run_llm_again"`` (default), ``"stop_on_first_tool"`` or
             :class:`StopAtTools`.
         reset_tool_choice: drop a configured ``tool_choice`` once a tool ran, so it cannot loop.
@@ -143,6 +149,7 @@ class Agent:
         approval: Any = None,
         session: Any = None,
         output_type: Any = None,
+        schema_on_every_call: bool = False,
         tool_use_behavior: ToolUseBehavior = "run_llm_again",
         reset_tool_choice: bool = True,
         max_turns: int = 10,
@@ -167,6 +174,7 @@ class Agent:
         self.approval = approval
         self.session = session
         self.output_type = output_type
+        self.schema_on_every_call = schema_on_every_call
         self.tool_use_behavior = tool_use_behavior
         self.reset_tool_choice = reset_tool_choice
         self.max_turns = max_turns

@@ -202,7 +202,7 @@ def _run(orchestrator: rg.Agent, out: TextIO) -> int:
             print(f"  {at:5.1f}s  {event.agent_name} -> {event.to_agent} (handoff)", file=out)
     wall = time.perf_counter() - started
     result = handle.result()
-    report = Report.model_validate_json(result.final_output)
+    report = result.final_output_as(Report)
     print(f"\nreport: {report.title}", file=out)
     for finding in report.findings:
         print(f"  - {finding.topic}: {finding.score} ({finding.summary})", file=out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import inspect
 import json
 import logging
@@ -36,6 +37,7 @@ __all__ = [
     "SensitiveDataGuardrail",
     "SystemPromptLeakGuardrail",
     "TripCallback",
+    "bind_output_type",
     "guardrail_name",
     "input_guardrail",
     "output_guardrail",
@@ -61,9 +63,9 @@ GuardrailReturn: TypeAlias = GuardrailResult | bool | None
 InputCheck: TypeAlias = Callable[
     [RunContext, list[Message]], GuardrailReturn | Awaitable[GuardrailReturn]
 ]
-OutputCheck: TypeAlias = Callable[
-    [RunContext, Message], GuardrailReturn | Awaitable[GuardrailReturn]
-]
+OutputCheck: TypeAlias = Callable[..., GuardrailReturn | Awaitable[GuardrailReturn]]
+"""``(ctx, message)``, or ``(ctx, message, output)`` to get the final output as the run's
+result will hold it (an instance of the agent's ``output_type``, or the text)."""
 TripCallback: TypeAlias = Callable[[str, GuardrailResult], Awaitable[None]]
 """``on_trip(name, result)``: awaited before the trip error is raised (for run hooks)."""
 
@@ -82,9 +84,21 @@ class InputGuardrail:
 
 
 class OutputGuardrail:
-    """Base class of output guardrails; subclasses set ``name`` and implement :meth:`check`."""
+    """Base class of output guardrails; subclasses set ``name`` and implement :meth:`check`.
+
+    In an agent actor, the guardrails of an agent with an ``output_type`` are copies with
+    ``output_type`` set to it, so :meth:`output` can parse the final message.
+    """
 
     name: str = ""
+    output_type: Any = None
+
+    def output(self, message: Message) -> Any:
+        """The final output of ``message`` as the run's result holds it: an instance of
+        ``output_type`` (parsed from the message's JSON), or the text for an untyped agent."""
+        from raygents.result import parse_output
+
+        return parse_output(message.text, self.output_type)
 
     async def check(self, ctx: RunContext, message: Message) -> GuardrailResult | None:
         """Check the final assistant message; ``None`` or a result without tripwire passes."""
@@ -121,12 +135,15 @@ class FunctionOutputGuardrail(OutputGuardrail):
 
     def __init__(self, fn: OutputCheck, *, name: str | None = None) -> None:
         self.fn = fn
-        self.name = _function_name(fn, name, "output_guardrail")
+        self.name = _function_name(fn, name, "output_guardrail", arities=(2, 3))
+        self.with_output = _takes(fn, 3)
+        """Whether the function takes the final output as a third argument."""
         self.__wrapped__ = fn
 
     async def check(self, ctx: RunContext, message: Message) -> GuardrailResult | None:
         """Call the function and turn its return value into a result."""
-        return _to_result(await _maybe_await(self.fn(ctx, message)), "output", self.name)
+        args = (ctx, message, self.output(message)) if self.with_output else (ctx, message)
+        return _to_result(await _maybe_await(self.fn(*args)), "output", self.name)
 
 
 @overload
@@ -182,7 +199,9 @@ def output_guardrail(
     return lambda f: FunctionOutputGuardrail(f, name=name)
 
 
-def _function_name(fn: Callable[..., Any], name: str | None, decorator: str) -> str:
+def _function_name(
+    fn: Callable[..., Any], name: str | None, decorator: str, arities: tuple[int, ...] = (2,)
+) -> str:
     if not callable(fn):
         raise UserError(f"@{decorator} needs a function, got {type(fn).__name__!r}")
     if name is not None and (not isinstance(name, str) or not name):
@@ -190,12 +209,44 @@ def _function_name(fn: Callable[..., Any], name: str | None, decorator: str) -> 
     try:
         inspect.signature(fn).bind(None, None)
     except TypeError as exc:
-        raise UserError(
-            f"@{decorator} needs a function taking (ctx, value), but {fn!r} cannot: {exc}"
-        ) from None
+        if not any(_takes(fn, n) for n in arities):
+            shape = "(ctx, value)" + ("" if arities == (2,) else " or (ctx, message, output)")
+            raise UserError(
+                f"@{decorator} needs a function taking {shape}, but {fn!r} cannot: {exc}"
+            ) from None
     except ValueError:  # no signature available (some builtins): find out when called
         pass
     return name or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _takes(fn: Callable[..., Any], count: int) -> bool:
+    """Whether ``fn`` can be called with ``count`` positional arguments and requires them."""
+    try:
+        signature = inspect.signature(fn)
+        signature.bind(*([None] * count))
+    except (TypeError, ValueError):
+        return False
+    try:
+        signature.bind(*([None] * (count - 1)))
+    except TypeError:
+        return True
+    return False
+
+
+def bind_output_type(guardrails: Sequence[Any], output_type: Any) -> list[Any]:
+    """``guardrails`` with each :class:`OutputGuardrail` copied to know ``output_type`` (the
+    same objects when there is nothing to bind)."""
+    from raygents.result import is_typed
+
+    if not is_typed(output_type):
+        return list(guardrails)
+    bound = []
+    for guardrail in guardrails:
+        if isinstance(guardrail, OutputGuardrail) and guardrail.output_type is not output_type:
+            guardrail = copy.copy(guardrail)
+            guardrail.output_type = output_type
+        bound.append(guardrail)
+    return bound
 
 
 async def _maybe_await(value: Any) -> Any:

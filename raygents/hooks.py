@@ -1,17 +1,21 @@
-"""Run hooks: callbacks that observe a run from inside the agent actors."""
+"""Run hooks: callbacks that observe a run, per agent in its actor or per run in the driver."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
+    from raygents.events import RunEvent
     from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall
     from raygents.tools import RunContext, ToolResult
 
-__all__ = ["RunHooks", "fire"]
+__all__ = ["HookRelay", "RunHooks", "fire"]
 
 log = logging.getLogger("raygents")
 
@@ -19,11 +23,21 @@ log = logging.getLogger("raygents")
 class RunHooks:
     """Base class for hooks; override the methods you need (sync or async).
 
-    Hooks are set per agent (``Agent(hooks=...)``) and run inside that agent's actor while it
-    is active, so after a handoff the target's hooks fire. A hook that raises is logged with the
-    run id and never breaks the run. Order within a turn: ``on_llm_start``, ``on_llm_end``, then
-    per tool call ``on_tool_start`` / ``on_tool_end`` (always paired), then ``on_checkpoint``
-    (the record of a batch's results is written while the next model call runs: its
+    Hooks are given two ways. Per agent (``Agent(hooks=...)``), they run inside that agent's
+    actor while it is active (a copy of the object lives in each actor: state kept on it is
+    that actor's), so after a handoff the target's hooks fire. Per run (``run(..., hooks=)``,
+    ``start(..., hooks=)``), one object in the driver sees every agent of the run (handoff
+    targets and agent-as-tool children included): its calls are made from the run's events,
+    in order, and ``result()`` returns once they all ran. A run-level hook gets
+    ``on_run_start``, ``on_agent_start``, ``on_tool_start``, ``on_tool_end``, ``on_handoff``,
+    ``on_agent_end``, ``on_checkpoint`` and ``on_run_end``; the model-call hooks
+    (``on_llm_start``, ``on_llm_end``), ``on_guardrail_tripped`` and ``on_restore`` run per
+    agent only. Run-level hooks run on the driver's raygents event loop: keep sync ones quick.
+
+    A hook that raises is logged with the run id and never breaks the run. Order within a
+    turn: ``on_llm_start``, ``on_llm_end``, then per tool call ``on_tool_start`` /
+    ``on_tool_end`` (always paired), then ``on_checkpoint`` (the record of a batch's results
+    is written while the next model call runs: its
     ``on_checkpoint`` comes between that call's ``on_llm_start`` and ``on_llm_end``);
     ``on_handoff`` fires on the source agent; ``on_run_start`` when a run starts or resumes
     (``on_restore`` first on resume) and ``on_run_end`` whenever it stops; ``on_agent_start``
@@ -42,6 +56,9 @@ class RunHooks:
     async def on_agent_start(self, ctx: RunContext, agent: Agent) -> None:
         """``agent`` became active in the run: the run started on it, was handed to it, or
         resumed on it."""
+
+    async def on_agent_end(self, ctx: RunContext, agent: Agent, output: str) -> None:
+        """``agent`` produced the final output of its run or child run (run-level hooks)."""
 
     async def on_llm_start(self, ctx: RunContext, agent: Agent, request: ModelRequest) -> None:
         """A model call is about to start."""
@@ -86,3 +103,90 @@ async def fire(hooks: Any, method: str, ctx: RunContext, *args: Any) -> None:
                 await result
         except Exception:
             log.exception("hook %s.%s failed in run %s", type(hook).__name__, method, ctx.run_id)
+
+
+class HookRelay:
+    """Delivers a run's events to its run-level hooks, in the driver, one call at a time in
+    event order (on the loop that emits the events)."""
+
+    def __init__(self, hooks: Any, graph: Mapping[str, Agent], context: Any) -> None:
+        self._hooks = list(hooks) if isinstance(hooks, Sequence) else [hooks]
+        self._graph = graph
+        self._context = context
+        self._calls: deque[tuple[str, RunContext, tuple[Any, ...]]] = deque()
+        self._pump: asyncio.Task[None] | None = None
+
+    def run_started(self, run_id: str, agent: Agent, messages: Sequence[Message]) -> None:
+        """Queue ``on_run_start`` (called before the run's first event)."""
+        self._queue("on_run_start", self._ctx(run_id, agent.name), agent, list(messages))
+
+    def run_ended(
+        self, run_id: str, agent_name: str, output: Any, error: BaseException | None
+    ) -> None:
+        """Queue ``on_run_end`` with the run's final output or its error."""
+        agent = self._graph.get(agent_name)
+        if agent is not None:
+            self._queue("on_run_end", self._ctx(run_id, agent_name), agent, output, error)
+
+    def event(self, event: RunEvent) -> None:
+        """Queue the hook call an event stands for, if any."""
+        from raygents.messages import ToolCall, ToolResult
+
+        agent = self._graph.get(event.agent_name)
+        if agent is None:
+            return
+        ctx = self._ctx(event.run_id, event.agent_name, event)
+        match event.type:
+            case "agent_start" | "agent_end" | "handoff" | "checkpoint":
+                args = self._args(event)
+                if args is not None:
+                    self._queue(f"on_{event.type}", ctx, agent, *args)
+            case "tool_start" | "tool_end":
+                call = ToolCall(event.call_id or "", event.tool_name or "", event.arguments or "{}")
+                result = ToolResult(event.result or "", bool(event.is_error))
+                args = (call,) if event.type == "tool_start" else (call, result)
+                self._queue(f"on_{event.type}", ctx, agent, *args)
+            case _:  # model text, recovery and the run's end (see run_ended)
+                pass
+
+    def _args(self, event: RunEvent) -> tuple[Any, ...] | None:
+        match event.type:
+            case "agent_end":
+                return (event.output or "",)
+            case "handoff":
+                target = self._graph.get(event.to_agent or "")
+                return None if target is None else (target,)
+            case "checkpoint":
+                data = event.data or {}
+                return (data.get("seq"), data.get("status"))
+            case _:
+                return ()
+
+    def _ctx(self, run_id: str, agent_name: str, event: RunEvent | None = None) -> RunContext:
+        from raygents.messages import Usage
+        from raygents.tools import RunContext
+
+        turns = event.turns if event is not None and event.turns is not None else 0
+        usage = event.usage if event is not None and event.usage is not None else Usage()
+        return RunContext(run_id, agent_name, self._context, turns, usage)
+
+    def _queue(self, method: str, ctx: RunContext, *args: Any) -> None:
+        self._calls.append((method, ctx, args))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # (before the run starts: the first event pumps it)
+            return
+        if self._pump is None or self._pump.done():
+            self._pump = loop.create_task(self._run())
+
+    async def _run(self) -> None:
+        while self._calls:
+            method, ctx, args = self._calls.popleft()
+            await fire(self._hooks, method, ctx, *args)
+
+    async def drain(self) -> None:
+        """Wait until every queued call ran."""
+        while self._calls or (self._pump is not None and not self._pump.done()):
+            if self._pump is None or self._pump.done():
+                self._pump = asyncio.get_running_loop().create_task(self._run())
+            await asyncio.shield(self._pump)

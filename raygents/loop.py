@@ -84,6 +84,10 @@ class AgentView:
     """Handoff tool name -> target agent name."""
     output_schema: dict[str, Any] | None = None
     """``{"name": ..., "schema": ...}`` when the final output must be structured."""
+    schema_on_every_call: bool = False
+    """Send the output schema with every model call (tools stay offered) instead of exploring
+    with tools first and then synthesising; the first reply without tool calls is the final
+    output."""
     settings: ModelSettingsData = field(default_factory=ModelSettingsData)
     tool_use_behavior: Literal["run_llm_again", "stop_on_first_tool"] | tuple[str, ...] = (
         "run_llm_again"
@@ -186,7 +190,9 @@ def activate(state: RunState, view: AgentView) -> RunState:
         budget = min(budget, state.max_model_calls)
     return state.evolve(
         agent_name=view.name,
-        exploring=view.output_schema is not None and bool(view.tools),
+        exploring=view.output_schema is not None
+        and bool(view.tools)
+        and not view.schema_on_every_call,
         forced_synthesis=False,
         max_model_calls=budget,
     )
@@ -236,7 +242,7 @@ def build_request(state: RunState, view: AgentView) -> ModelRequest:
     tool_choice = settings.tool_choice
     if state.tool_used_in_run and view.reset_tool_choice:
         tool_choice = None
-    if schema is not None and view.tools:
+    if schema is not None and view.tools and not view.schema_on_every_call:
         tool_choice = "none"
     if tool_choice != settings.tool_choice:
         settings = settings.model_copy(update={"tool_choice": tool_choice})

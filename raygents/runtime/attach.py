@@ -34,7 +34,8 @@ def attach(run_id: str) -> RunHandle:
 
     A run of this driver that is running, or whose handle is still referenced, gives its own
     handle (with every event). For other runs the handle resolves when the run ends, and the
-    result's ``last_agent`` is a placeholder ``Agent`` carrying the agent's name. Their
+    result's ``last_agent`` is a placeholder ``Agent`` carrying the agent's name (so its
+    ``final_output`` is the final text; ``final_output_as(T)`` parses it). Their
     ``events()`` replay what the run's newest checkpoint records (``agent_start``, a
     ``tool_start`` and ``tool_end`` for each tool call with a result, a ``handoff`` for each
     transfer, then a ``checkpoint`` with its seq; each with ``data["replayed"]``), and when the
@@ -87,6 +88,7 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
             run_id=handle.run_id,
             final_output=summary["final_output"],
             messages=tuple(summary["messages"]),
+            output_text=summary["final_output"],
             usage=summary["usage"] or Usage(),
             turns=summary["turns"],
             last_agent=Agent(summary["agent_name"]),

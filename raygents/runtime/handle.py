@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, RaygentsError
@@ -97,6 +97,8 @@ class RunHandle:
         self._future: concurrent.futures.Future[RunResult] = concurrent.futures.Future()
         self._events = EventLog()
         self._status: RunStatus = "pending"
+        self._listener: Callable[[RunEvent], None] | None = None
+        """Also handed each event (the run-level hooks' relay), on the runtime's loop."""
 
     def result(self, timeout_s: float | None = None) -> RunResult:
         """Wait for the run to end and return its result (or raise its error).
@@ -141,6 +143,8 @@ class RunHandle:
 
     def _emit(self, event: RunEvent) -> None:
         self._events.append(event)
+        if self._listener is not None:
+            self._listener(event)
 
     def _resolve(
         self, result: RunResult | None, error: RaygentsError | None, status: RunStatus

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -26,15 +25,16 @@ from raygents.errors import (
     UserError,
 )
 from raygents.events import RunEvent
+from raygents.hooks import HookRelay, RunHooks
 from raygents.ids import validate_id
 from raygents.messages import Message, to_messages
-from raygents.result import RunResult, TypedResult
+from raygents.result import RunResult, TypedResult, parse_output
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.drive import SuspendToken, drive
-from raygents.runtime.handle import RunHandle
+from raygents.runtime.handle import RunHandle, RunStatus
 from raygents.runtime.runinfo import RunInfo, outcome_entry, outcome_status
 from raygents.runtime.snapshot import snapshot
-from raygents.schema import drop_defaulted_nulls, type_is_wrapped, type_name, type_schema
+from raygents.schema import type_name, type_schema
 from raygents.sessions import validate_session_id
 
 __all__ = ["resume", "run", "run_streamed", "run_typed", "runs", "start"]
@@ -80,8 +80,10 @@ def start(
     timeout_s: float | None = None,
     max_turns: int | None = None,
     tenant: str | None = None,
+    hooks: RunHooks | Sequence[RunHooks] | None = None,
     _stream: bool = False,
     _response_format: dict[str, Any] | None = None,
+    _output_type: Any = None,
 ) -> RunHandle:
     """Start a run and return its handle at once.
 
@@ -97,6 +99,9 @@ def start(
         max_turns: caps ``max_turns`` of every agent in this run.
         tenant: whose quota of runs in flight the run counts against, an id like ``run_id``
             (default: the default tenant's). See ``init(max_concurrent_runs=)``.
+        hooks: run-level :class:`~raygents.RunHooks` (one object or a list), called in this
+            driver, in order, for every agent of the run (handoff targets and agent-as-tool
+            children included), from the run's events; ``result()`` returns once they ran.
 
     Raises:
         TooManyRuns: the tenant already has ``max_concurrent_runs`` runs in flight.
@@ -127,7 +132,18 @@ def start(
         tenant=tenant,
     )
     envelope = Envelope(state, fp, context, stream=_stream)
-    return _launch(rt, envelope, graph, blob, timeout_s, fresh_id=run_id is None)
+    relay = HookRelay(hooks, graph, context) if hooks is not None else None
+    if relay is not None:
+        relay.run_started(state.run_id, agent, messages)
+    return _launch(
+        rt,
+        envelope,
+        graph,
+        blob,
+        timeout_s,
+        fresh_id=run_id is None,
+        ending=_Ending(graph, _output_type, relay),
+    )
 
 
 def _launch(
@@ -139,6 +155,7 @@ def _launch(
     *,
     fresh_id: bool = False,
     claimed: bool = False,
+    ending: _Ending | None = None,
 ) -> RunHandle:
     """Claim the run and drive it in the background.
 
@@ -168,9 +185,12 @@ def _launch(
             raise UserError(f"run id {run_id!r} is already in use ({taken.status}); pick another")
         envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
+    ending = ending or _Ending(graph)
+    if ending.relay is not None:
+        handle._listener = ending.relay.event
     rt.handles[run_id] = handle
     replicas = {name: a.replicas for name, a in graph.items()}
-    rt.submit(_drive_root(rt, handle, envelope, blob, replicas, graph, timeout_s, fresh_id))
+    rt.submit(_drive_root(rt, handle, envelope, blob, replicas, ending, timeout_s, fresh_id))
     return handle
 
 
@@ -180,7 +200,7 @@ async def _drive_root(
     envelope: Envelope,
     blob: bytes,
     replicas: dict[str, int],
-    graph: dict[str, Agent],
+    ending: _Ending,
     timeout_s: float | None,
     claim: bool = False,
 ) -> None:
@@ -206,7 +226,12 @@ async def _drive_root(
     finally:
         if timer is not None:
             timer.cancel()
-    _finish(rt, handle, outcome, graph)
+    result, failure, status = _finish(rt, handle, outcome, ending)
+    if ending.relay is not None:
+        output = result.final_output if result is not None else None
+        ending.relay.run_ended(outcome.state.run_id, outcome.state.agent_name, output, failure)
+        await ending.relay.drain()
+    handle._resolve(result, failure, status)
 
 
 async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) -> Outcome:
@@ -227,22 +252,50 @@ async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) ->
     return outcome
 
 
-def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, Agent]) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Ending:
+    """What the driver needs to end a run: its graph (for ``last_agent``), the type its final
+    output is parsed into (``run_typed``'s, else the last agent's ``output_type``), and the
+    relay of its run-level hooks."""
+
+    graph: dict[str, Agent]
+    output_type: Any = None
+    relay: HookRelay | None = None
+
+    def output(self, state: RunState, text: str) -> Any:
+        """The final output parsed on the driver (an ``OutputValidationError`` if it does
+        not parse); a run typed by ``run_typed`` that resumed here keeps its text."""
+        output_type = self.output_type
+        if output_type is None and state.response_format is None:
+            output_type = self.graph[state.agent_name].output_type
+        return parse_output(text, output_type, run_id=state.run_id)
+
+
+def _finish(
+    rt: Runtime, handle: RunHandle, outcome: Outcome, ending: _Ending
+) -> tuple[RunResult | None, RaygentsError | None, RunStatus]:
+    """Emit a run's terminal event and tell the coordinator; what the handle resolves to."""
     state = outcome.state
     base = {"run_id": state.run_id, "agent_name": state.agent_name, "turns": state.turns}
-    error: RaygentsError | None
-    result: RunResult | None
+    error: RaygentsError | None = None
+    result: RunResult | None = None
     if outcome.kind == "completed":
-        result = RunResult(
-            run_id=state.run_id,
-            final_output=outcome.output or "",
-            messages=state.messages,
-            usage=state.usage,
-            turns=state.turns,
-            last_agent=graph[state.agent_name],
-        )
-        event = RunEvent(type="complete", output=result.final_output, usage=state.usage, **base)
-        error = None
+        text = outcome.output or ""
+        try:
+            result = RunResult(
+                run_id=state.run_id,
+                final_output=ending.output(state, text),
+                messages=state.messages,
+                usage=state.usage,
+                turns=state.turns,
+                last_agent=ending.graph[state.agent_name],
+                output_text=text,
+                input_count=state.input_len,
+            )
+            event = RunEvent(type="complete", output=text, usage=state.usage, **base)
+        except OutputValidationError as exc:
+            error = exc
+            event = RunEvent(type="error", error=str(error), **base)
     elif outcome.kind == "suspended":
         inline = state if outcome.checkpoint_error else None
         error = SuspendedError(
@@ -253,7 +306,6 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
             checkpoint=inline,
         )
         event = RunEvent(type="suspended", error=outcome.cause, **base)
-        result = None
     elif outcome.kind == "interrupted":
         pending = list(state.pending)
         error = RunInterrupted(
@@ -264,25 +316,24 @@ def _finish(rt: Runtime, handle: RunHandle, outcome: Outcome, graph: dict[str, A
         event = RunEvent(
             type="interrupted", data={"pending": [p.model_dump() for p in pending]}, **base
         )
-        result = None
     else:
         error = outcome.error or RaygentsError("run failed", run_id=state.run_id)
         event = RunEvent(type="error", error=str(error), **base)
-        result = None
     handle._emit(event)
-    info, summary = outcome_entry(outcome, None if result else str(error))
+    info, summary = outcome_entry(outcome, None if outcome.kind == "completed" else str(error))
     rt.note("finish", info, summary)
-    handle._resolve(result, error, outcome_status(outcome.kind))
+    if result is None and outcome.kind == "completed":  # (its output did not parse)
+        return None, error, "failed"
+    return result, error, outcome_status(outcome.kind)
 
 
 def _check_options(function: str, options: dict[str, Any]) -> None:
     """Refuse an option :func:`start` does not take, naming ``function`` (the one called)."""
     for name in options:
         if name not in _RUN_OPTIONS:
-            hint = "; hooks are set per agent: Agent(hooks=...)" if name == "hooks" else ""
             raise TypeError(
                 f"{function}() got an unexpected keyword argument {name!r} (its options are "
-                f"{', '.join(_RUN_OPTIONS)}){hint}"
+                f"{', '.join(_RUN_OPTIONS)})"
             )
 
 
@@ -318,41 +369,25 @@ def run_typed(
         OutputValidationError: the final output does not match, with the failing paths.
     """
     _check_options("run_typed", options)
+    if output_type is str or output_type is None:
+        raise UserError(f"run_typed() needs a structured type, got {output_type!r}; use run()")
     try:
         schema = type_schema(output_type)
     except Exception as exc:
         raise UserError(f"cannot build a JSON schema for {output_type!r}: {exc}") from None
     response_format = {"name": type_name(output_type), "schema": schema}
-    result = start(agent, input, _response_format=response_format, **options).result()
-    return parse_typed(result, output_type)
+    handle = start(
+        agent, input, _response_format=response_format, _output_type=output_type, **options
+    )
+    return parse_typed(handle.result(), output_type)
 
 
 def parse_typed(result: RunResult, output_type: type[T]) -> TypedResult[T]:
-    """Parse a run's final output into ``output_type``."""
-    from pydantic import TypeAdapter, ValidationError
-
-    adapter = TypeAdapter(output_type)
-    try:
-        value = json.loads(result.final_output)
-        raw = adapter.json_schema()
-        if type_is_wrapped(raw):
-            value = value["value"]
-        output = adapter.validate_python(drop_defaulted_nulls(value, raw))
-    except ValidationError as exc:
-        errors = [("/" + "/".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
-        raise OutputValidationError(
-            f"output does not match {output_type!r}: {errors}", run_id=result.run_id, errors=errors
-        ) from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise OutputValidationError(
-            f"output is not valid JSON for {output_type!r}: {exc}",
-            run_id=result.run_id,
-            errors=[("/", str(exc))],
-        ) from None
-    fields = {
-        k: getattr(result, k)
-        for k in ("run_id", "final_output", "messages", "usage", "turns", "last_agent")
-    }
+    """A run's result as a :class:`TypedResult` of ``output_type`` (its output parsed if the
+    run did not parse it already)."""
+    output = result.final_output_as(output_type)
+    fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(RunResult)}
+    fields["final_output"] = output
     return TypedResult(output=output, **fields)
 
 

@@ -10,7 +10,9 @@ from raygents import loop
 from raygents.agent import Agent, Handoff, HandoffInputData
 from raygents.envelope import RunState
 from raygents.errors import RaygentsError, UserError
+from raygents.guardrails import bind_output_type
 from raygents.messages import Message, ToolSpec
+from raygents.result import is_typed
 from raygents.schema import type_name, type_schema
 from raygents.tools import RunContext, Tool
 
@@ -28,6 +30,8 @@ class Toolbox:
     """The tools and the view of one agent, resolved in its actor's process."""
 
     def __init__(self, agent: Agent) -> None:
+        # The output guardrails of a typed agent get its type (the actor's copy of the agent).
+        agent.output_guardrails = bind_output_type(agent.output_guardrails, agent.output_type)
         self.agent = agent
         self._tools: dict[str, Tool] | None = None
         self._static_view: loop.AgentView | None = None
@@ -76,7 +80,7 @@ class Toolbox:
                 for h in handoffs
             ]
             output_schema = None
-            if agent.output_type is not None:
+            if is_typed(agent.output_type):
                 output_schema = {
                     "name": type_name(agent.output_type),
                     "schema": type_schema(agent.output_type),
@@ -87,6 +91,7 @@ class Toolbox:
                 tools=tuple(specs),
                 handoffs={h.tool_name: h.agent.name for h in handoffs},
                 output_schema=output_schema,
+                schema_on_every_call=bool(agent.schema_on_every_call),
                 settings=agent.model_settings.to_data(),
                 tool_use_behavior=behavior if isinstance(behavior, str) else behavior.tool_names,
                 reset_tool_choice=agent.reset_tool_choice,

@@ -83,7 +83,9 @@ DRIVER = textwrap.dedent(
             f"typed_{kind.__name__}", output_type=kind, model=typed_reply(kind.__name__)
         )
         try:
-            report[kind.__name__] = json.loads(rg.run(agent, "go").final_output)
+            result = rg.run(agent, "go")
+            report[kind.__name__] = json.loads(result.output_text)
+            report[kind.__name__ + " parsed"] = type(result.final_output).__name__
         except Exception as exc:
             report[kind.__name__] = f"{type(exc).__name__}: {str(exc)[:300]}"
     agent = rg.Agent("tools_agent", tools=[local, remote], model=FunctionModel(tool_reply))
@@ -118,5 +120,9 @@ def test_main_types_work_in_agent_actors(tmp_path: Path) -> None:
         "Point": {"x": 1, "y": 2},
         "Colour": {"value": "blue"},
         "Person": {"name": "Ada", "colour": "blue"},
+        "Verdict parsed": "Verdict",
+        "Point parsed": "dict",
+        "Colour parsed": "Colour",
+        "Person parsed": "Person",
         "tools": "7/[]/2/blue/red 7/[]/2/blue/red",
     }
