@@ -1,0 +1,56 @@
+"""map_agent on a real ray.data dataset: every row gets its run's output, status and usage."""
+
+from __future__ import annotations
+
+import pytest
+
+import raygents as rg
+from raygents.data import map_agent
+from raygents.testing import FunctionModel, text
+
+pytestmark = pytest.mark.usefixtures("rt")
+
+
+def shout(req: rg.ModelRequest) -> rg.ModelResponse:
+    said = req.messages[-1].text
+    if said.endswith("7"):
+        raise ValueError(f"no answer to {said!r}")
+    return text(said.upper(), input_tokens=4, output_tokens=1)
+
+
+def test_a_dataset_of_a_few_hundred_rows_goes_through_the_agent() -> None:
+    import ray.data
+
+    agent = rg.Agent("data-shout", model=FunctionModel(shout))
+    rows = [{"id": i, "question": f"row {i}"} for i in range(300)]
+    ds = ray.data.from_items(rows)
+    out = map_agent(ds, agent, input_column="question", output_column="answer", batch_size=25)
+    got = sorted(out.take_all(), key=lambda row: row["id"])
+    assert [row["id"] for row in got] == list(range(300))
+    for row in got:
+        if str(row["id"]).endswith("7"):
+            assert row["status"] == "failed" and row["answer"] is None
+            assert "no answer to" in row["error"]
+        else:
+            assert row["status"] == "completed" and row["error"] is None
+            assert row["answer"] == f"ROW {row['id']}"
+            assert row["usage"] == {"input_tokens": 4, "output_tokens": 1, "requests": 1}
+
+
+def test_a_missing_input_column_is_named() -> None:
+    import ray.data
+
+    agent = rg.Agent("data-missing", model=FunctionModel(shout))
+    ds = map_agent(ray.data.from_items([{"text": "a"}]), agent)
+    with pytest.raises(Exception, match="no column 'input'"):
+        ds.take_all()
+
+
+def test_map_agent_checks_its_arguments() -> None:
+    import ray.data
+
+    ds = ray.data.from_items([{"input": "a"}])
+    with pytest.raises(rg.UserError, match="batch_size"):
+        map_agent(ds, rg.Agent("data-args"), batch_size=0)
+    with pytest.raises(rg.UserError, match="Agent"):
+        map_agent(ds, "agent")  # type: ignore[arg-type]
