@@ -4,14 +4,11 @@ a streaming pipeline with Ray Data's own backpressure and progress."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raygents.agent import Agent
 from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
 from raygents.ids import validate_id
-
-if TYPE_CHECKING:
-    import pandas
 
 __all__ = ["map_agent"]
 
@@ -97,7 +94,8 @@ class _Runner:
         self.options = dict(options)
         self.input_column, self.output_column, self.context_column = columns
 
-    def __call__(self, batch: pandas.DataFrame) -> pandas.DataFrame:
+    def __call__(self, batch: Any) -> Any:
+        """The runs of one batch (a pandas DataFrame), as its rows with the run's columns."""
         from raygents.runtime.runs import start
 
         if self.input_column not in batch.columns:
