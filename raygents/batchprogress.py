@@ -99,18 +99,27 @@ class _Log(Display):
         now = time.monotonic()
         if now >= self._next:
             self._next = now + self._every_s
-            log.info("batch %s: %s", self._job_id, progress.line())
+            self._say(progress)
 
     def close(self, progress: BatchProgress) -> None:
-        log.info("batch %s: %s", self._job_id, progress.line())
+        self._say(progress)
+
+    def _say(self, progress: BatchProgress) -> None:
+        """Log the line; where nobody set logging up for it, write it to stderr."""
+        if log.isEnabledFor(logging.INFO):
+            log.info("batch %s: %s", self._job_id, progress.line())
+        else:
+            stamp = time.strftime("%H:%M:%S")
+            print(f"{stamp} batch {self._job_id}: {progress.line()}", file=sys.stderr, flush=True)
 
 
 def open_display(
     progress: bool | None, job_id: str, total: int | None, every_s: float = LOG_EVERY_S
 ) -> Display:
     """How to show a job's progress: ``False`` not at all; otherwise a bar when stderr is a
-    terminal and tqdm is installed (``pip install raygents[batch]``), else a log line on the
-    ``raygents`` logger every ``every_s`` seconds."""
+    terminal and tqdm is installed (``pip install raygents[batch]``), else a line every
+    ``every_s`` seconds on the ``raygents`` logger at INFO (on stderr where that logger does
+    not log INFO)."""
     if progress is False:
         return Display()
     if sys.stderr.isatty():

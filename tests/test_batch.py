@@ -182,6 +182,17 @@ def test_progress_off_shows_nothing_and_elsewhere_logs(
     assert "18 completed" in caplog.records[-1].getMessage()
 
 
+def test_without_logging_set_up_progress_lines_go_to_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(logging.getLogger("raygents"), "isEnabledFor", lambda level: False)
+    display = open_display(None, "j", 3, every_s=3600.0)
+    display.show(progress())  # (not due yet)
+    display.close(progress(done=18, running=0, pending=0))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "batch j: 19/19 ended (18 completed" in lines[0]
+
+
 def test_on_a_terminal_progress_is_a_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
