@@ -13,12 +13,29 @@ from raygents.errors import UserError
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
-from raygents.tools import AgentTool, RunContext, Tool, _sanitise, check_needs_approval
+from raygents.tools import (
+    AgentTool,
+    IsEnabled,
+    OutputExtractor,
+    RunContext,
+    Tool,
+    _sanitise,
+    check_is_enabled,
+    check_needs_approval,
+)
 
 if TYPE_CHECKING:
     from raygents.messages import Message
 
-__all__ = ["Agent", "Handoff", "HandoffInputData", "StopAtTools", "agent_graph", "handoff"]
+__all__ = [
+    "Agent",
+    "Handoff",
+    "HandoffInputData",
+    "StopAtTools",
+    "ToolsToFinalOutput",
+    "agent_graph",
+    "handoff",
+]
 
 HandoffDescriptionLimit = 200
 
@@ -34,7 +51,11 @@ class StopAtTools:
         object.__setattr__(self, "tool_names", names)
 
 
-ToolUseBehavior = Literal["run_llm_again", "stop_on_first_tool"] | StopAtTools
+ToolsToFinalOutput = Callable[[RunContext, list[Any]], Any]
+"""A ``tool_use_behavior`` function ``(ctx, results) -> final output or None``: ``results``
+lists ``(ToolCall, ToolResult)`` pairs of the calls of the turn that ran; ``None`` lets the
+model see the results, anything else ends the run with it as the final output."""
+ToolUseBehavior = Literal["run_llm_again", "stop_on_first_tool"] | StopAtTools | ToolsToFinalOutput
 
 
 @dataclass(frozen=True)
@@ -58,6 +79,8 @@ class Handoff:
     tool_description: str
     input_filter: Callable[[HandoffInputData], Sequence[Message]] | None = None
     on_handoff: Callable[[RunContext], Any] | None = None
+    is_enabled: IsEnabled = True
+    """Whether the model is offered the handoff, or a predicate ``(ctx, agent) -> bool``."""
 
 
 def handoff(
@@ -67,15 +90,18 @@ def handoff(
     tool_description: str | None = None,
     input_filter: Callable[[HandoffInputData], Sequence[Message]] | None = None,
     on_handoff: Callable[[RunContext], Any] | None = None,
+    is_enabled: IsEnabled = True,
 ) -> Handoff:
     """Configure a handoff to ``agent``.
 
     The default tool name is ``transfer_to_<name>`` (lowercased, non-alphanumerics as ``_``);
     the default description is ``Transfer the conversation to <name>.`` plus the agent's
-    ``handoff_description``.
+    ``handoff_description``. ``is_enabled`` (a bool, or a predicate ``(ctx, agent) -> bool``
+    asked each time the agent becomes active) decides whether the model is offered it.
     """
     if not isinstance(agent, Agent):
         raise UserError(f"handoff() needs an Agent, got {type(agent).__name__!r}")
+    check_is_enabled(f"handoff to {agent.name!r}", is_enabled)
     description = f"Transfer the conversation to {agent.name}."
     if agent.handoff_description:
         description += " " + agent.handoff_description
@@ -85,6 +111,7 @@ def handoff(
         tool_description=tool_description or description,
         input_filter=input_filter,
         on_handoff=on_handoff,
+        is_enabled=is_enabled,
     )
 
 
@@ -113,8 +140,9 @@ class Agent:
             call and end the run with the first reply that has no tool calls (the OpenAI Agents
             SDK's way). By default such an agent explores with tools, then makes one more call
             with the schema enforced and tools off.
-        tool_use_behavior: ``"run_llm_again"`` (default), ``"stop_on_first_tool"`` or
-            :class:`StopAtTools`.
+        tool_use_behavior: ``"run_llm_again"`` (default), ``"stop_on_first_tool"``,
+            :class:`StopAtTools`, or a function ``(ctx, results) -> final output or None``
+            (see :data:`ToolsToFinalOutput`; sync, called in the agent actor after each batch).
         reset_tool_choice: drop a configured ``tool_choice`` once a tool ran, so it cannot loop.
         max_turns: model calls allowed while this agent is active.
         max_tool_depth: agent-as-tool nesting allowed when this agent is called as a tool.
@@ -210,12 +238,13 @@ class Agent:
         if not isinstance(retries, int) or retries < 0:
             raise UserError(f"agent {self.name!r}: max_empty_output_retries must be >= 0")
         behavior = self.tool_use_behavior
-        if behavior not in ("run_llm_again", "stop_on_first_tool") and not isinstance(
-            behavior, StopAtTools
+        if behavior not in ("run_llm_again", "stop_on_first_tool") and not (
+            isinstance(behavior, StopAtTools) or _is_function(behavior)
         ):
             raise UserError(
                 f"agent {self.name!r}: tool_use_behavior must be 'run_llm_again', "
-                f"'stop_on_first_tool' or StopAtTools(...), got {behavior!r}"
+                f"'stop_on_first_tool', StopAtTools(...) or a function (ctx, results), "
+                f"got {behavior!r}"
             )
         for t in self.tools:
             if not isinstance(t, Tool):
@@ -224,9 +253,12 @@ class Agent:
                     f"agent.as_tool()), got {t!r}"
                 )
             check_needs_approval(t.name, t.needs_approval)
+            check_is_enabled(f"tool {t.name!r}", t.is_enabled)
         for h in self.handoffs:
             if not isinstance(h, Agent | Handoff):
                 raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")
+            if isinstance(h, Handoff):
+                check_is_enabled(f"handoff to {h.agent.name!r}", h.is_enabled)
 
     def handoff_configs(self) -> list[Handoff]:
         """The handoffs as :class:`Handoff` configs (plain agents get the defaults)."""
@@ -244,22 +276,61 @@ class Agent:
         new.validate()
         return new
 
-    def as_tool(self, name: str | None = None, description: str | None = None) -> Tool:
-        """This agent as a tool taking ``{input: string}``; each call is a child run."""
-        return AgentTool(self, name, description)
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        tool_name: str | None = None,
+        tool_description: str | None = None,
+        custom_output_extractor: OutputExtractor | None = None,
+        is_enabled: IsEnabled = True,
+    ) -> Tool:
+        """This agent as a tool taking ``{input: string}``; each call is a child run.
 
-    async def system_prompt(self, ctx: RunContext) -> str:
-        """The instructions (evaluated if dynamic) plus the handoff section."""
+        Args:
+            name: the tool's name (``tool_name`` is the same, by the OpenAI Agents SDK's name).
+            description: the tool's description (or ``tool_description``).
+            custom_output_extractor: ``(RunResult) -> str`` (sync or async), called in the
+                caller's actor with the child run's result; what it returns is the tool's
+                result (by default, the child's final output text).
+            is_enabled: whether the model is offered the tool: a bool, or a predicate
+                ``(ctx, agent) -> bool`` asked each time the calling agent becomes active.
+        """
+        for given, alias, what in (
+            (name, tool_name, "name"),
+            (description, tool_description, "description"),
+        ):
+            if given is not None and alias is not None and given != alias:
+                raise UserError(f"as_tool() got both {what}= and tool_{what}=; pass one")
+        return AgentTool(
+            self,
+            name if name is not None else tool_name,
+            description if description is not None else tool_description,
+            output_extractor=custom_output_extractor,
+            is_enabled=is_enabled,
+        )
+
+    async def system_prompt(
+        self, ctx: RunContext, handoffs: Sequence[Handoff] | None = None
+    ) -> str:
+        """The instructions (evaluated if dynamic) plus the section on ``handoffs`` (by
+        default, all of the agent's)."""
         instructions = self.instructions
         if callable(instructions):
             value = instructions(ctx, self)
             instructions = await value if inspect.isawaitable(value) else value
             if not isinstance(instructions, str):
                 raise UserError(f"agent {self.name!r}: the instructions function must return str")
-        return instructions + handoff_section(self.handoff_configs())
+        offered = self.handoff_configs() if handoffs is None else handoffs
+        return instructions + handoff_section(offered)
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
+
+
+def _is_function(value: object) -> bool:
+    return callable(value) and not isinstance(value, type | str)
 
 
 def handoff_section(handoffs: Sequence[Handoff]) -> str:

@@ -7,7 +7,7 @@ call, a batch of tool calls), and feeding the outcome back through :func:`on_res
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -89,10 +89,11 @@ class AgentView:
     with tools first and then synthesising; the first reply without tool calls is the final
     output."""
     settings: ModelSettingsData = field(default_factory=ModelSettingsData)
-    tool_use_behavior: Literal["run_llm_again", "stop_on_first_tool"] | tuple[str, ...] = (
-        "run_llm_again"
-    )
-    """The behaviour, with ``StopAtTools`` given as its tuple of tool names."""
+    tool_use_behavior: (
+        Literal["run_llm_again", "stop_on_first_tool"] | tuple[str, ...] | DecideFinal
+    ) = "run_llm_again"
+    """The behaviour, with ``StopAtTools`` given as its tuple of tool names, and a function as
+    a :data:`DecideFinal` that the agent's actor builds."""
     reset_tool_choice: bool = True
     max_turns: int = 10
     max_empty_output_retries: int = 2
@@ -103,6 +104,11 @@ class AgentView:
     """Calls of one reply past this many are not run: each is answered with an error."""
     max_model_calls: int = DEFAULT_MAX_MODEL_CALLS
     """A cap on the run's model calls, children included, while this agent is active."""
+
+
+DecideFinal = Callable[[RunState, Sequence[tuple[ToolCall, ToolResult]]], str | None]
+"""Given the run's state and the (call, result) pairs of the calls of a batch that ran: the
+final output, or ``None`` to go on."""
 
 
 # Tool steps: what the actor does with each call of a batch.
@@ -501,7 +507,7 @@ def on_results(
     state = state.evolve(
         messages=(*state.messages, *tool_messages), journal={}, approvals={}, pending=()
     )
-    final = _final_output(view, batch, results)
+    final = _final_output(state, view, batch, results)
     if final is not None:
         state = state.evolve(messages=(*state.messages, Message("assistant", final)))
         return state, Finish(final)
@@ -511,18 +517,20 @@ def on_results(
     return next_turn(state, view)
 
 
-def _final_output(view: AgentView, batch: RunTools, results: Sequence[ToolResult]) -> str | None:
+def _final_output(
+    state: RunState, view: AgentView, batch: RunTools, results: Sequence[ToolResult]
+) -> str | None:
     executed = [
-        (s.call.name, r)
-        for s, r in zip(batch.steps, results, strict=True)
-        if isinstance(s, Execute)
+        (s.call, r) for s, r in zip(batch.steps, results, strict=True) if isinstance(s, Execute)
     ]
     behavior = view.tool_use_behavior
     if behavior == "run_llm_again" or not executed:
         return None
     if behavior == "stop_on_first_tool":
         return executed[0][1].content
-    return next((r.content for name, r in executed if name in behavior), None)
+    if callable(behavior):
+        return behavior(state, executed)
+    return next((r.content for call, r in executed if call.name in behavior), None)
 
 
 def apply_handoff(

@@ -69,6 +69,10 @@ class Usage(_Frozen):
     output_tokens: int = 0
     requests: int = 0
     """Model calls counted in this usage (a run counts each of its own and its children's)."""
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider served from its prompt cache (when it says)."""
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``, those a reasoning model spent thinking (when the provider says)."""
 
     def __init__(self, input_tokens: int = 0, output_tokens: int = 0, **data: Any) -> None:
         BaseModel.__init__(self, input_tokens=input_tokens, output_tokens=output_tokens, **data)
@@ -78,6 +82,8 @@ class Usage(_Frozen):
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             requests=self.requests + other.requests,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     @property

@@ -7,7 +7,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, create_model
 
@@ -337,7 +337,8 @@ def function_parameters(
             raise TypeError(f"tool {fn.__name__!r} cannot take *args or **kwargs ({p.name!r})")
         annotation = hints.get(p.name, Any)
         default = ... if p.default is inspect.Parameter.empty else p.default
-        fields[p.name] = (annotation, default, arg_docs.get(p.name))
+        annotation, default, described = _explicit_field(annotation, default)
+        fields[p.name] = (annotation, default, described or arg_docs.get(p.name))
     model = args_model(f"{fn.__name__}_args", fields)
     schema = strict_schema(model.model_json_schema())
     for name, prop in schema.get("properties", {}).items():
@@ -345,6 +346,32 @@ def function_parameters(
             prop.pop("description", None)
         _ = name
     return schema, model, fields, {"": description, **arg_docs}
+
+
+def _explicit_field(annotation: Any, default: Any) -> tuple[Any, Any, str | None]:
+    """An argument's annotation, default and description as its signature states them:
+    ``Annotated[T, "text"]`` and ``Field(description=...)`` (as annotation metadata or as the
+    default) describe it, ahead of the docstring; a ``Field`` default gives its default and
+    keeps its constraints."""
+    from pydantic.fields import FieldInfo
+    from pydantic_core import PydanticUndefined
+
+    description: str | None = None
+    if get_origin(annotation) is Annotated:
+        for item in get_args(annotation)[1:]:
+            if isinstance(item, str):
+                description = item
+            elif isinstance(item, FieldInfo) and item.description:
+                description = item.description
+    if isinstance(default, FieldInfo):
+        info = default
+        description = info.description or description
+        default = ... if info.default is PydanticUndefined else info.default
+        if info.default_factory is not None:
+            default = info.default_factory()  # type: ignore[call-arg]
+        if info.metadata:  # (its constraints: ge, max_length...)
+            annotation = Annotated[(annotation, *info.metadata)]
+    return annotation, default, description
 
 
 def drop_defaulted_nulls(value: Any, schema: dict[str, Any]) -> Any:

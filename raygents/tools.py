@@ -36,6 +36,11 @@ NeedsApproval = bool | Callable[..., Any]
 ``(RunContext, arguments) -> bool`` (sync or async) asked per call, ``arguments`` being the
 call's JSON arguments as a dict; a predicate with a third parameter also gets the call id."""
 
+IsEnabled = bool | Callable[..., Any]
+"""``is_enabled`` of a tool or handoff: whether the model is offered it, or a predicate
+``(RunContext, Agent) -> bool`` (sync or async) asked in the agent actor each time the agent
+becomes active."""
+
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """What a tool name may be: what model APIs accept (OpenAI's function names)."""
 
@@ -62,6 +67,7 @@ class ExecutionOptions:
     timeout_s: float | None = None
     needs_approval: NeedsApproval = False
     remote: bool = True
+    is_enabled: IsEnabled = True
 
 
 class Tool:
@@ -82,6 +88,7 @@ class Tool:
     timeout_s: float | None = None
     needs_approval: NeedsApproval = False
     remote: bool = True
+    is_enabled: IsEnabled = True
     _checked_parameters: Any = None
     """The ``parameters`` object last found usable (checking one is slow: done once)."""
 
@@ -118,6 +125,7 @@ class Tool:
             timeout_s=self.timeout_s,
             needs_approval=self.needs_approval,
             remote=self.remote,
+            is_enabled=self.is_enabled,
         )
 
     def __repr__(self) -> str:
@@ -223,6 +231,43 @@ def check_needs_approval(name: str, value: object) -> None:
         f"tool {name!r}: needs_approval must be True, False or a function "
         f"(ctx, arguments) -> bool, got {excerpt(repr(value), 80)}"
     )
+
+
+def check_is_enabled(owner: str, value: object) -> None:
+    """Check an ``is_enabled``: a bool or a predicate.
+
+    Raises:
+        UserError: it is something else, naming its owner (a tool or a handoff).
+    """
+    if isinstance(value, bool) or (callable(value) and not isinstance(value, type)):
+        return
+    raise UserError(
+        f"{owner}: is_enabled must be True, False or a function (ctx, agent) -> bool, "
+        f"got {excerpt(repr(value), 80)}"
+    )
+
+
+async def is_enabled(owner: str, value: IsEnabled, ctx: RunContext, agent: Agent) -> bool:
+    """Whether a tool or handoff is offered now (see :data:`IsEnabled`).
+
+    Raises:
+        UserError: the predicate raised or returned something other than a bool.
+    """
+    if isinstance(value, bool):
+        return value
+    try:
+        verdict = value(ctx, agent)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as exc:
+        raise UserError(
+            f"{owner}: its is_enabled function raised {type(exc).__name__}: {excerpt(str(exc))}"
+        ) from None
+    if not isinstance(verdict, bool):
+        raise UserError(
+            f"{owner}: its is_enabled function must return a bool, got {excerpt(repr(verdict), 80)}"
+        )
+    return verdict
 
 
 async def call_needs_approval(t: Tool, ctx: RunContext, call: ToolCall) -> bool:
@@ -371,6 +416,7 @@ def tool(
     timeout_s: float | None = None,
     needs_approval: NeedsApproval = False,
     remote: bool = True,
+    is_enabled: IsEnabled = True,
 ) -> Callable[[F], FunctionTool]: ...
 
 
@@ -387,6 +433,7 @@ def tool(
     timeout_s: float | None = None,
     needs_approval: NeedsApproval = False,
     remote: bool = True,
+    is_enabled: IsEnabled = True,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a function into a tool; its schema comes from the signature and docstring.
 
@@ -406,6 +453,9 @@ def tool(
             wait. A call whose arguments are not a JSON object waits without asking it.
         remote: run each call as a Ray task (default); ``False`` runs it inside the agent actor,
             for cheap non-blocking tools.
+        is_enabled: whether the model is offered the tool: a bool, or a predicate
+            ``(ctx, agent) -> bool`` (sync or async) asked in the agent actor each time the
+            agent becomes active.
     """
     if timeout_s is not None and timeout_s <= 0:
         raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
@@ -419,12 +469,19 @@ def tool(
         timeout_s=timeout_s,
         needs_approval=needs_approval,
         remote=remote,
+        is_enabled=is_enabled,
     )
+    check_is_enabled(f"tool {name!r}" if name else "@tool", is_enabled)
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
         return FunctionTool(f, name=name, description=description, options=options)
 
     return wrap(fn) if fn is not None else wrap
+
+
+OutputExtractor = Callable[[Any], Any]
+"""``custom_output_extractor`` of an agent tool: the child run's ``RunResult`` in, the tool's
+result out (a str, or any value a tool may return; sync or async)."""
 
 
 class AgentTool(Tool):
@@ -438,13 +495,29 @@ class AgentTool(Tool):
     }
     _checked_parameters = parameters
 
-    def __init__(self, agent: Agent, name: str | None, description: str | None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        name: str | None,
+        description: str | None,
+        *,
+        output_extractor: OutputExtractor | None = None,
+        is_enabled: IsEnabled = True,
+    ) -> None:
         self.agent = agent
         self.name = name or _sanitise(agent.name)
         _check_tool_name(self.name)
         self.description = (
             description or agent.handoff_description or f"Ask the {agent.name} agent."
         )
+        if output_extractor is not None and not callable(output_extractor):
+            raise UserError(
+                f"agent tool {self.name!r}: custom_output_extractor must be a function "
+                f"(RunResult) -> str, got {excerpt(repr(output_extractor), 80)}"
+            )
+        self.output_extractor = output_extractor
+        check_is_enabled(f"tool {self.name!r}", is_enabled)
+        self.is_enabled = is_enabled
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
         """Agent tools run as child runs through the runtime, never through this method."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import raygents as rg
 from raygents import loop
@@ -246,3 +246,135 @@ def test_the_relay_turns_events_into_hook_calls_in_order() -> None:
         ("agent_end", "target", "bye"),
         ("run_end", "target", "bye", "ctx"),
     ]
+
+
+# --- the smaller differences -----------------------------------------------------------------
+
+
+def test_annotated_and_field_descriptions_reach_the_tool_schema() -> None:
+    @rg.tool
+    def forecast(
+        city: Annotated[str, "The city to forecast"],
+        days: Annotated[int, Field(description="How many days", ge=1)] = 1,
+        unit: str = Field("c", description="c or f", max_length=1),
+        tags: list[str] = Field(default_factory=list),  # noqa: B008
+    ) -> str:
+        """Forecast the weather.
+
+        Args:
+            city: overridden by the annotation
+            tags: labels for the answer
+        """
+        return f"{city} {days} {unit} {tags}"
+
+    props = forecast.spec().parameters["properties"]
+    assert props["city"]["description"] == "The city to forecast"
+    assert props["days"]["description"] == "How many days" and props["days"]["minimum"] == 1
+    assert props["unit"]["description"] == "c or f" and props["unit"]["maxLength"] == 1
+    assert props["tags"]["description"] == "labels for the answer"
+    nulls = json.dumps({"city": "Oslo", "days": None, "unit": None, "tags": None})
+    assert forecast.parse_arguments(nulls) == {"city": "Oslo", "days": 1, "unit": "c", "tags": []}
+    bad = forecast.parse_arguments(json.dumps({"city": "Oslo", "days": 0, "unit": "cc"}))
+    assert isinstance(bad, rg.ToolResult) and bad.is_error
+
+
+def test_as_tool_takes_the_sdk_names_and_checks_its_options() -> None:
+    agent = rg.Agent("translator")
+    by_sdk = agent.as_tool(tool_name="translate", tool_description="Translate text.")
+    assert (by_sdk.name, by_sdk.description) == ("translate", "Translate text.")
+    with pytest.raises(rg.UserError, match="both name= and tool_name="):
+        agent.as_tool("a", tool_name="b")
+    with pytest.raises(rg.UserError, match="custom_output_extractor"):
+        agent.as_tool(custom_output_extractor="first line")  # type: ignore[arg-type]
+    with pytest.raises(rg.UserError, match="is_enabled"):
+        agent.as_tool(is_enabled="yes")  # type: ignore[arg-type]
+    with pytest.raises(rg.UserError, match="is_enabled"):
+        rg.handoff(agent, is_enabled=1)  # type: ignore[arg-type]
+
+
+@rg.tool(remote=False)
+def weather(city: str) -> str:
+    """The weather."""
+    return f"sunny in {city}"
+
+
+@rg.tool(remote=False, is_enabled=lambda ctx, agent: ctx.context == "admin")
+def wipe() -> str:
+    """Wipe everything."""
+    return "wiped"
+
+
+def test_is_enabled_decides_per_activation_which_tools_and_handoffs_are_offered() -> None:
+    billing = rg.Agent("billing")
+    support = rg.Agent("support")
+    agent = rg.Agent(
+        "desk",
+        tools=[weather, wipe],
+        handoffs=[
+            rg.handoff(billing, is_enabled=False),
+            rg.handoff(support, is_enabled=lambda ctx, agent: agent.name == "desk"),
+        ],
+    )
+    box = Toolbox(agent)
+    state = RunState(run_id="r", agent_name="desk", messages=(Message("user", "hi"),))
+
+    async def offered(context: Any) -> tuple[list[str], list[str], str]:
+        await box.resolve_tools()
+        v = await box.view(state, RunContext("r", "desk", context))
+        return [t.name for t in v.tools], list(v.handoffs), v.system
+
+    names, handoffs, system = asyncio.run(offered("guest"))
+    assert names == ["weather", "transfer_to_support"] and handoffs == ["transfer_to_support"]
+    assert "billing" not in system and "support" in system
+    names, _, _ = asyncio.run(offered("admin"))
+    assert names == ["weather", "wipe", "transfer_to_support"]
+
+
+def test_a_tool_use_behavior_function_decides_the_final_output() -> None:
+    seen: list[Any] = []
+
+    def first_sunny(ctx: RunContext, results: list[Any]) -> Any:
+        seen.append((ctx.context, [(c.name, r.content) for c, r in results]))
+        sunny = [r.content for _, r in results if "sunny" in r.content]
+        return {"answer": sunny[0]} if sunny else None
+
+    agent = rg.Agent("forecaster", tools=[weather], tool_use_behavior=first_sunny)
+    box = Toolbox(agent)
+    state = RunState(run_id="r", agent_name="forecaster", messages=(Message("user", "hi"),))
+
+    async def view() -> loop.AgentView:
+        await box.resolve_tools()
+        return await box.view(state, RunContext("r", "forecaster", "ctx"))
+
+    v = asyncio.run(view())
+    state, _ = loop.next_turn(loop.activate(state, v), v)
+    state, batch = loop.on_response(state, v, calls(("weather", {"city": "Oslo"})))
+    assert isinstance(batch, loop.RunTools)
+    _, end = loop.on_results(state, v, batch, [rg.ToolResult("sunny in Oslo")])
+    assert isinstance(end, loop.Finish) and json.loads(end.output) == {"answer": "sunny in Oslo"}
+    assert seen == [("ctx", [("weather", "sunny in Oslo")])]
+    with pytest.raises(rg.UserError, match="tool_use_behavior"):
+        rg.Agent("bad", tool_use_behavior="stop")  # type: ignore[arg-type]
+
+
+def test_usage_counts_requests_and_the_token_details_a_provider_reports() -> None:
+    from openai.types.completion_usage import (
+        CompletionTokensDetails,
+        CompletionUsage,
+        PromptTokensDetails,
+    )
+
+    from raygents.models.openai import _usage
+
+    reported = CompletionUsage(
+        prompt_tokens=100,
+        completion_tokens=40,
+        total_tokens=140,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=64),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=30),
+    )
+    usage = _usage(reported)
+    assert (usage.cached_input_tokens, usage.reasoning_tokens) == (64, 30)
+    plain = _usage(CompletionUsage(prompt_tokens=1, completion_tokens=2, total_tokens=3))
+    total = usage + plain + rg.Usage(requests=2)
+    assert (total.input_tokens, total.cached_input_tokens, total.requests) == (101, 64, 2)

@@ -481,7 +481,19 @@ def _with_ids(calls: Iterable[ToolCall]) -> list[ToolCall]:
 def _usage(usage: CompletionUsage | None) -> Usage:
     if usage is None:
         return Usage()
-    return Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
+    prompt = getattr(usage, "prompt_tokens_details", None)
+    completion = getattr(usage, "completion_tokens_details", None)
+    return Usage(
+        usage.prompt_tokens or 0,
+        usage.completion_tokens or 0,
+        cached_input_tokens=_count(getattr(prompt, "cached_tokens", None)),
+        reasoning_tokens=_count(getattr(completion, "reasoning_tokens", None)),
+    )
+
+
+def _count(value: object) -> int:
+    """A token count a provider reported, or 0 when it reported none (or nonsense)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _detail(body: object) -> str:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from raygents.agent import agent_graph
 from raygents.envelope import Envelope, RunState
 from raygents.events import RunEvent
 from raygents.messages import Message, ToolCall
+from raygents.result import RunResult, parse_output
 from raygents.runtime.drive import SuspendToken, drive
 from raygents.runtime.tasks import StepResult, tool_error
-from raygents.tools import AgentTool, ToolResult
+from raygents.tools import AgentTool, ToolResult, to_tool_result
 
 if TYPE_CHECKING:
     from raygents.runtime.directory import Directory
@@ -21,6 +24,7 @@ __all__ = [
     "child_budget",
     "child_run_id",
     "existing_child",
+    "extract",
     "legacy_child_run_id",
     "run_child",
 ]
@@ -125,12 +129,39 @@ async def run_child(
     usage = outcome.state.usage
     if outcome.kind == "completed":
         ended(outcome.state)
+        if tool.output_extractor is not None:
+            return StepResult(await extract(tool, outcome.state, outcome.output or ""), usage=usage)
         return StepResult(ToolResult(outcome.output or ""), usage=usage)
     if outcome.kind == "failed":
         if budget is not None and usage.requests < budget:  # (see child_budget)
             usage = usage.model_copy(update={"requests": budget})
         return StepResult(tool_error(tool.name, outcome.error or "sub-agent failed"), usage=usage)
     return StepResult(ToolResult(f"sub-agent run {outcome.kind}"), halt=outcome)
+
+
+async def extract(tool: AgentTool, state: RunState, text: str) -> ToolResult:
+    """The tool result that the tool's ``custom_output_extractor`` makes of the child's result
+    (an error result naming the tool if it raises)."""
+    assert tool.output_extractor is not None
+    graph = agent_graph(tool.agent)
+    last = graph.get(state.agent_name, tool.agent)
+    try:
+        result = RunResult(
+            run_id=state.run_id,
+            final_output=parse_output(text, last.output_type, run_id=state.run_id),
+            messages=state.messages,
+            usage=state.usage,
+            turns=state.turns,
+            last_agent=last,
+            output_text=text,
+            input_count=state.input_len,
+        )
+        value = tool.output_extractor(result)
+        if inspect.isawaitable(value):
+            value = await value
+        return to_tool_result(value)
+    except Exception as exc:
+        return tool_error(tool.name, f"custom_output_extractor raised {type(exc).__name__}: {exc}")
 
 
 async def existing_child(

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from raygents import loop
-from raygents.agent import Agent, Handoff, HandoffInputData
+from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools
 from raygents.envelope import RunState
 from raygents.errors import RaygentsError, UserError
 from raygents.guardrails import bind_output_type
-from raygents.messages import Message, ToolSpec
+from raygents.messages import Message, ToolCall, ToolResult, ToolSpec
 from raygents.result import is_typed
 from raygents.schema import type_name, type_schema
-from raygents.tools import RunContext, Tool
+from raygents.tools import RunContext, Tool, is_enabled, to_tool_result
 
 __all__ = ["Toolbox"]
 
@@ -93,7 +95,7 @@ class Toolbox:
                 output_schema=output_schema,
                 schema_on_every_call=bool(agent.schema_on_every_call),
                 settings=agent.model_settings.to_data(),
-                tool_use_behavior=behavior if isinstance(behavior, str) else behavior.tool_names,
+                tool_use_behavior=_static_behavior(behavior),
                 reset_tool_choice=agent.reset_tool_choice,
                 max_turns=agent.max_turns,
                 max_empty_output_retries=agent.max_empty_output_retries,
@@ -104,13 +106,33 @@ class Toolbox:
         return self._static_view
 
     async def view(self, state: RunState, ctx: RunContext) -> loop.AgentView:
-        """The agent's view for one activation of a run: its system prompt, its schema."""
+        """The agent's view for one activation of a run: its system prompt, its schema, the
+        tools and handoffs enabled now, and its ``tool_use_behavior`` function."""
         base = self.base_view()
-        system = await self.agent.system_prompt(ctx)
-        changes: dict[str, Any] = {"system": system}
+        handoffs = self.agent.handoff_configs()
+        changes: dict[str, Any] = {}
+        off = await self._disabled(ctx, handoffs)
+        if off:
+            handoffs = [h for h in handoffs if h.tool_name not in off]
+            changes["tools"] = tuple(t for t in base.tools if t.name not in off)
+            changes["handoffs"] = {k: v for k, v in base.handoffs.items() if k not in off}
+        changes["system"] = await self.agent.system_prompt(ctx, handoffs)
         if state.response_format is not None:
             changes["output_schema"] = state.response_format
+        behavior = self.agent.tool_use_behavior
+        if callable(behavior) and not isinstance(behavior, StopAtTools):
+            changes["tool_use_behavior"] = _decide_final(behavior, self.agent.name, ctx.context)
         return dataclasses.replace(base, **changes)
+
+    async def _disabled(self, ctx: RunContext, handoffs: list[Handoff]) -> set[str]:
+        """The names of the tools and handoff tools whose ``is_enabled`` is off now."""
+        switches = [(f"tool {t.name!r}", t.name, t.is_enabled) for t in self.tools().values()]
+        switches += [(f"handoff to {h.agent.name!r}", h.tool_name, h.is_enabled) for h in handoffs]
+        off = set()
+        for owner, name, value in switches:
+            if value is not True and not await is_enabled(owner, value, ctx, self.agent):
+                off.add(name)
+        return off
 
     # --- handoffs -----------------------------------------------------------------------
     def _handoff_config(self, target: str) -> Handoff:
@@ -148,3 +170,37 @@ class Toolbox:
         if not all(isinstance(m, Message) for m in messages):
             raise UserError(f"handoff input_filter for {target!r} must return Message objects")
         return loop.apply_handoff(state, target, messages)
+
+
+def _static_behavior(behavior: Any) -> Any:
+    """The behaviour as plain data for the view built once (a function's comes per run)."""
+    if isinstance(behavior, str):
+        return behavior
+    if isinstance(behavior, StopAtTools):
+        return behavior.tool_names
+    return "run_llm_again"
+
+
+def _decide_final(fn: Callable[..., Any], agent: str, context: Any) -> loop.DecideFinal:
+    """A ``tool_use_behavior`` function as the loop calls it: the run's context made from its
+    state, a returned value turned into the final output text, an error into the run's."""
+
+    def decide(state: RunState, results: Sequence[tuple[ToolCall, ToolResult]]) -> str | None:
+        ctx = RunContext(state.run_id, agent, context, state.turns, state.usage)
+        try:
+            value = fn(ctx, list(results))
+        except Exception as exc:
+            raise RaygentsError(
+                f"agent {agent!r}: its tool_use_behavior function raised "
+                f"{type(exc).__name__}: {exc}",
+                run_id=state.run_id,
+            ) from None
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()
+            raise UserError(f"agent {agent!r}: the tool_use_behavior function must be sync")
+        if value is None:
+            return None
+        return value if isinstance(value, str) else to_tool_result(value).content
+
+    return decide

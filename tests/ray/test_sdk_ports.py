@@ -82,3 +82,59 @@ def test_an_output_guardrail_trips_on_the_typed_object() -> None:
     with pytest.raises(rg.OutputGuardrailTripped, match="needs sections") as info:
         rg.run(agent, "outline")
     assert info.value.guardrail == "no_empty_outline"
+
+
+def test_agents_as_tools_with_an_extractor_and_a_switch() -> None:
+    """The orchestrator offers only the enabled translators; the extractor reads the child's
+    typed result."""
+    spanish = rg.Agent(
+        "port_spanish",
+        output_type=Outline,
+        model=FunctionModel(lambda r: text(json.dumps({"title": "Hola", "sections": ["uno"]}))),
+    )
+    french = rg.Agent("port_french", model=FunctionModel(lambda r: text("Bonjour")))
+
+    def title_only(result: rg.RunResult) -> str:
+        return f"{result.last_agent.name}: {result.final_output_as(Outline).title}"
+
+    def orchestrate(request: rg.ModelRequest) -> rg.ModelResponse:
+        if request.messages[-1].role == "tool":  # (the model runs in the actor: it reports)
+            offered = ",".join(t.name for t in request.tools)
+            return text(f"{request.messages[-1].text} (offered {offered})")
+        return calls(call("translate_to_spanish", {"input": "hello"}))
+
+    orchestrator = rg.Agent(
+        "port_orchestrator",
+        model=FunctionModel(orchestrate),
+        tools=[
+            spanish.as_tool(
+                tool_name="translate_to_spanish",
+                tool_description="Translate to Spanish.",
+                custom_output_extractor=title_only,
+            ),
+            french.as_tool(
+                tool_name="translate_to_french",
+                tool_description="Translate to French.",
+                is_enabled=lambda ctx, agent: ctx.context == "fr",
+            ),
+        ],
+    )
+    result = rg.run(orchestrator, "Say hello in Spanish", context="es")
+    assert result.final_output == "port_spanish: Hola (offered translate_to_spanish)"
+
+
+def test_forcing_tool_use_with_a_final_output_function() -> None:
+    """``tool_use_behavior`` as a function: the weather tool's answer is the run's output."""
+
+    def from_tools(ctx: rg.RunContext, results: list) -> str | None:  # type: ignore[type-arg]
+        return next((r.content for c, r in results if c.name == "lookup"), None)
+
+    agent = rg.Agent(
+        "port_forced",
+        tools=[lookup],
+        model_settings=rg.ModelSettings(tool_choice="required"),
+        tool_use_behavior=from_tools,
+        model=ScriptedModel([calls(call("lookup", {"topic": "Tokyo"}))]),
+    )
+    result = rg.run(agent, "weather in Tokyo?")
+    assert result.final_output == "facts about Tokyo" and result.usage.requests == 1
