@@ -139,6 +139,13 @@ def throughput(w: dict[str, Any]) -> list[str]:
                 out.append(
                     f"| {role} | {v['count']} | {_f(v['cpu_s'], 2)} | {_f(v['peak_pss_mb'], 0)} |"
                 )
+    slopes = w.get("marginal_kb_per_run") or {}
+    if slopes:
+        shown = ", ".join(f"{side} {_f(kb, 0)} KB" for side, kb in slopes.items())
+        out += [
+            "",
+            f"Marginal memory per concurrent run (PSS slope between the two largest N): {shown}.",
+        ]
     return out
 
 
@@ -274,6 +281,25 @@ def coldstart(w: dict[str, Any]) -> list[str]:
     return out
 
 
+def coordinator(w: dict[str, Any]) -> list[str]:
+    c, lat = w["config"], w["batch_latency_ms"]
+    rss = ", ".join(f"{n // 1000}k: {mb:.0f}" for n, mb in w["rss_mb"])
+    return [
+        f"{c['reporters']} reporters, batches of {c['batch']} runs, {c['records_per_run']} "
+        f"records of {c['record_bytes']} B reported per run, {c['runs']:,} runs in all.",
+        "",
+        "| runs/s | reports/s | coordinator CPU s per 1,000 runs | batch p50 ms | batch p99 ms "
+        "| RSS growth after 10k runs |",
+        "|---|---|---|---|---|---|",
+        f"| {_f(w['runs_per_s'], 0)} | {_f(w['reports_per_s'], 0)} | "
+        f"{_f(w['cpu_s_per_1000_runs'], 3)} | {_f(lat['p50'])} | {_f(lat['p99'])} | "
+        f"{_f(w['rss_growth_after_10k_mb'])} MB |",
+        "",
+        f"Coordinator RSS (MB) by finished runs: {rss}; run table entries at the end: "
+        f"{w['run_table_entries']:,}.",
+    ]
+
+
 SECTIONS = (
     ("overhead", "1. Single-run overhead (2-turn run, K tool calls)", overhead),
     (
@@ -285,6 +311,7 @@ SECTIONS = (
     ("checkpoints", "4. Checkpoints", checkpoints),
     ("suspend", "5. Suspend and resume storm", suspend),
     ("coldstart", "6. Cold start (fresh process, p50)", coldstart),
+    ("coordinator", "7. One coordinator's ceiling (synthetic runs, memory store)", coordinator),
 )
 
 

@@ -16,6 +16,7 @@ import functools
 import os
 import random
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +74,11 @@ class MemoryStore(Store):
             existing = self._data.setdefault(key, data)
         if existing != data:
             raise self._conflict(key)
+
+    def has(self, key: str) -> bool:
+        validate_key(key)
+        with _MEMORY_LOCK:
+            return key in self._data
 
     def _get(self, key: str, max_bytes: int) -> bytes | None:
         with _MEMORY_LOCK:
@@ -202,6 +208,21 @@ class S3Store(Store):
             client.put_object(Bucket=self._bucket, Key=name, Body=data, IfNoneMatch="*")
         except client.exceptions.ClientError as exc:
             if _status(exc) == 412 or _code(exc) == "PreconditionFailed":
+                return False
+            raise
+        return True
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` exists (one ``HEAD`` request)."""
+        validate_key(key)
+        return self._call("read", key, lambda: self._head_once(key))
+
+    def _head_once(self, key: str) -> bool:
+        client = self._client()
+        try:
+            client.head_object(Bucket=self._bucket, Key=self._object_key(key))
+        except client.exceptions.ClientError as exc:
+            if _status(exc) == 404 and _code(exc) != "NoSuchBucket":
                 return False
             raise
         return True
@@ -375,8 +396,19 @@ def _make_client(max_attempts: int, connect_timeout_s: float, read_timeout_s: fl
         retries={"mode": "standard", "total_max_attempts": max_attempts},
         connect_timeout=connect_timeout_s,
         read_timeout=read_timeout_s,
+        user_agent_extra=_writer_tag(),
     )
     return boto3.session.Session().client("s3", config=config)
+
+
+def _writer_tag() -> str:
+    """Who sends the requests, for S3's access logs: ``raygents pid/<pid>``, and
+    ``ray-node/<id>`` inside a Ray worker (records are written on the node of their run)."""
+    tag = f"raygents pid/{os.getpid()}"
+    ray = sys.modules.get("ray")  # (this module never imports Ray itself)
+    if ray is not None and ray.is_initialized():
+        tag += f" ray-node/{ray.get_runtime_context().get_node_id()}"
+    return tag
 
 
 def _max_attempts(value: int | None) -> int:

@@ -140,6 +140,31 @@ class Store(abc.ABC):
         need not survive a crash of the machine (the file store skips its fsyncs)."""
         self.put(key, b"")
 
+    def has(self, key: str) -> bool:
+        """Whether ``key`` exists (reads no more than its first byte)."""
+        validate_key(key)
+        try:
+            return self._get(key, 0) is not None
+        except CheckpointCorrupt:  # (larger than 0 bytes: it exists)
+            return True
+
+    def put_if_dir(self, key: str, data: bytes) -> bool:
+        """:meth:`put`, but only where the key's directory exists, in stores that have
+        directories (the file store); False if nothing was written because it is gone.
+        Stores without directories put and return True."""
+        self.put(key, data)
+        return True
+
+    def make_dir(self, prefix: str) -> None:
+        """Create the directory that keys under ``prefix`` go into, where the store has
+        directories (the file store); nothing otherwise."""
+        validate_prefix(prefix)
+
+    def remove_empty_dir(self, prefix: str) -> None:
+        """Remove the directory of ``prefix`` if it is empty, where the store has
+        directories (the file store); nothing otherwise."""
+        validate_prefix(prefix)
+
     def list(self, prefix: str = "") -> builtins.list[str]:
         """Return every key that starts with ``prefix`` (a plain string prefix), sorted."""
         return sorted(self._list(validate_prefix(prefix)))

@@ -171,6 +171,8 @@ class ProxyRecord:
     fault: str
     status: int | None
     """The status sent back, or None when the connection was reset."""
+    agent: str = ""
+    """The request's ``User-Agent``."""
 
 
 @dataclass
@@ -313,9 +315,11 @@ class FaultProxy:
                 return chance.rng.choice(chance.faults)
         return Fault.passthrough()
 
-    def _record(self, method: str, path: str, fault: Fault, status: int | None) -> None:
+    def _record(
+        self, method: str, path: str, fault: Fault, status: int | None, agent: str = ""
+    ) -> None:
         with self._lock:
-            self.records.append(ProxyRecord(method, path, fault.kind, status))
+            self.records.append(ProxyRecord(method, path, fault.kind, status, agent))
 
 
 class _ProxyServer(ThreadingHTTPServer):
@@ -362,7 +366,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             proxy._record(self.command, self.path, fault, None)
             self._reset()
             return
-        proxy._record(self.command, self.path, fault, status)
+        proxy._record(self.command, self.path, fault, status, self.headers.get("User-Agent", ""))
         self.send_response(status, reason)
         for name, value in headers:
             if name.lower() not in _HOP_BY_HOP:

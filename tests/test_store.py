@@ -121,6 +121,28 @@ def test_list_is_sorted_and_filters_by_string_prefix(store: Store) -> None:
     assert store.list("nothing") == []
 
 
+def test_has_tells_whether_a_key_exists(store: Store) -> None:
+    store.put("runs/r/1", b"one")
+    store.mark("runs/r/fence.2")
+    assert store.has("runs/r/1") and store.has("runs/r/fence.2")
+    assert not store.has("runs/r/2") and not store.has("runs/q/1")
+    with pytest.raises(UserError):
+        store.has("../x")
+
+
+def test_records_go_where_a_run_writes_them(store: Store) -> None:
+    """What an agent actor writing its own records relies on: a put into a run's existing
+    prefix lands; the file store alone refuses one whose run's directory is gone."""
+    store.make_dir("runs/r/")
+    assert store.put_if_dir("runs/r/0000000001.ckpt", b"a")
+    assert store.get("runs/r/0000000001.ckpt") == b"a"
+    store.delete(store.list("runs/r/"))
+    store.remove_empty_dir("runs/r/")
+    landed = store.put_if_dir("runs/r/0000000002.ckpt", b"b")
+    assert landed == (not isinstance(store, FileStore))
+    assert store.has("runs/r/0000000002.ckpt") == landed
+
+
 def test_delete(store: Store) -> None:
     for key in ("runs/a/1", "runs/a/2", "runs/b/1"):
         store.put(key, b"x")
@@ -491,6 +513,15 @@ def test_s3_keys_stay_under_the_prefix(s3: LocalS3) -> None:
     assert store.list() == ["runs/r/1"]
     assert sibling.list() == ["runs/r/1"]
     assert s3.keys() == ["tenant-a/not a valid key", "tenant-a/runs/r/1", "tenant-ab/runs/r/1"]
+
+
+def test_s3_requests_name_the_process_that_sent_them(s3: LocalS3) -> None:
+    store = open_store(s3.url("tenant-a"))
+    store.put("runs/r/1", b"a")
+    assert store.has("runs/r/1")
+    assert s3.proxy is not None
+    agents = {record.agent for record in s3.proxy.records}
+    assert agents and all(f"raygents pid/{os.getpid()}" in agent for agent in agents)
 
 
 def test_s3_missing_bucket(s3: LocalS3) -> None:

@@ -22,7 +22,7 @@ from raygents.runtime import writer as writer_module
 from raygents.runtime.directory import Directory
 from raygents.runtime.settings import Settings
 from raygents.runtime.writer import RecordWriter
-from raygents.store import FileStore
+from raygents.store import FileStore, Store, open_store
 from raygents.tools import ToolResult
 
 
@@ -60,7 +60,7 @@ class _Written:
 
 
 async def _writer(
-    store: FileStore | None, durability: str = "sync"
+    store: Store | None, durability: str = "sync"
 ) -> tuple[RecordWriter, _Coordinator, _Written]:
     coordinator = _Coordinator(durability)
     directory = Directory("ns", FakeHandle(coordinator), owner="test")
@@ -319,6 +319,36 @@ async def test_a_record_of_a_fenced_copy_of_a_run_fails_and_is_discarded(
     with pytest.raises(CheckpointError, match="fenced"):
         await writer.save(state, "running", None)
     assert coordinator.discarded == [("r1", checkpoint.key_for("r1", 2, 1))]
+
+
+def _store_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "file":
+        return FileStore(tmp_path / "store")
+    from s3_server import create_bucket
+
+    server = request.getfixturevalue("session_s3")
+    return open_store(f"s3://{create_bucket(server.endpoint_url)}/runs")
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("why", ["dispatched again", "ended elsewhere"])
+async def test_a_fenced_copys_record_fails_and_is_discarded_on_every_store_it_writes(
+    kind: str, why: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The fencing of records an agent actor writes itself, without the coordinator: after a
+    put it looks for its next dispatch's mark and for its own previous record."""
+    store = _store_of(kind, tmp_path, request)
+    writer, coordinator, _ = await _writer(store)
+    state = await writer.save(_state("r1"), "running", None)
+    state = await writer.save(state, "running", None)
+    if why == "dispatched again":
+        store.mark(checkpoint.fence_key("r1", 2))
+    else:  # (its records were deleted: records first, then the directory)
+        store.delete(store.list("runs/r1/"))
+        store.remove_empty_dir("runs/r1/")
+    with pytest.raises(CheckpointError, match="fenced"):
+        await writer.save(state, "running", None)
+    assert coordinator.discarded == [("r1", checkpoint.key_for("r1", 3, 1))]
 
 
 @pytest.mark.parametrize("kind", ["completed", "handoff"])

@@ -1,3 +1,3 @@
-"""The six workloads of the benchmark suite; each runs in a fresh process (see ``run.py``)."""
+"""The workloads of the benchmark suite; each runs in a fresh process (see ``run.py``)."""
 
-NAMES = ("overhead", "throughput", "fanout", "checkpoints", "suspend", "coldstart")
+NAMES = ("overhead", "throughput", "fanout", "checkpoints", "suspend", "coldstart", "coordinator")

@@ -101,6 +101,7 @@ class AgentActor:
         self._runs: set[asyncio.Future[Outcome]] = set()
         """The tasks of the runs here (the event loop keeps only weak references to tasks)."""
         self._beater: Beater | None = None
+        self._watch: asyncio.Future[None] | None = None
         tune_collector()
 
     # --- public actor methods -----------------------------------------------------------
@@ -204,12 +205,30 @@ class AgentActor:
             return None
         coordinator = self.directory.coordinator()
         every = self.directory.cached_settings().recovery.heartbeat_s
+        self._watch = asyncio.ensure_future(self._watch_coordinator(coordinator))
         return Beater(
             asyncio.get_running_loop(),
             lambda lag: coordinator.beat.remote(actor_id, lag),
             every,
             lambda: bool(self._active),
         ).start()
+
+    async def _watch_coordinator(self, coordinator: Any) -> None:
+        """Exit once the coordinator is gone for good (its driver ended without closing
+        raygents, or it was removed): agent actors are detached, so that they keep running
+        while it restarts, and nothing else would stop them. Their runs are recovered by
+        whoever dispatched them, with the coordinator that takes over, as when an actor dies."""
+        every = self.directory.cached_settings().recovery.heartbeat_s
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await coordinator.__ray_ready__.remote()
+            except ray.exceptions.ActorDiedError:
+                break
+            except ray.exceptions.RayError:
+                continue  # (restarting, or a hiccup: it answers again later)
+        log.warning("agent %r: its coordinator is gone for good; this actor exits", self.agent.name)
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def _children(self, run_id: str) -> dict[str, SuspendToken] | None:
         active = self._active.get(run_id)
@@ -329,6 +348,7 @@ class AgentActor:
         """Activate the agent for this envelope and choose the first action."""
         state = envelope.state
         await self.directory.settings()
+        self.writer.check_node(self.agent.name)
         if self._beater is None:
             self._beater = self._start_beats()
         await self.toolbox.resolve_tools()

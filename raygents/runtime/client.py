@@ -198,7 +198,9 @@ class Runtime:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         if release and self.created and not self.detached:
-            ray.kill(self.coordinator, no_restart=True)  # its agent actors go with it
+            with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
+                ray.get(self.coordinator.stop_agents.remote(), timeout=10.0)
+            ray.kill(self.coordinator, no_restart=True)
             _wait_until_free(self.namespace, self.coordinator, timeout_s=10.0)
 
     async def ensure_graph(self, fp: str, blob: bytes, replicas: dict[str, int]) -> None:
@@ -242,6 +244,9 @@ def _coordinator_class(namespace: str, detached: bool, node: str | None = None) 
         "get_if_exists": True,
         "num_cpus": 0,
         "max_restarts": -1,
+        # Calls in flight when it dies are made again once it is back (they are idempotent,
+        # or a repeated claim fences the first); agent actors' reports wait meanwhile.
+        "max_task_retries": -1,
         "max_concurrency": 10_000,
         "scheduling_strategy": NodeAffinitySchedulingStrategy(
             node or ray.get_runtime_context().get_node_id(), soft=True

@@ -26,7 +26,7 @@ from raygents.runtime.registry import ActorRegistry
 from raygents.runtime.runinfo import Note, RecordEntry, RunInfo, RunSummary
 from raygents.runtime.runtable import RunTable
 from raygents.runtime.settings import Settings
-from raygents.store import FileStore, Store, open_store
+from raygents.store import FileStore, S3Store, Store, open_store
 
 __all__ = ["Coordinator", "RunInfo"]  # (RunInfo lives in runtime.runinfo)
 
@@ -45,11 +45,11 @@ class Coordinator:
         settings = settings or Settings()
         self.namespace = namespace
         self.store: Store = open_store(settings.store)
-        direct = settings.durability != "exit" and isinstance(self.store, FileStore)
+        direct = settings.durability != "exit" and isinstance(self.store, (FileStore, S3Store))
         self._settings = replace(settings, store=self.store.url, direct=direct, node=_node_id())
-        """Its settings as it answers them: agent actors on its node write running runs'
-        records to a file store themselves (``sync``: the run waits for the put; ``async``:
-        it does not)."""
+        """Its settings as it answers them: agent actors write running runs' records to an S3
+        store, or a file store on its node, themselves (``sync``: the run waits for the put;
+        ``async``: it does not)."""
         self.direct = direct
         key, durability = settings.key, settings.durability
         self.table = RunTable(self._forgotten, settings.max_concurrent_runs)
@@ -84,6 +84,11 @@ class Coordinator:
         """Stop handing out an unresponsive actor; the next lookup creates a fresh one."""
         self.registry.replace_actor(graph_fp, name, stale)
 
+    def stop_agents(self) -> None:
+        """Stop every agent actor created here (before this coordinator is removed: they are
+        detached, so that they outlive its restarts)."""
+        self.registry.stop_all()
+
     def beat(self, actor_id: str, lag: float) -> None:
         """An agent actor's beat (see :mod:`raygents.runtime.liveness`)."""
         self.registry.beats.beat(actor_id, lag)
@@ -93,6 +98,7 @@ class Coordinator:
         return self.registry.beats.of(actor_id)
 
     # --- runs driven here (detached mode) -----------------------------------------------
+    @ray.method(max_task_retries=0)  # (its caller attaches again: not from the run's input)
     async def drive_root(self, envelope: Envelope) -> AsyncIterator[Any]:
         """Drive a top-level run here, so it outlives the driver that started it.
 

@@ -3,7 +3,6 @@ their beats."""
 
 from __future__ import annotations
 
-import itertools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -43,13 +42,13 @@ class ActorRegistry:
         self.namespace = namespace
         self.detached = detached
         self.actor_options = dict(actor_options or {})
-        self.incarnation = os.urandom(3).hex()
-        """Tells this coordinator's (non-detached) agent actors from a predecessor's."""
+        me = ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
+        self.incarnation = (me or os.urandom(8).hex())[:16]
+        """Tells this coordinator's (non-detached) agent actors from those of another one; its
+        actor id, which its restarts keep."""
         self.graphs: dict[str, _Graph] = {}
         self.actors: dict[tuple[str, str], list[Any]] = {}
         self.beats = Beats()
-        self._created = itertools.count(1)
-        self._generation = 0
 
     def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         """Remember a graph snapshot; actors of older definitions of its agents retire."""
@@ -88,26 +87,32 @@ class ActorRegistry:
             return  # already replaced by an earlier report of the same actor
         graph = self.graphs.get(graph_fp)
         if graph is not None:
-            self._generation += 1
-            fresh.append(self._create(graph, graph_fp, name, self._generation))
+            fresh.append(self._create(graph, graph_fp, name, f"r{os.urandom(3).hex()}"))
         self.actors[(graph_fp, name)] = fresh
 
-    def _create(self, graph: _Graph, graph_fp: str, name: str, index: int) -> Any:
+    def stop_all(self) -> None:
+        """Stop every agent actor this coordinator knows (it is going away for good)."""
+        for handles in self.actors.values():
+            for handle in handles:
+                ray.kill(handle, no_restart=True)
+        self.actors.clear()
+
+    def _create(self, graph: _Graph, graph_fp: str, name: str, index: int | str) -> Any:
         label = f"agent:{name}@{graph_fp[:8]}" + (f"#{index}" if index else "")
+        # Detached, so that runs keep going while the coordinator restarts (an agent actor
+        # stops itself once its coordinator is gone for good, see AgentActor), and named, so
+        # that a restarted coordinator finds them. In detached mode a coordinator created
+        # again finds its predecessor's; otherwise the name carries the coordinator's id and
+        # never meets a stopping actor of an earlier coordinator. A replacement's name is new.
         options: dict[str, Any] = {
             "namespace": self.namespace,
             "num_cpus": 0,
             "max_concurrency": _MAX_CONCURRENCY,
             "max_restarts": -1,
+            "lifetime": "detached",
+            "get_if_exists": True,
+            "name": label if self.detached else f"{label}~{self.incarnation}",
         }
-        if self.detached:
-            # A restarted coordinator finds the detached actors of its predecessor by name.
-            options.update(name=label, get_if_exists=True, lifetime="detached")
-        else:
-            # Owned actors die with their coordinator, but their names are released a moment
-            # later: a unique name never meets a dying actor of an earlier coordinator, nor
-            # one of this coordinator that retired or was replaced.
-            options["name"] = f"{label}~{self.incarnation}.{next(self._created)}"
         options.update(self.actor_options)
         remote_cls = ray.remote(AgentActor).options(**options)
         me = ray.get_runtime_context().current_actor

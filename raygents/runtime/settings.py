@@ -48,9 +48,11 @@ class Settings:
     creator: str = ""
     """The driver that created the coordinator (it removes it when it closes)."""
     direct: bool = False
-    """Agent actors on ``node`` write running runs' records to the store themselves."""
+    """Agent actors write running runs' records to the store themselves (an S3 store from
+    any node, a ``file://`` store on ``node``)."""
     node: str = ""
-    """The coordinator's node (where a ``file://`` store's records are)."""
+    """The coordinator's node (where a ``file://`` store's records are; agent actors on
+    other nodes refuse to run with one)."""
 
     @property
     def key_id(self) -> bytes | None:

@@ -1,9 +1,10 @@
 """RecordWriter: an agent actor's checkpoint records, put in the store itself or by the coordinator.
 
-Records of running runs go straight to a file store that the coordinator shares with the
-actor's node (reported to the coordinator in batches, see :mod:`~raygents.runtime.reports`),
-on the event loop or in worker threads; otherwise, and for the records that stop a run, the
-coordinator stores them. A run's records chain: each is put after the run's previous one.
+Records of running runs go straight from the agent actor to the store: an S3 store from any
+node, a file store on its own node (reported to the coordinator in batches, see
+:mod:`~raygents.runtime.reports`), on the event loop (small file puts) or in worker threads.
+With a ``memory://`` store, and for the records that stop a run, the coordinator stores them.
+A run's records chain: each is put after the run's previous one.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ import ray
 
 from raygents import checkpoint, codec
 from raygents.envelope import Outcome, RunState
-from raygents.errors import CheckpointError
+from raygents.errors import CheckpointError, UserError
 from raygents.events import RunEvent
 from raygents.runtime import rebuild
 from raygents.runtime.directory import Directory
 from raygents.runtime.journal import Journal
 from raygents.runtime.reports import Reports
 from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, done_marker
-from raygents.store import FileStore, open_store
+from raygents.store import FileStore, Store, open_store
 
 __all__ = ["RecordWriter"]
 
@@ -58,7 +59,7 @@ class RecordWriter:
         self.directory = directory
         self.reports = Reports(directory.coordinator)
         self._written = written
-        self._store: FileStore | None = None
+        self._store: Store | None = None
         self._store_known = False
         self._bodies: dict[str, tuple[int, checkpoint.Body]] = {}
         """The run-state body of each active run's newest record, by run (for deltas)."""
@@ -83,20 +84,41 @@ class RecordWriter:
         """Directories of fresh runs being made (:meth:`make_run_dir`), by run."""
 
     # --- the store ----------------------------------------------------------------------
-    def store(self) -> FileStore | None:
+    def store(self) -> Store | None:
         """The store, if this actor writes running runs' records to it itself: a ``sync`` or
-        ``async`` file store that the coordinator shares with this node (it says so in its
-        settings). ``async`` records go to worker threads: the run never waits for the disk."""
+        ``async`` S3 store, or file store on this node (the coordinator says so in its
+        settings). ``async`` records go to worker threads: the run never waits for them."""
         if not self._store_known:
             settings = self.directory.cached_settings()
-            here = ray.get_runtime_context().get_node_id()
-            if settings.direct and settings.node == here:
+            if settings.direct:
                 store = open_store(settings.store)
-                self._store = store if isinstance(store, FileStore) else None
+                if not isinstance(store, FileStore) or settings.node == _node_id():
+                    self._store = store
             self._store_known = True
         return self._store
 
-    def use_store(self, store: FileStore | None) -> None:
+    def check_node(self, agent_name: str) -> None:
+        """Refuse to run on a node that cannot reach the store's records.
+
+        Raises:
+            UserError: the store is a ``file://`` directory on the coordinator's node and
+                this actor is on another one: its records would be written (or looked for)
+                on a machine that recovery never reads.
+        """
+        settings = self.directory.cached_settings()
+        if not settings.store.startswith("file://") or not settings.node:
+            return
+        here = _node_id()
+        if settings.node != here:
+            raise UserError(
+                f"agent {agent_name!r} runs on node {here[:12]}, but the checkpoint store "
+                f"{settings.store} is a directory on node {settings.node[:12]} (the "
+                "coordinator's): records written on one node are not found on another. Use an "
+                "s3:// store when agent actors run on other nodes, or keep them on the "
+                "coordinator's node"
+            )
+
+    def use_store(self, store: Store | None) -> None:
         """Write running runs' records to ``store`` (None: through the coordinator) instead
         of the one the coordinator's settings name."""
         self._store, self._store_known = store, True
@@ -143,7 +165,8 @@ class RecordWriter:
         if store is not None and not durable:
             put = _Put(store, key, previous_key, new, data, info, full)
             behind = settings.durability == "async"  # (the run does not wait for it)
-            if not behind and (tail is None or tail.done()) and self._put_inline():
+            small = isinstance(store, FileStore)  # (a local file; network puts go to threads)
+            if not behind and (tail is None or tail.done()) and small and self._put_inline():
                 write = self._put_now(put)
             else:
                 write = asyncio.ensure_future(self._put(tail, put))
@@ -273,7 +296,7 @@ class RecordWriter:
         children, a burst) are made by their first puts, whose fsyncs overlap in threads.
         """
         store = self.store()
-        if store is None or not alone:
+        if not isinstance(store, FileStore) or not alone:
             return
         if self._dir_maker is None:
             self._dir_maker = concurrent.futures.ThreadPoolExecutor(
@@ -385,7 +408,7 @@ class RecordWriter:
 class _Put:
     """A record that an agent actor writes to the store itself."""
 
-    store: FileStore
+    store: Store
     key: str
     previous_key: str | None
     state: RunState
@@ -401,14 +424,15 @@ class _Put:
 
 
 def _put_unless_fenced(
-    store: FileStore, key: str, data: bytes, fence: str, first: bool, previous: str | None
+    store: Store, key: str, data: bytes, fence: str, first: bool, previous: str | None
 ) -> bool:
     """Put a record; True if this copy of the run is fenced: the run's next dispatch marked
     the store, or the run's records are gone (it ended elsewhere and they were deleted).
 
     The checks come after the put, mark first: a deletion of the run's records takes the
     records (sorted first) before the mark, so a copy that misses the mark misses
-    ``previous`` (its own previous record), and a put after the deletion finds no directory.
+    ``previous`` (its own previous record). In a file store a put after the deletion finds
+    no directory; in S3 it lands, finds ``previous`` gone, and the coordinator deletes it.
     """
     if first:
         store.put(key, data)
@@ -417,13 +441,17 @@ def _put_unless_fenced(
     return store.has(fence) or (previous is not None and not store.has(previous))
 
 
-def _put_marker(store: FileStore, key: str, data: bytes, fence: str) -> None:
+def _put_marker(store: Store, key: str, data: bytes, fence: str) -> None:
     """Put a completion marker, unless the run was dispatched again (``fence``): a fenced
     copy's completion is not the run's."""
     if not store.has(fence):
         store.put(key, data)
 
 
-def _make_dir(store: FileStore, prefix: str) -> None:
+def _make_dir(store: Store, prefix: str) -> None:
     with contextlib.suppress(CheckpointError):  # (the first put tries again, and says why)
         store.make_dir(prefix)
+
+
+def _node_id() -> str:
+    return str(ray.get_runtime_context().get_node_id())
