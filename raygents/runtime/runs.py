@@ -398,6 +398,7 @@ def resume(
     approvals: Mapping[str, ApprovalDecision | bool] | None = None,
     context: Any = None,
     timeout_s: float | None = None,
+    hooks: RunHooks | Sequence[RunHooks] | None = None,
 ) -> RunHandle:
     """Continue a suspended, interrupted or stopped run from its newest checkpoint.
 
@@ -410,6 +411,8 @@ def resume(
             for exactly each pending call id.
         context: the run context for the rest of the run.
         timeout_s: a new wall-clock budget.
+        hooks: run-level hooks for the rest of the run, as for :func:`start` (their
+            ``on_run_start`` gets the agent the run resumes on and its history).
 
     Raises:
         RunNotFound: no checkpoint exists for ``run_id``.
@@ -452,7 +455,11 @@ def resume(
         pending=(),
     )
     envelope = Envelope(state, fp, context, activate=False, resumed=True, approvals=decisions)
-    return _launch(rt, envelope, graph, blob, timeout_s, claimed=True)
+    relay = HookRelay(hooks, graph, context) if hooks is not None else None
+    if relay is not None:
+        relay.run_started(run_id, graph[state.agent_name], state.messages)
+    ending = _Ending(graph, relay=relay)
+    return _launch(rt, envelope, graph, blob, timeout_s, claimed=True, ending=ending)
 
 
 def _check_decisions(

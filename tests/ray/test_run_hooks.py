@@ -102,3 +102,34 @@ def test_run_end_gets_the_typed_output_or_the_error() -> None:
     with pytest.raises(rg.ToolNotFound):
         rg.run(agent, "go", hooks=[hooks])
     assert hooks.end == (None, "ToolNotFound")
+
+
+@rg.tool(remote=False, needs_approval=True)
+def refund(amount: int) -> str:
+    """Refund an amount."""
+    return f"refunded {amount}"
+
+
+def test_hooks_given_to_resume_see_the_rest_of_the_run() -> None:
+    agent = rg.Agent(
+        "hk_refunds",
+        tools=[refund],
+        model=ScriptedModel([calls(call("refund", {"amount": 5}, id="r1")), text("done")]),
+    )
+    before = Tally()
+    with pytest.raises(rg.RunInterrupted) as info:
+        rg.run(agent, "refund me", hooks=before)
+    assert before.end is not None and isinstance(before.end[1], rg.RunInterrupted)
+    after = Tally()
+    handle = rg.resume(info.value.run_id, agent=agent, approvals={"r1": True}, hooks=after)
+    assert handle.result(timeout_s=120).final_output == "done"
+    assert after.seen == Counter(
+        {
+            ("run_start", "hk_refunds"): 1,
+            ("agent_start", "hk_refunds"): 1,
+            ("tool_start", "hk_refunds"): 1,
+            ("tool_end", "hk_refunds"): 1,
+            ("agent_end", "hk_refunds"): 1,
+            ("run_end", "hk_refunds"): 1,
+        }
+    )
