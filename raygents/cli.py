@@ -1,25 +1,184 @@
-"""The ``raygents`` command."""
+"""The ``raygents`` command: its arguments, and which subcommand runs where (on a running
+namespace, or from a checkpoint store alone); exit status 0 on success, 1 when the run is not
+found or the action failed, 2 on bad usage."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TextIO
 
-__all__ = ["main"]
+__all__ = ["main", "parser"]
+
+_EPILOG = (
+    "Subcommands join a running namespace: --address (else $RAY_ADDRESS, else the Ray "
+    "instance running on this machine) and --namespace. 'runs' and 'show' read a checkpoint "
+    "store alone with --store (no cluster)."
+)
+
+_WAIT_HELP = (
+    "wait until the run stops (ends, suspends or waits for approval): always done, since the "
+    "resumed run is driven by this command"
+)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``raygents`` console script."""
-    parser = argparse.ArgumentParser(prog="raygents", description="LLM agents on Ray.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _run_id(text: str) -> str:
+    from raygents.errors import UserError
+    from raygents.ids import validate_id
+
+    try:
+        validate_id(text, "run id")
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _status(text: str) -> str:
+    from raygents.runtime.runinfo import table_status
+
+    try:
+        return table_status(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--address", help="Ray address (default: $RAY_ADDRESS, else this machine's)"
+    )
+    common.add_argument("--namespace", default="raygents", help="raygents namespace")
+    common.add_argument("--json", action="store_true", help="JSON output (JSON Lines for streams)")
+    waits = argparse.ArgumentParser(add_help=False)
+    waits.add_argument("--timeout", type=_seconds, default=300.0, help="seconds to wait at most")
+
+    top = argparse.ArgumentParser(prog="raygents", description="LLM agents on Ray.", epilog=_EPILOG)
+    sub = top.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="run the fan-out demo on a local Ray instance (offline by default)")
-    args = parser.parse_args(argv)
+
+    runs = sub.add_parser("runs", parents=[common], help="list runs, newest first")
+    runs.add_argument("--status", type=_status, help="only runs with this status")
+    runs.add_argument("--agent", help="only runs whose current agent has this name")
+    runs.add_argument("--limit", type=_positive, help="at most this many runs")
+    runs.add_argument("--store", help="read this store (file://, s3://) with no cluster")
+
+    show = sub.add_parser("show", parents=[common], help="a run's status, usage and conversation")
+    show.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    show.add_argument("--store", help="read this store (file://, s3://) with no cluster")
+
+    suspend = sub.add_parser("suspend", parents=[common, waits], help="suspend a running run")
+    suspend.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+
+    agent_help = "MODULE:ATTR of an agent whose graph holds the run's agents"
+    resume = sub.add_parser("resume", parents=[common, waits], help="resume a suspended run")
+    resume.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    resume.add_argument("--agent", required=True, help=agent_help)
+    resume.add_argument("--wait", action="store_true", help=_WAIT_HELP)
+
+    approve = sub.add_parser(
+        "approve", parents=[common, waits], help="decide a run's pending tool calls and resume it"
+    )
+    approve.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    approve.add_argument("--agent", required=True, help=agent_help)
+    approve.add_argument(
+        "--approve", action="append", default=[], metavar="CALL_ID", help="approve this call"
+    )
+    approve.add_argument(
+        "--deny", action="append", default=[], metavar="CALL_ID", help="deny this call"
+    )
+    approve.add_argument("--all", action="store_true", help="approve every pending call")
+    approve.add_argument("--wait", action="store_true", help=_WAIT_HELP)
+
+    events = sub.add_parser("events", parents=[common], help="a run's events")
+    events.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    events.add_argument("--follow", action="store_true", help="keep printing until the run ends")
+    return top
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point of the ``raygents`` console script; returns the exit status."""
+    args = parser().parse_args(argv)
+    out = out or sys.stdout
     if args.command == "demo":
         from raygents.demo import main as demo
 
         return demo()
-    parser.error(f"unknown command {args.command!r}")
-    return 2
+    from raygents.cli_runs import CommandFailed, UsageError
+    from raygents.errors import RaygentsError
+
+    try:
+        if getattr(args, "store", None):
+            return _from_store(args, out)
+        return _on_cluster(args, out)
+    except UsageError as exc:
+        print(f"raygents {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (CommandFailed, RaygentsError) as exc:
+        print(f"raygents {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _from_store(args: argparse.Namespace, out: TextIO) -> int:
+    from raygents.cli_output import RUN_COLUMNS, print_json, render_detail, render_table
+    from raygents.cli_runs import UsageError
+    from raygents.cli_store import StoreReader
+
+    if args.address:
+        raise UsageError("--store reads the store alone: leave out --address")
+    reader = StoreReader(args.store)
+    if args.command == "show":
+        doc = reader.show(args.run_id)
+        if args.json:
+            print_json(doc, out)
+        else:
+            out.write(render_detail(doc) + "\n")
+        return 0
+    rows = [
+        row
+        for row in reader.runs()
+        if args.status in (None, row["status"]) and args.agent in (None, row["agent"])
+    ][: args.limit]
+    if args.json:
+        print_json(rows, out)
+    else:
+        out.write(render_table(rows, RUN_COLUMNS) + "\n")
+    return 0
+
+
+def _on_cluster(args: argparse.Namespace, out: TextIO) -> int:
+    import ray
+
+    import raygents as rg
+    from raygents.cli_runs import connect, run_command
+
+    try:
+        connect(args.address, args.namespace)
+        return run_command(args, out)
+    finally:
+        rg.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
 
 
 if __name__ == "__main__":

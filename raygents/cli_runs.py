@@ -1,0 +1,278 @@
+"""The ``raygents`` command's subcommands over a running namespace: list, show, suspend,
+resume and approve runs, and print their events, through raygents' public API."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+import raygents as rg
+from raygents.cli_output import (
+    RUN_COLUMNS,
+    detail,
+    event_row,
+    print_json,
+    render_detail,
+    render_event,
+    render_table,
+    run_row,
+)
+from raygents.errors import SUSPEND_FOR_CHECKPOINT, CheckpointError, RaygentsError, RunNotFound
+
+__all__ = ["CommandFailed", "UsageError", "connect", "load_agent", "run_command"]
+
+_ENDED = frozenset(("completed", "failed", "suspended", "awaiting_approval", "cancelled"))
+
+
+class CommandFailed(Exception):
+    """The command could not do what it was asked (exit status 1)."""
+
+
+class UsageError(Exception):
+    """The command was given something it cannot use (exit status 2)."""
+
+
+def connect(address: str | None, namespace: str) -> Any:
+    """Join the Ray cluster at ``address`` (else ``$RAY_ADDRESS``, else the instance already
+    running on this machine) and raygents' coordinator of ``namespace``, with its settings;
+    returns them. Starts nothing: a namespace with no coordinator is an error."""
+    import ray
+
+    from raygents.runtime.coordinator_client import COORDINATOR_NAME, checked_settings
+
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        ray.init(address=target, logging_level=logging.ERROR, log_to_driver=False)
+    except (ConnectionError, RuntimeError) as exc:
+        raise CommandFailed(f"cannot connect to Ray at {target!r}: {exc}") from exc
+    try:
+        coordinator = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
+    except ValueError:
+        raise CommandFailed(
+            f"no raygents coordinator in namespace {namespace!r} at {target!r} (pass "
+            "--namespace, or --store to read a store without a cluster)"
+        ) from None
+    settings = checked_settings(ray.get(coordinator.settings.remote(), timeout=120), namespace)
+    rg.init(
+        namespace=namespace,
+        store=settings.store,
+        durability=settings.durability,
+        detached=settings.detached,
+        handle_sigterm=False,
+    )
+    return settings
+
+
+def load_agent(spec: str) -> rg.Agent:
+    """The agent ``MODULE:ATTR`` names (the current directory is importable).
+
+    Raises:
+        UsageError: it does not name an importable ``Agent``.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"--agent takes MODULE:ATTR (e.g. myapp.agents:triage), got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        value: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot import the agent {spec!r}: {exc}") from exc
+    if not isinstance(value, rg.Agent):
+        raise UsageError(f"{spec!r} is a {type(value).__name__}, not a raygents Agent")
+    return value
+
+
+def run_command(args: argparse.Namespace, out: TextIO) -> int:
+    """Run a connected subcommand; returns its exit status."""
+    commands = {
+        "runs": _runs,
+        "show": _show,
+        "suspend": _suspend,
+        "resume": _resume,
+        "approve": _approve,
+        "events": _events,
+    }
+    result: int = commands[args.command](args, out)
+    return result
+
+
+def _info(run_id: str) -> rg.RunInfo:
+    """The run table's entry of ``run_id``.
+
+    Raises:
+        RunNotFound: the coordinator knows no such run.
+    """
+    for info in rg.runs():
+        if info.run_id == run_id:
+            return info
+    raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
+
+
+def _runs(args: argparse.Namespace, out: TextIO) -> int:
+    infos = [i for i in rg.runs(args.status) if args.agent in (None, i.agent_name)]
+    infos.sort(key=lambda i: i.updated_at, reverse=True)
+    rows = [
+        run_row(i.run_id, i.status, i.agent_name, i.turns, i.updated_at, i.last_error)
+        for i in infos[: args.limit]
+    ]
+    if args.json:
+        print_json(rows, out)
+    else:
+        out.write(render_table(rows, RUN_COLUMNS) + "\n")
+    return 0
+
+
+def _show(args: argparse.Namespace, out: TextIO) -> int:
+    doc = _detail(_info(args.run_id))
+    if args.json:
+        print_json(doc, out)
+    else:
+        out.write(render_detail(doc) + "\n")
+    return 0
+
+
+def _detail(info: rg.RunInfo) -> dict[str, Any]:
+    """``show``'s details of a run: a completed run's result, else its newest checkpoint."""
+    base: dict[str, Any] = {
+        "status": info.status,
+        "agent": info.agent_name,
+        "turns": info.turns,
+        "last_error": info.last_error,
+    }
+    if info.status == "completed":
+        try:
+            result = rg.attach(info.run_id).result(timeout_s=60)
+        except RaygentsError:  # (its table entry was read back from a marker: no history)
+            pass
+        else:
+            return detail(
+                info.run_id,
+                **base,
+                usage=result.usage,
+                output=result.final_output,
+                messages=result.messages,
+            )
+    state = _newest_state(info.run_id)
+    if state is None:
+        return detail(info.run_id, **base)
+    return detail(
+        info.run_id, **base, usage=state.usage, pending=state.pending, messages=state.messages
+    )
+
+
+def _newest_state(run_id: str) -> Any:
+    """The run's state at its newest checkpoint (the coordinator's copy, else the store's), or
+    None when it has none or it cannot be read. Reads only."""
+    from raygents.runtime.client import current
+
+    rt = current()
+    try:
+        found = rt.ask(rt.directory.client.load_state(run_id))
+    except CheckpointError:
+        return None
+    return found[0] if found is not None else None
+
+
+def _suspend(args: argparse.Namespace, out: TextIO) -> int:
+    info = _info(args.run_id)
+    if info.status not in ("pending", "running"):
+        raise CommandFailed(f"run {args.run_id!r} is {info.status}, not running")
+    handle = rg.attach(args.run_id)
+    handle.suspend()
+    # A run of a detached namespace is driven by the coordinator: the request goes there.
+    from raygents.runtime.client import current
+
+    current().coordinator.suspend.remote([(args.run_id, SUSPEND_FOR_CHECKPOINT)])
+    return _report_end(handle, args, out, "suspend")
+
+
+def _resume(args: argparse.Namespace, out: TextIO) -> int:
+    agent = load_agent(args.agent)
+    handle = rg.resume(args.run_id, agent=agent)
+    return _started(handle, args, out)
+
+
+def _approve(args: argparse.Namespace, out: TextIO) -> int:
+    agent = load_agent(args.agent)
+    info = _info(args.run_id)
+    if info.status != "awaiting_approval":
+        raise CommandFailed(f"run {args.run_id!r} is {info.status}, not awaiting approval")
+    decisions: dict[str, bool] = {}
+    if args.all:
+        state = _newest_state(args.run_id)
+        if state is None:
+            raise CommandFailed(f"cannot read the pending calls of run {args.run_id!r}")
+        decisions = {p.call_id: True for p in state.pending}
+    decisions.update({call_id: True for call_id in args.approve})
+    decisions.update({call_id: False for call_id in args.deny})
+    if not decisions:
+        raise UsageError("say which calls to approve: --approve ID, --deny ID or --all")
+    handle = rg.resume(args.run_id, agent=agent, approvals=decisions)
+    return _started(handle, args, out)
+
+
+def _started(handle: rg.RunHandle, args: argparse.Namespace, out: TextIO) -> int:
+    """Follow a resumed run until it stops (ends, suspends or waits for approval) and print
+    how: its drive belongs to this process, so the command cannot leave it running."""
+    return _report_end(handle, args, out, "stop")
+
+
+def _report_end(handle: rg.RunHandle, args: argparse.Namespace, out: TextIO, action: str) -> int:
+    """Wait for the run to end and print how; 0 unless it failed or did not end in time."""
+    try:
+        handle.result(timeout_s=args.timeout)
+    except TimeoutError:
+        raise CommandFailed(
+            f"run {handle.run_id!r} did not {action} within {args.timeout} s"
+        ) from None
+    except (rg.SuspendedError, rg.RunInterrupted):
+        pass
+    except RaygentsError as exc:
+        _print_end(handle, args, out, error=str(exc))
+        return 1
+    _print_end(handle, args, out)
+    if action == "suspend" and handle.status() != "suspended":
+        return 1
+    return 0
+
+
+def _print_end(
+    handle: rg.RunHandle, args: argparse.Namespace, out: TextIO, error: str | None = None
+) -> None:
+    doc = _detail(_info(handle.run_id))
+    if error is not None:
+        doc["last_error"] = doc["last_error"] or error
+    if args.json:
+        print_json(doc, out)
+    else:
+        out.write(render_detail(doc, last=6) + "\n")
+
+
+def _events(args: argparse.Namespace, out: TextIO) -> int:
+    info = _info(args.run_id)
+    handle = rg.attach(args.run_id)
+    events = handle.events()
+    if args.follow or info.status in _ENDED:
+        stream = iter(events)
+    else:  # a running run: what its records hold so far
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and not any(
+            e.type == "checkpoint" for e in events.snapshot()
+        ):
+            time.sleep(0.05)
+        stream = iter(events.snapshot())
+    for event in stream:
+        if args.json:
+            print_json(event_row(event), out)
+        else:
+            out.write(render_event(event) + "\n")
+            out.flush()
+    return 0

@@ -1,0 +1,81 @@
+"""The ``raygents`` command with no cluster: runs and their details read from the checkpoint
+store alone (each run's newest record, or its completion marker). Reads only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raygents import checkpoint
+from raygents.cli_output import detail, run_row
+from raygents.errors import RunNotFound
+from raygents.ids import validate_id
+from raygents.runtime import rebuild
+from raygents.runtime.startup import checkpoint_key
+from raygents.store import open_store
+from raygents.storebase import Store
+
+__all__ = ["StoreReader"]
+
+
+class StoreReader:
+    """The runs a store holds, as the coordinator would read them back on a start."""
+
+    def __init__(self, url: str) -> None:
+        self.store: Store = open_store(url)
+        self.key = checkpoint_key(self.store.url)
+
+    def runs(self) -> list[dict[str, Any]]:
+        """A run table row for each run in the store, newest first."""
+        rows = []
+        for run_id, listed in rebuild.group(self.store.list("runs/")).items():
+            found = rebuild.read(self.store, listed, self.key)
+            if found is None:  # (fence marks only: nothing was recorded)
+                continue
+            rows.append(
+                run_row(run_id, found.status, found.agent_name, found.turns, found.at, found.error)
+            )
+        rows.sort(key=lambda row: row["updated"] or "", reverse=True)
+        return rows
+
+    def show(self, run_id: str) -> dict[str, Any]:
+        """A run's details: its completion marker's, or its newest state's.
+
+        Raises:
+            RunNotFound: the store holds nothing of ``run_id``.
+            CheckpointError: its records cannot be read.
+        """
+        validate_id(run_id, "run id")
+        listed = rebuild.listing(run_id, self.store.list(checkpoint.run_prefix(run_id)))
+        found = rebuild.read(self.store, listed, self.key)
+        if found is None:
+            raise RunNotFound(f"the store holds no records of run {run_id!r}", run_id=run_id)
+        base: dict[str, Any] = {
+            "status": found.status,
+            "agent": found.agent_name,
+            "turns": found.turns,
+        }
+        if found.status == "completed" or found.unreadable or not listed.chain:
+            return detail(
+                run_id,
+                **base,
+                usage=found.usage,
+                last_error=found.error,
+                output=found.output,
+                source="store",
+            )
+        blobs = []
+        for key in listed.chain:
+            data = self.store.get(key)
+            if data is None:
+                raise RunNotFound(f"a record of run {run_id!r} went while read", run_id=run_id)
+            blobs.append(data)
+        state, _ = checkpoint.restore(blobs, run_id=run_id, key=self.key)
+        return detail(
+            run_id,
+            **base,
+            usage=state.usage,
+            last_error=found.error,
+            pending=state.pending,
+            messages=state.messages,
+            source="store",
+        )

@@ -1,0 +1,178 @@
+"""The ``raygents`` command end to end, in subprocesses, against a private Ray head with a
+detached namespace (``cli_head.py``): list, show, events, suspend, resume and approve, and
+``runs`` / ``show`` from the store alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+HERE = Path(__file__).parent
+NAMESPACE = "cli-tests"
+
+
+@dataclass
+class Head:
+    """The private head: its address, store and the environment that joins it."""
+
+    address: str
+    store: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
+    store = f"file://{tmp_path_factory.mktemp('cli') / 'store'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OPENAI_"))}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()}
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "cli_head.py"), NAMESPACE, store],
+        cwd=HERE,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, "the head exited before it was ready"
+        yield Head(json.loads(line)["address"], store, env)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # the head shuts raygents and Ray down and exits
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def cli(head: Head, *args: str, cluster: bool = True) -> subprocess.CompletedProcess[str]:
+    """``python -m raygents ARGS`` in the tests' directory (``cli_agents`` imports from it),
+    joined to the head through ``$RAY_ADDRESS`` unless ``cluster`` is False."""
+    env = dict(head.env)
+    if cluster:
+        env["RAY_ADDRESS"] = head.address
+        args = (*args, "--namespace", NAMESPACE)
+    return subprocess.run(
+        [sys.executable, "-m", "raygents", *args],
+        cwd=HERE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+
+
+def ok_json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def statuses(head: Head, *args: str, cluster: bool = True) -> dict[str, str]:
+    rows = ok_json(cli(head, "runs", "--json", *args, cluster=cluster))
+    return {row["run_id"]: row["status"] for row in rows}
+
+
+def test_runs_lists_every_run_as_a_table_or_json(head: Head) -> None:
+    found = statuses(head)
+    assert found["cli-done"] == "completed"
+    assert found["cli-pending"] == "awaiting_approval"
+    assert found["cli-paused"] == "suspended"
+    assert statuses(head, "--status", "awaiting_approval") == {"cli-pending": "awaiting_approval"}
+    assert len(statuses(head, "--limit", "2")) == 2
+    assert statuses(head, "--agent", "nobody") == {}
+    table = cli(head, "runs")
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[:3] == ["RUN", "ID", "STATUS"]
+    assert any(r.split()[:3] == ["cli-done", "completed", "banker"] for r in rows)
+
+
+def test_show_gives_a_runs_result_pending_calls_and_conversation(head: Head) -> None:
+    done = ok_json(cli(head, "show", "cli-done", "--json"))
+    assert (done["status"], done["output"], done["usage"]["requests"]) == (
+        "completed",
+        "hi there",
+        1,
+    )
+    assert [m["role"] for m in done["messages"]] == ["user", "assistant"]
+    text = cli(head, "show", "cli-pending")
+    assert text.returncode == 0, text.stderr
+    assert "status      awaiting_approval" in text.stdout
+    assert "c_wire  banker: wire_money" in text.stdout
+    missing = cli(head, "show", "no-such-run")
+    assert missing.returncode == 1 and "not known" in missing.stderr
+
+
+def test_events_of_an_ended_run_end_with_its_terminal_event(head: Head) -> None:
+    done = cli(head, "events", "cli-done", "--json")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert events[0]["type"] == "agent_start" and events[-1]["type"] == "complete"
+    assert events[-1]["output"] == "hi there"
+
+
+def test_suspend_stops_a_running_run_with_a_checkpoint(head: Head) -> None:
+    assert statuses(head)["cli-live"] == "running"
+    suspended = ok_json(cli(head, "suspend", "cli-live", "--json"))
+    assert suspended["status"] == "suspended" and suspended["turns"] >= 1
+    assert statuses(head)["cli-live"] == "suspended"
+    again = cli(head, "suspend", "cli-live")
+    assert again.returncode == 1 and "not running" in again.stderr
+
+
+def test_resume_runs_a_suspended_run_to_its_end(head: Head) -> None:
+    resumed = ok_json(cli(head, "resume", "cli-paused", "--agent", "cli_agents:BANKER", "--json"))
+    assert (resumed["status"], resumed["output"]) == ("completed", "counted to 6")
+    done = cli(head, "resume", "cli-paused", "--agent", "cli_agents:BANKER")
+    assert done.returncode == 1 and "already completed" in done.stderr
+
+
+def test_approve_decides_the_pending_calls_and_resumes(head: Head) -> None:
+    agent = ("--agent", "cli_agents:BANKER")
+    wrong = cli(head, "approve", "cli-pending", *agent, "--approve", "c_other")
+    assert wrong.returncode == 1 and "c_wire" in wrong.stderr
+    assert statuses(head)["cli-pending"] == "awaiting_approval"
+    approved = ok_json(cli(head, "approve", "cli-pending", *agent, "--all", "--wait", "--json"))
+    assert (approved["status"], approved["output"]) == ("completed", "wired to alice")
+    again = cli(head, "approve", "cli-pending", *agent, "--all")
+    assert again.returncode == 1 and "not awaiting approval" in again.stderr
+
+
+def test_runs_and_show_read_the_store_with_no_cluster(head: Head) -> None:
+    found = statuses(head, "--store", head.store, cluster=False)
+    assert found["cli-pending"] in ("awaiting_approval", "completed")
+    shown = ok_json(cli(head, "show", "cli-live", "--store", head.store, "--json", cluster=False))
+    assert shown["status"] == "suspended" and shown["source"] == "store"
+    assert shown["messages"][0] == {"role": "user", "content": "count forever"}
+    missing = cli(head, "show", "no-such-run", "--store", head.store, cluster=False)
+    assert missing.returncode == 1 and "no records" in missing.stderr
+
+
+def test_bad_usage_and_a_missing_namespace(head: Head) -> None:
+    no_agent = cli(head, "resume", "cli-live")
+    assert no_agent.returncode == 2 and "--agent" in no_agent.stderr
+    bad_agent = cli(head, "resume", "cli-live", "--agent", "cli_agents:tick")
+    assert bad_agent.returncode == 2 and "not a raygents Agent" in bad_agent.stderr
+    env = dict(head.env, RAY_ADDRESS=head.address)
+    other = subprocess.run(
+        [sys.executable, "-m", "raygents", "runs", "--namespace", "nobody-here"],
+        cwd=HERE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert other.returncode == 1 and "no raygents coordinator" in other.stderr
