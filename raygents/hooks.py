@@ -117,8 +117,9 @@ class HookRelay:
         self._pump: asyncio.Task[None] | None = None
 
     def run_started(self, run_id: str, agent: Agent, messages: Sequence[Message]) -> None:
-        """Queue ``on_run_start`` (called before the run's first event)."""
-        self._queue("on_run_start", self._ctx(run_id, agent.name), agent, list(messages))
+        """Queue ``on_run_start``, from the caller's thread before the run starts: the run's
+        first event (or its end) runs it, on the runtime's loop."""
+        self._calls.append(("on_run_start", self._ctx(run_id, agent.name), (agent, list(messages))))
 
     def run_ended(
         self, run_id: str, agent_name: str, output: Any, error: BaseException | None
@@ -171,13 +172,10 @@ class HookRelay:
         return RunContext(run_id, agent_name, self._context, turns, usage)
 
     def _queue(self, method: str, ctx: RunContext, *args: Any) -> None:
+        """Queue a call and make sure the pump runs (on the loop that emits the events)."""
         self._calls.append((method, ctx, args))
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # (before the run starts: the first event pumps it)
-            return
         if self._pump is None or self._pump.done():
-            self._pump = loop.create_task(self._run())
+            self._pump = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         while self._calls:

@@ -133,3 +133,28 @@ def test_hooks_given_to_resume_see_the_rest_of_the_run() -> None:
             ("run_end", "hk_refunds"): 1,
         }
     )
+
+
+def test_hooks_of_a_run_started_inside_the_callers_event_loop_run_on_raygents_loop() -> None:
+    import asyncio
+    import threading
+
+    class Where(rg.RunHooks):
+        def __init__(self) -> None:
+            self.threads: set[str] = set()
+
+        def on_run_start(self, ctx, agent, messages):  # type: ignore[no-untyped-def]
+            self.threads.add(threading.current_thread().name)
+
+        def on_run_end(self, ctx, agent, output, error):  # type: ignore[no-untyped-def]
+            self.threads.add(threading.current_thread().name)
+
+    hooks = Where()
+    agent = rg.Agent("hk_async", model=FunctionModel(lambda r: text("hi")))
+
+    async def main() -> str:
+        result = await rg.start(agent, "go", hooks=hooks)
+        return str(result.final_output)
+
+    assert asyncio.run(main()) == "hi"
+    assert hooks.threads == {"raygents"}  # one thread: never the caller's loop
