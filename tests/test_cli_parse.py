@@ -1,0 +1,177 @@
+"""The ``raygents`` command without Ray: its arguments and exit status on bad usage, how it
+prints tables, details and events, ``--agent MODULE:ATTR``, and ``--store`` reading records
+written to an in-process store."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from raygents import checkpoint
+from raygents.approvals import PendingApproval
+from raygents.cli import main, parser
+from raygents.cli_output import (
+    RUN_COLUMNS,
+    detail,
+    render_detail,
+    render_event,
+    render_table,
+    run_row,
+    usage_text,
+)
+from raygents.cli_runs import UsageError, load_agent
+from raygents.envelope import RunState
+from raygents.events import RunEvent
+from raygents.messages import Message, ToolCall, Usage
+from raygents.store import open_store
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["nope"],
+        ["runs", "--status", "sleeping"],
+        ["runs", "--limit", "0"],
+        ["runs", "--limit", "many"],
+        ["show"],
+        ["show", "bad/id"],
+        ["resume", "r1"],
+        ["approve", "r1"],
+        ["suspend", "r1", "--timeout", "-1"],
+    ],
+)
+def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parser().parse_args(argv)
+    assert info.value.code == 2
+    assert "usage: raygents" in capsys.readouterr().err
+
+
+def test_every_subcommand_takes_the_common_options() -> None:
+    for argv in (
+        ["runs"],
+        ["show", "r1"],
+        ["suspend", "r1"],
+        ["resume", "r1", "--agent", "m:a", "--wait"],
+        ["approve", "r1", "--agent", "m:a", "--approve", "c1", "--deny", "c2", "--all"],
+        ["events", "r1", "--follow"],
+    ):
+        args = parser().parse_args([*argv, "--address", "h:1", "--namespace", "ns", "--json"])
+        assert (args.address, args.namespace, args.json) == ("h:1", "ns", True)
+    args = parser().parse_args(
+        ["approve", "r1", "--agent", "m:a", "--approve", "a", "--approve", "b"]
+    )
+    assert args.approve == ["a", "b"] and args.deny == [] and not args.all
+
+
+def test_store_and_address_together_is_bad_usage(tmp_path: Path) -> None:
+    store = f"file://{tmp_path}"
+    assert main(["runs", "--store", store, "--address", "h:1"], out=io.StringIO()) == 2
+
+
+def _write_run(url: str, run_id: str, status: str, **fields: object) -> None:
+    """Records of a run as an agent actor writes them: a running one, then one with status."""
+    store = open_store(url)
+    state = RunState(run_id=run_id, agent_name="banker", messages=(Message("user", "hi"),))
+    for step in ("running", status):
+        if step != "running":
+            state = state.evolve(**fields)
+        state, record = checkpoint.make_record(state, step)  # type: ignore[arg-type]
+        store.put(checkpoint.key_for(run_id, record["seq"]), checkpoint.encode(record))
+
+
+def test_runs_and_show_read_a_store_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAYGENTS_CHECKPOINT_KEY", raising=False)
+    url = f"memory://cli-{os.urandom(4).hex()}"
+    pending = PendingApproval(call_id="c1", agent_name="banker", tool_name="pay", arguments="{}")
+    call = Message("assistant", tool_calls=[ToolCall(id="c1", name="pay", arguments="{}")])
+    _write_run(
+        url,
+        "r-wait",
+        "awaiting_approval",
+        messages=(Message("user", "hi"), call),
+        pending=(pending,),
+        turns=1,
+        usage=Usage(7, 3, requests=1),
+    )
+    _write_run(url, "r-stop", "suspended", turns=2)
+    out = io.StringIO()
+    assert main(["runs", "--store", url, "--json"], out=out) == 0
+    rows = {row["run_id"]: row for row in json.loads(out.getvalue())}
+    assert {k: (r["status"], r["turns"]) for k, r in rows.items()} == {
+        "r-wait": ("awaiting_approval", 1),
+        "r-stop": ("suspended", 2),
+    }
+    out = io.StringIO()
+    assert main(["runs", "--store", url, "--status", "suspended", "--json"], out=out) == 0
+    assert [row["run_id"] for row in json.loads(out.getvalue())] == ["r-stop"]
+    out = io.StringIO()
+    assert main(["show", "r-wait", "--store", url, "--json"], out=out) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["pending"][0]["call_id"] == "c1" and doc["usage"]["input_tokens"] == 7
+    assert [m["role"] for m in doc["messages"]] == ["user", "assistant"]
+    out = io.StringIO()
+    assert main(["show", "r-gone", "--store", url], out=out) == 1
+
+
+def test_the_run_table_is_aligned_and_cuts_long_cells() -> None:
+    rows = [
+        run_row("r1", "completed", "triage", 3, 0.0, None),
+        run_row("run-2", "failed", "writer", 12, 1_700_000_000.0, "boom " * 40),
+    ]
+    lines = render_table(rows, RUN_COLUMNS).splitlines()
+    assert lines[0].split() == ["RUN", "ID", "STATUS", "AGENT", "TURNS", "UPDATED", "LAST", "ERROR"]
+    assert lines[1].split() == ["r1", "completed", "triage", "3", "-", "-"]
+    assert "2023-11-14T22:13:20Z" in lines[2] and lines[2].endswith("...")
+    assert lines[1].index("completed") == lines[2].index("failed")
+
+
+def test_show_text_lists_pending_calls_and_the_conversations_last_messages() -> None:
+    pending = [PendingApproval(call_id="c1", agent_name="a", tool_name="pay", arguments='{"n":1}')]
+    messages = [Message("user", f"m{i}") for i in range(30)]
+    doc = detail(
+        "r1", status="awaiting_approval", agent="a", turns=1, pending=pending, messages=messages
+    )
+    text = render_detail(doc)
+    assert '  c1  a: pay({"n":1})' in text
+    assert "conversation  (30 messages)" in text and "10 earlier messages" in text
+    assert "m29" in text and "m9\n" not in text
+    assert "conversation  (not kept)" in render_detail(
+        detail("r1", status="completed", agent="a", turns=1)
+    )
+
+
+def test_usage_and_events_in_one_line() -> None:
+    assert usage_text(Usage(10, 5, requests=2).model_dump()) == (
+        "2 requests, 10 input + 5 output = 15 tokens"
+    )
+    assert usage_text(None) == "-"
+    start = RunEvent(
+        type="tool_start", run_id="r", agent_name="a", tool_name="t", call_id="c", arguments="{}"
+    )
+    assert render_event(start) == "tool_start   a              t({}) [c]"
+    checkpointed = RunEvent(type="checkpoint", run_id="r", agent_name="a", data={"seq": 4})
+    assert render_event(checkpointed).endswith("seq 4")
+
+
+def test_load_agent_imports_module_attr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cli_parse_agents.py").write_text(
+        "import raygents as rg\nTRIAGE = rg.Agent('triage')\nNOT_AN_AGENT = 3\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    assert load_agent("cli_parse_agents:TRIAGE").name == "triage"
+    for spec, why in [
+        ("cli_parse_agents", "MODULE:ATTR"),
+        ("cli_parse_agents:MISSING", "cannot import"),
+        ("no_such_module_here:X", "cannot import"),
+        ("cli_parse_agents:NOT_AN_AGENT", "not a raygents Agent"),
+    ]:
+        with pytest.raises(UsageError, match=why):
+            load_agent(spec)
