@@ -153,7 +153,7 @@ def render_detail(doc: Mapping[str, Any], last: int = 20) -> str:
         lines.append(f"conversation  ({len(messages)} messages)")
         if len(messages) > last:
             lines.append(f"  ... {len(messages) - last} earlier messages (--json has them)")
-        lines.extend(_conversation_line(m) for m in messages[len(messages) - last :])
+        lines.extend(_conversation_line(m) for m in messages[max(0, len(messages) - last) :])
     return "\n".join(lines)
 
 

@@ -142,6 +142,8 @@ def test_show_text_lists_pending_calls_and_the_conversations_last_messages() -> 
     assert '  c1  a: pay({"n":1})' in text
     assert "conversation  (30 messages)" in text and "10 earlier messages" in text
     assert "m29" in text and "m9\n" not in text
+    few = render_detail({**doc, "messages": doc["messages"][:4]}, last=6)
+    assert "earlier messages" not in few and all(f"user       m{i}" in few for i in range(4))
     assert "conversation  (not kept)" in render_detail(
         detail("r1", status="completed", agent="a", turns=1)
     )
