@@ -167,18 +167,13 @@ def _from_store(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _on_cluster(args: argparse.Namespace, out: TextIO) -> int:
-    import ray
-
-    import raygents as rg
-    from raygents.cli_runs import connect, run_command
+    from raygents.cli_runs import connect, disconnect, run_command
 
     try:
         connect(args.address, args.namespace)
         return run_command(args, out)
     finally:
-        rg.shutdown()
-        if ray.is_initialized():
-            ray.shutdown()
+        disconnect()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from raygents.cli_output import (
 )
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, CheckpointError, RaygentsError, RunNotFound
 
-__all__ = ["CommandFailed", "UsageError", "connect", "load_agent", "run_command"]
+__all__ = ["CommandFailed", "UsageError", "connect", "disconnect", "load_agent", "run_command"]
 
 _ENDED = frozenset(("completed", "failed", "suspended", "awaiting_approval", "cancelled"))
 
@@ -66,6 +66,15 @@ def connect(address: str | None, namespace: str) -> Any:
         handle_sigterm=False,
     )
     return settings
+
+
+def disconnect() -> None:
+    """Leave raygents and the Ray cluster (what runs there goes on)."""
+    import ray
+
+    rg.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def load_agent(spec: str) -> rg.Agent:
