@@ -1,10 +1,10 @@
 """Batch jobs: one agent over many inputs, each input a run whose id comes from the job id
 and the input's index, so that running a job again continues it.
 
-A job keeps no state of its own: what it did lives in the runs' records in the checkpoint
-store (a completed run leaves its completion marker, with its output and usage). Running a
-job again skips the items whose runs completed, resumes the suspended ones from their
-checkpoints, waits for those running elsewhere, and starts the rest afresh.
+A job has no coordinator of its own: what it did is in the checkpoint store, in its items'
+runs and in its ledger of completed items (``jobs/<job_id>/``). Running a job again skips
+the items the ledger holds, resumes the suspended ones from their checkpoints, follows those
+running elsewhere, and starts the rest afresh (:mod:`raygents.batchruns`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,22 @@ import itertools
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from raygents.agent import Agent
+from raygents.batchitem import (
+    BatchItem,
+    BatchResult,
+    BatchStatus,
+    batch_run_id,
+    check_job_id,
+    error_message,
+    item_from_json,
+)
 from raygents.batchoutput import Shards, is_marked, mark, open_ledger, open_output
 from raygents.batchprogress import BatchProgress, Display, open_display
+from raygents.batchruns import JobRuns
 from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
 from raygents.ids import validate_id
 from raygents.messages import Usage
@@ -40,106 +50,9 @@ __all__ = [
     "start_batch",
 ]
 
-BatchStatus = Literal["completed", "failed", "suspended", "interrupted"]
-"""How an item ended: ``interrupted`` is a run awaiting approval of tool calls."""
-
 _LAUNCHERS = 4  # threads that start, resume or look up runs (each a coordinator round trip)
 _TICK_S = 1.0  # how often the progress display is refreshed without an item ending
 _FLUSH_S = 2.0  # how often the ledger (and output in a store) puts what it has
-MAX_JOB_ID_LENGTH = 90
-"""The longest job id: its shards' names are store key segments of at most 128 characters."""
-
-
-@dataclass(frozen=True)
-class BatchItem:
-    """One input of a batch job, as it ended.
-
-    Attributes:
-        index: the input's position in the job's inputs, from 0.
-        run_id: the run that ran it (:func:`batch_run_id`).
-        status: ``completed``, ``failed``, ``suspended`` or ``interrupted``.
-        output: the run's final output when completed.
-        error: what went wrong (a message, never a traceback) when not completed.
-        usage: tokens the run used, when it completed.
-        skipped: an earlier run of the job completed it; it did not run again.
-    """
-
-    index: int
-    run_id: str
-    status: BatchStatus
-    output: str | None = None
-    error: str | None = None
-    usage: Usage | None = None
-    skipped: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        """The item as a JSON object (a line of the job's output)."""
-        usage = None if self.usage is None else self.usage.model_dump(mode="json")
-        return {
-            "index": self.index,
-            "run_id": self.run_id,
-            "status": self.status,
-            "output": self.output,
-            "error": self.error,
-            "usage": usage,
-            "skipped": self.skipped,
-        }
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """A batch job once every item it started has ended.
-
-    Attributes:
-        job_id: the job.
-        items: the items in input order; empty when the job wrote them to ``output``.
-        completed: items completed (``skipped`` ones included).
-        skipped: items an earlier run of the job had completed.
-        failed: items failed.
-        suspended: items suspended (a re-run of the job resumes them).
-        interrupted: items awaiting approval of tool calls (``raygents.resume`` them).
-        usage: tokens of the completed items.
-        output: where the items were written, or None.
-        stopped: why the job stopped before its last input (``max_failures`` reached, or
-            :meth:`BatchHandle.suspend`), or None when it went through every input.
-    """
-
-    job_id: str
-    items: tuple[BatchItem, ...]
-    completed: int
-    skipped: int
-    failed: int
-    suspended: int
-    interrupted: int
-    usage: Usage
-    output: str | None = None
-    stopped: str | None = None
-
-    @property
-    def total(self) -> int:
-        """Items that ended."""
-        return self.completed + self.failed + self.suspended + self.interrupted
-
-
-def batch_run_id(job_id: str, index: int) -> str:
-    """The run id of item ``index`` of job ``job_id``: ``<job_id>.<index>``."""
-    return f"{job_id}.{index}"
-
-
-def check_job_id(job_id: Any) -> str:
-    """Check that ``job_id`` is a usable job id and return it.
-
-    Raises:
-        UserError: it is not an id (:func:`raygents.ids.validate_id`), or is longer than
-            :data:`MAX_JOB_ID_LENGTH`.
-    """
-    validate_id(job_id, "job id")
-    if len(job_id) > MAX_JOB_ID_LENGTH:
-        raise UserError(
-            f"job id {job_id[:40]!r}... is too long ({len(job_id)} characters): use at most "
-            f"{MAX_JOB_ID_LENGTH}, so that its run ids and shard names fit in a store key"
-        )
-    return str(job_id)
 
 
 def start_batch(
@@ -189,7 +102,8 @@ def start_batch(
         raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
     options = {"max_turns": max_turns, "timeout_s": timeout_s, "tenant": tenant}
     sink = None if output is None else open_output(output, job_id)
-    handle = BatchHandle(agent, inputs, job_id, concurrency, sink, max_failures, context, options)
+    runs = JobRuns(agent, job_id, context, options)
+    handle = BatchHandle(runs, inputs, concurrency, sink, max_failures)
     handle._display = open_display(progress, job_id, _length(inputs))
     handle._thread.start()
     return handle
@@ -215,24 +129,19 @@ class BatchHandle:
 
     def __init__(
         self,
-        agent: Agent,
+        runs: JobRuns,
         inputs: Iterable[Any],
-        job_id: str,
         concurrency: int,
         sink: Shards | None,
         max_failures: int | None,
-        context: Any,
-        options: dict[str, Any],
     ) -> None:
-        self.job_id = job_id
-        self._agent = agent
+        self.job_id = runs.job_id
+        self._runs = runs
         self._inputs = inputs
         self._total = _length(inputs)
         self._concurrency = concurrency
         self._sink = sink
         self._max_failures = max_failures
-        self._context = context
-        self._options = options
         self._lock = threading.Condition()
         self._items: list[BatchItem] = []  # in completion order (without an output)
         self._counts = dict.fromkeys(("completed", "failed", "suspended", "interrupted"), 0)
@@ -243,14 +152,13 @@ class BatchHandle:
         self._stopped: str | None = None
         self._error: BaseException | None = None
         self._ended = False
-        self._known: dict[str, str] = {}
         self._ledger: Shards | None = None
         self._logged: dict[int, BatchItem] = {}  # completed before (without an output)
         self._logged_bits = bytearray()  # completed before (with an output)
         self._written = bytearray()  # in the output as completed
         self._flushed_at = time.monotonic()
         self._display: Display = Display()
-        self._thread = threading.Thread(target=self._main, name=f"batch-{job_id}", daemon=True)
+        self._thread = threading.Thread(target=self._main, name=f"batch-{self.job_id}", daemon=True)
 
     # --- the public face ----------------------------------------------------------------
     def results(self) -> Iterator[BatchItem]:
@@ -379,8 +287,8 @@ class BatchHandle:
             if self._sink is not None:
                 mark(self._logged_bits, line["index"])
             else:
-                self._logged[line["index"]] = replace(_item(line), skipped=True)
-        self._known = self._job_runs()
+                self._logged[line["index"]] = replace(item_from_json(line), skipped=True)
+        self._runs.read()
         if self._sink is not None:
             for line in self._sink.completed():
                 mark(self._written, line["index"])
@@ -472,7 +380,7 @@ class BatchHandle:
     ) -> BatchItem:
         skipped = False
         try:
-            handle, skipped = await loop.run_in_executor(pool, self._launch, run_id, raw)
+            handle, skipped = await loop.run_in_executor(pool, self._runs.launch, run_id, raw)
             with self._lock:
                 self._running[run_id] = handle
                 stopping = self._stopped is not None
@@ -480,11 +388,11 @@ class BatchHandle:
                 handle.suspend()
             result = await handle
         except SuspendedError as exc:
-            return BatchItem(index, run_id, "suspended", error=_message(exc))
+            return BatchItem(index, run_id, "suspended", error=error_message(exc))
         except RunInterrupted as exc:
-            return BatchItem(index, run_id, "interrupted", error=_message(exc))
+            return BatchItem(index, run_id, "interrupted", error=error_message(exc))
         except Exception as exc:
-            return BatchItem(index, run_id, "failed", error=_message(exc))
+            return BatchItem(index, run_id, "failed", error=error_message(exc))
         return BatchItem(
             index,
             run_id,
@@ -515,76 +423,6 @@ class BatchHandle:
             self.suspend(f"max_failures: {self._counts['failed']} items failed")
         self._display.show(self.progress())
 
-    # --- runs (in the launcher threads) -------------------------------------------------
-    def _job_runs(self) -> dict[str, str]:
-        """The statuses the coordinator knows of this job's runs (those it forgot completed:
-        starting them again finds their completion marker)."""
-        from raygents.runtime.runs import runs
-
-        prefix = f"{self.job_id}."
-        return {
-            info.run_id: info.status
-            for info in runs()
-            if info.run_id.startswith(prefix) and info.run_id[len(prefix) :].isdigit()
-        }
-
-    def _launch(self, run_id: str, raw: Any) -> tuple[RunHandle, bool]:
-        """The run of an item: started, resumed, or (completed or running) attached to.
-        Returns the handle and whether the run had completed before."""
-        from raygents.runtime.attach import attach
-        from raygents.runtime.runs import start
-
-        run_input, context = self._split(raw)
-        status = self._known.pop(run_id, None)
-        if status in (None, "failed"):
-            try:
-                return self._start(start, run_id, run_input, context), False
-            except UserError as refused:
-                try:
-                    found = attach(run_id)
-                except RaygentsError:
-                    raise refused from None  # (the input was refused, not the run id)
-                return self._go_on(found, run_id, run_input, context)
-        return self._go_on(attach(run_id), run_id, run_input, context)
-
-    def _go_on(
-        self, found: RunHandle, run_id: str, run_input: Any, context: Any
-    ) -> tuple[RunHandle, bool]:
-        """Continue a run the store knows: resume it if suspended, start it again if it
-        failed, else follow it (its result, its wait for approval, its end elsewhere)."""
-        from raygents.runtime.runs import resume, start
-
-        status = found.status()
-        if status == "suspended":
-            return resume(
-                run_id, agent=self._agent, context=context, timeout_s=self._timeout
-            ), False
-        if status == "failed":
-            return self._start(start, run_id, run_input, context), False
-        return found, status == "completed"
-
-    @property
-    def _timeout(self) -> float | None:
-        value: float | None = self._options["timeout_s"]
-        return value
-
-    def _start(self, start: Any, run_id: str, run_input: Any, context: Any) -> RunHandle:
-        handle: RunHandle = start(
-            self._agent, run_input, context=context, run_id=run_id, **self._options
-        )
-        return handle
-
-    def _split(self, raw: Any) -> tuple[Any, Any]:
-        """An item's run input and context."""
-        if isinstance(raw, Mapping) and "input" in raw:
-            unknown = set(raw) - {"input", "context"}
-            if unknown:
-                raise UserError(
-                    f"a batch item dict takes 'input' and 'context', not {sorted(unknown)!r}"
-                )
-            return raw["input"], raw.get("context", self._context)
-        return raw, self._context
-
     def _read_back(self) -> Iterator[BatchItem]:
         """Follow the shards this run of the job writes, until it ends."""
         assert self._sink is not None
@@ -597,7 +435,7 @@ class BatchHandle:
                     seen[name] = seen.get(name, 0) + 1
                     fresh = True
                     if line:
-                        yield _item(line)
+                        yield item_from_json(line)
             if ended and not fresh:
                 return
             if not fresh:
@@ -616,26 +454,6 @@ def _ended_with(tasks: set[asyncio.Task[None]], slots: asyncio.Semaphore) -> Any
         slots.release()
 
     return ended
-
-
-def _item(line: Mapping[str, Any]) -> BatchItem:
-    usage = line.get("usage")
-    return BatchItem(
-        index=line["index"],
-        run_id=line["run_id"],
-        status=line["status"],
-        output=line.get("output"),
-        error=line.get("error"),
-        usage=None if usage is None else Usage.model_validate(usage),
-        skipped=bool(line.get("skipped")),
-    )
-
-
-def _message(exc: BaseException) -> str:
-    """An error as an item carries it: its message, never a traceback."""
-    if isinstance(exc, RaygentsError):
-        return exc.message or type(exc).__name__
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _wrapped(job_id: str, exc: BaseException) -> RaygentsError:

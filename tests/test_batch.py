@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.batch import _item, batch_run_id, check_job_id
+from raygents.batchitem import batch_run_id, check_job_id, item_from_json
 from raygents.batchoutput import is_marked, mark, open_ledger, open_output
 from raygents.batchprogress import BatchProgress, Display, open_display
 from raygents.store import MemoryStore
@@ -34,9 +34,9 @@ def test_bad_job_ids_are_refused(job_id: Any) -> None:
 
 def test_an_item_round_trips_through_its_json_line() -> None:
     item = rg.BatchItem(3, "j.3", "completed", output="hi", usage=rg.Usage(2, 1, requests=1))
-    assert _item(item.to_json()) == item
+    assert item_from_json(item.to_json()) == item
     failed = rg.BatchItem(4, "j.4", "failed", error="ModelError: down")
-    assert _item(failed.to_json()) == failed
+    assert item_from_json(failed.to_json()) == failed
 
 
 @pytest.mark.parametrize(
