@@ -30,6 +30,7 @@ from raygents.errors import (
     OutputValidationError,
     PayloadTooLarge,
     RaygentsError,
+    RunCancelled,
     RunInterrupted,
     RunNotFound,
     SuspendedError,
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from raygents.runtime.client import init, shutdown
     from raygents.runtime.handle import RunHandle, RunStatus
     from raygents.runtime.runinfo import RunInfo
-    from raygents.runtime.runs import resume, run, run_streamed, run_typed, runs, start
+    from raygents.runtime.runs import cancel, resume, run, run_streamed, run_typed, runs, start
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
     from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
 
@@ -92,6 +93,7 @@ _HOMES = {
     "raygents.runtime.runinfo": ("RunInfo",),
     "raygents.runtime.attach": ("attach",),
     "raygents.runtime.runs": (
+        "cancel",
         "resume",
         "run",
         "run_streamed",
@@ -164,6 +166,7 @@ __all__ = [
     "RunEvent",
     "RunHandle",
     "RunHooks",
+    "RunCancelled",
     "RunInfo",
     "RunInterrupted",
     "RunNotFound",
@@ -184,6 +187,7 @@ __all__ = [
     "Usage",
     "UserError",
     "attach",
+    "cancel",
     "handoff",
     "init",
     "input_guardrail",

@@ -50,6 +50,7 @@ __all__ = [
     "OutputValidationError",
     "PayloadTooLarge",
     "RaygentsError",
+    "RunCancelled",
     "RunInterrupted",
     "RunNotFound",
     "SuspendedError",
@@ -60,6 +61,8 @@ __all__ = [
 
 SUSPEND_FOR_CHECKPOINT = "suspend_for_checkpoint"
 """The cause of a graceful suspend asked for by a user or a driver shutting down."""
+CANCEL = "raygents:cancel"
+"""The cause of a cancel: a suspend request that stops the run at once (see ``cancel``)."""
 
 
 class RaygentsError(Exception):
@@ -194,6 +197,12 @@ class SuspendedError(RaygentsError):
     _fields = ("cause", "checkpoint")
     cause: str | None
     checkpoint: Any
+
+
+class RunCancelled(RaygentsError):
+    """The run was cancelled (``RunHandle.cancel`` or ``raygents.cancel``): it stopped at
+    once, its model call abandoned and its tool tasks and children cancelled. Its records
+    stay in the store; it cannot be resumed."""
 
 
 class RunInterrupted(RaygentsError):

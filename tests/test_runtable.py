@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from raygents.errors import CheckpointError, TooManyRuns, UserError
+from raygents.envelope import Outcome, RunState
+from raygents.errors import CheckpointError, RunCancelled, TooManyRuns, UserError
 from raygents.messages import Message
 from raygents.runtime import rebuild
 from raygents.runtime.runinfo import RunInfo, outcome_status, table_status
@@ -218,7 +219,14 @@ def test_news_of_a_run_not_read_yet_replaces_what_its_records_would_say() -> Non
     ],
 )
 def test_an_outcome_gives_the_runs_status(kind: Any, status: str) -> None:
-    assert outcome_status(kind) == status
+    state = RunState(run_id="r", agent_name="a")
+    assert outcome_status(Outcome(kind, state)) == status
+
+
+def test_a_cancelled_runs_outcome_gives_the_cancelled_status() -> None:
+    state = RunState(run_id="r", agent_name="a")
+    assert outcome_status(Outcome("failed", state, error=RunCancelled("cancelled"))) == "cancelled"
+    assert outcome_status(Outcome("failed", state, error=UserError("bad"))) == "failed"
 
 
 def test_a_status_is_checked() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from fakes import FakeHandle
 
+from raygents.errors import CANCEL
 from raygents.runtime.drive import SuspendToken
 
 
@@ -73,3 +74,12 @@ def test_a_loop_that_stopped_before_sending_does_not_hold_later_requests() -> No
 
     asyncio.run(later())
     assert _sent(actor) == [[("run-0", "stop")]]
+
+
+def test_a_cancel_wins_over_an_earlier_suspend_and_stays() -> None:
+    token = SuspendToken("r")
+    token.request("drain")
+    token.request(CANCEL)
+    assert token.cause == CANCEL
+    token.request("drain")
+    assert token.cause == CANCEL

@@ -18,7 +18,7 @@ from typing_extensions import assert_never
 from raygents import checkpoint, loop
 from raygents.agent import Agent
 from raygents.envelope import Envelope, Outcome, OutcomeKind, RunState
-from raygents.errors import CheckpointError, RaygentsError
+from raygents.errors import CANCEL, CheckpointError, RaygentsError, RunCancelled
 from raygents.events import RunEvent
 from raygents.guardrails import run_input_guardrails, run_output_guardrails
 from raygents.hooks import fire
@@ -51,6 +51,8 @@ class _Active:
 
     token: SuspendToken
     children: dict[str, SuspendToken] = field(default_factory=dict)
+    drive: asyncio.Future[Outcome] | None = None
+    """The task driving the run (a cancel cancels it)."""
 
 
 class AgentActor:
@@ -157,6 +159,8 @@ class AgentActor:
             active.token.request(cause)
             for child in list(active.children.values()):
                 child.request(cause)
+            if cause == CANCEL and active.drive is not None:
+                active.drive.cancel()  # (its tool tasks are cancelled through Ray)
 
     async def retire(self) -> None:
         """Exit once no run has been active here for ``_RETIRE_GRACE_S`` and their callers
@@ -248,7 +252,18 @@ class AgentActor:
     async def _outcome(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         state = envelope.state
         try:
-            return await self._drive(envelope, token, emit)
+            if token.cause == CANCEL:
+                return await self._cancelled(state)
+            drive = asyncio.ensure_future(self._drive(envelope, token, emit))
+            active = self._active.get(state.run_id)
+            if active is not None:
+                active.drive = drive
+            try:
+                return await drive
+            except asyncio.CancelledError:
+                if token.cause != CANCEL or not drive.cancelled():
+                    raise
+                return await self._cancelled(state)
         except RaygentsError as exc:
             return await self._fail(state, exc.with_run_id(state.run_id))
         except Exception as exc:
@@ -287,6 +302,8 @@ class AgentActor:
         and whether the last tool batch's record is still to be written (``record``): it is
         written while the next model call runs (the call has no effects to protect, and its
         reply is used only once the record is stored; a suspend's record includes it)."""
+        if token.cause == CANCEL:  # (the drive is being cancelled, or is about to be)
+            raise asyncio.CancelledError
         if token.cause is not None and isinstance(action, (loop.CallModel, loop.RunTools)):
             # a safe point: before a model call, or before a batch none of which runs yet
             # (the suspend's record holds the model's reply, and a resume runs the batch)
@@ -427,19 +444,27 @@ class AgentActor:
             return Outcome(kind, state, cause=cause, checkpoint_error=str(exc))
         return Outcome(kind, state, cause=cause)
 
-    async def _fail(self, state: RunState, error: RaygentsError) -> Outcome:
-        """Store the run's failure at its next free seq: after the newest record this
-        activation wrote, if it wrote any (``state`` is the one it started from)."""
+    async def _fail(
+        self, state: RunState, error: RaygentsError, status: checkpoint.Status = "failed"
+    ) -> Outcome:
+        """Store the run's failure (or cancel) at its next free seq: after the newest record
+        this activation wrote, if it wrote any (``state`` is the one it started from)."""
         newest = self.writer.newest(state.run_id)
         if newest is not None and newest.seq > state.seq:
             state = newest
         try:
             state = await self.writer.save(
-                state, "failed", None, error=str(error)[:2000], durable=True
+                state, status, None, error=str(error)[:2000], durable=True
             )
         except Exception as exc:  # the failure itself is what the caller must see
-            log.warning("run %s: cannot store its failure checkpoint: %s", state.run_id, exc)
+            log.warning("run %s: cannot store its %s checkpoint: %s", state.run_id, status, exc)
         return Outcome("failed", state, error=error)
+
+    async def _cancelled(self, state: RunState) -> Outcome:
+        """The run was cancelled: store that (its records stay) and end it with RunCancelled."""
+        log.info("run %s cancelled in agent %r", state.run_id, self.agent.name)
+        error = RunCancelled("run cancelled", run_id=state.run_id)
+        return await self._fail(state, error, "cancelled")
 
     # --- model calls, guardrails, events ------------------------------------------------
     async def _call_model(

@@ -13,6 +13,7 @@ from raygents.errors import (
     SUSPEND_FOR_CHECKPOINT,
     CheckpointError,
     RaygentsError,
+    RunCancelled,
     RunInterrupted,
     RunNotFound,
     SuspendedError,
@@ -112,6 +113,8 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
         handle._emit(RunEvent(type="interrupted", data=data, **base))
         handle._resolve(None, error, status)
         return
+    elif info.status == "cancelled":
+        error = RunCancelled(info.last_error or "run cancelled", run_id=handle.run_id)
     else:
         error = RaygentsError(
             info.last_error or f"run ended as {info.status}", run_id=handle.run_id

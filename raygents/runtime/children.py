@@ -186,7 +186,7 @@ async def _resumable(directory: Directory, child_id: str, envelope: Envelope) ->
     if found is None:
         return None
     child, last = found
-    if last["status"] in ("failed", "completed"):
+    if last["status"] in ("failed", "completed", "cancelled"):
         return None
     mine = {p.call_id for p in child.pending}
     decisions = {k: v for k, v in envelope.approvals.items() if k in mine}

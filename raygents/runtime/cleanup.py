@@ -70,7 +70,8 @@ class Cleaner:
             kind, run_id, arg = await self._queue.get()
             info = self.table.get(run_id)
             status = None if info is None else info.status
-            if kind != "void" and status not in (None, "completed" if kind == "done" else "failed"):
+            ended = ("completed",) if kind == "done" else ("failed", "cancelled")
+            if kind != "void" and status is not None and status not in ended:
                 continue  # its id was taken again meanwhile
             if kind == "done":
                 args: tuple[Any, ...] = (self._finished_run, run_id, arg)

@@ -109,8 +109,14 @@ class Coordinator:
             yield item
 
     async def suspend(self, requests: list[tuple[str, str]]) -> None:
-        """Ask runs driven here, ``(run_id, cause)``, to suspend (others are not here)."""
+        """Ask runs, ``(run_id, cause)``, to suspend (or, with cause ``CANCEL``, to stop at
+        once): those driven here, and those on the agent actors created here (each actor
+        acts on the runs it has, and remembers the others for a minute: they may be on
+        their way to it)."""
         self.driven.suspend(requests)
+        for handles in self.registry.actors.values():
+            for handle in handles:
+                handle.suspend.remote(requests)
 
     # --- checkpoints --------------------------------------------------------------------
     async def save(

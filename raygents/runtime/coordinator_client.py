@@ -138,6 +138,11 @@ class CoordinatorClient:
         info, result = await self._call("wait", run_id)
         return info, result
 
+    async def suspend(self, requests: list[tuple[str, str]]) -> None:
+        """Pass suspend (or cancel) requests ``(run_id, cause)`` to the runs wherever they
+        are (see ``Coordinator.suspend``)."""
+        await self._call("suspend", requests)
+
     async def apply(self, notes: list[tuple[str, tuple[Any, ...]]]) -> None:
         """What a driver noted about its runs (claims of generated ids, ends), in order."""
         await self._call("apply", notes)

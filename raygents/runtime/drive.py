@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from raygents.envelope import Envelope, Outcome
-from raygents.errors import RaygentsError
+from raygents.errors import CANCEL, RaygentsError
 from raygents.events import RunEvent
 from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.handles import actor_key
@@ -46,8 +46,9 @@ class SuspendToken:
         self.actor: Any = None
 
     def request(self, cause: str) -> None:
-        """Ask for a suspend; the run stops at its next safe point."""
-        if self.cause is None:
+        """Ask for a suspend; the run stops at its next safe point (a cancel, ``CANCEL``,
+        stops it at once and wins over a suspend asked for before)."""
+        if self.cause is None or cause == CANCEL:
             self.cause = cause
         if self.actor is not None:
             _tell(self.actor, self.run_id, self.cause)

@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
-from raygents.errors import SUSPEND_FOR_CHECKPOINT, RaygentsError
+from raygents.errors import CANCEL, SUSPEND_FOR_CHECKPOINT, RaygentsError
 from raygents.events import RunEvent
 from raygents.result import RunResult
 
@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EventLog", "RunHandle", "RunStatus"]
 
-RunStatus = Literal["pending", "running", "suspended", "awaiting_approval", "completed", "failed"]
+RunStatus = Literal[
+    "pending", "running", "suspended", "awaiting_approval", "completed", "failed", "cancelled"
+]
 
 
 class EventLog:
@@ -136,6 +138,16 @@ class RunHandle:
         ``result()`` then raises :class:`~raygents.SuspendedError`.
         """
         self._runtime.call_soon(self._token.request, cause)
+
+    def cancel(self) -> None:
+        """Stop the run now, unlike :meth:`suspend`: the model call in flight is abandoned,
+        its running tool tasks are cancelled through Ray and its agent-as-tool children are
+        cancelled. Its records stay in the store for inspection; it cannot be resumed.
+
+        ``result()`` then raises :class:`~raygents.RunCancelled` (unless the run ended
+        first); the run's status is ``cancelled``.
+        """
+        self._runtime.call_soon(self._token.request, CANCEL)
 
     # --- called by the runtime ----------------------------------------------------------
     def _set_status(self, status: RunStatus) -> None:

@@ -42,7 +42,9 @@ MAX_EPOCH = 2**31
 _MARKER_BYTES = 64 * 1024
 _RECORD_NAME = re.compile(r"(\d{10})(?:\.(\d+))?\.ckpt")  # the names of checkpoint.key_for
 _MARK_NAME = re.compile(r"(fence|done)\.(\d{1,12})")
-_STATUSES = frozenset(("running", "suspended", "awaiting_approval", "failed", "completed"))
+_STATUSES = frozenset(
+    ("running", "suspended", "awaiting_approval", "failed", "completed", "cancelled")
+)
 _ERROR_CHARS = 2000
 UNKNOWN = "unknown"
 """The status of a run not read back yet (the store failed, or the rebuild is still reading)."""

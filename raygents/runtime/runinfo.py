@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, get_args
 
+from raygents.errors import RunCancelled
 from raygents.messages import Usage
 from raygents.runtime.handle import RunStatus
 
 if TYPE_CHECKING:
-    from raygents.envelope import Outcome, OutcomeKind
+    from raygents.envelope import Outcome
     from raygents.messages import Message
 
 __all__ = [
@@ -76,10 +77,12 @@ _STATUS_OF: dict[str, RunStatus] = {
 }
 
 
-def outcome_status(kind: OutcomeKind) -> RunStatus:
-    """The run table's status for a run whose actor's part ended as ``kind`` (a handoff that
-    comes back as an outcome ended nowhere: the run failed)."""
-    return _STATUS_OF.get(kind, "failed")
+def outcome_status(outcome: Outcome) -> RunStatus:
+    """The run table's status for a run whose actor's part ended with ``outcome`` (a
+    handoff that comes back as an outcome ended nowhere: the run failed)."""
+    if outcome.kind == "failed" and isinstance(outcome.error, RunCancelled):
+        return "cancelled"
+    return _STATUS_OF.get(outcome.kind, "failed")
 
 
 def outcome_entry(outcome: Outcome, error: str | None = None) -> tuple[RunInfo, RunSummary | None]:
@@ -99,7 +102,7 @@ def outcome_entry(outcome: Outcome, error: str | None = None) -> tuple[RunInfo, 
         error = str(outcome.error)
     info = RunInfo(
         state.run_id,
-        outcome_status(outcome.kind),
+        outcome_status(outcome),
         state.agent_name,
         state.turns,
         last_error=error,

@@ -13,6 +13,7 @@ from raygents.agent import Agent
 from raygents.approvals import ApprovalDecision, normalise
 from raygents.envelope import Envelope, Outcome, RunState, new_run_id
 from raygents.errors import (
+    CANCEL,
     MAX_PAYLOAD_BYTES,
     SUSPEND_FOR_CHECKPOINT,
     ApprovalDecisionsMismatch,
@@ -37,7 +38,7 @@ from raygents.runtime.snapshot import snapshot
 from raygents.schema import type_name, type_schema
 from raygents.sessions import validate_session_id
 
-__all__ = ["resume", "run", "run_streamed", "run_typed", "runs", "start"]
+__all__ = ["cancel", "resume", "run", "run_streamed", "run_typed", "runs", "start"]
 
 T = TypeVar("T")
 RunInput = str | Sequence[Message | Mapping[str, Any]]
@@ -324,7 +325,7 @@ def _finish(
     rt.note("finish", info, summary)
     if result is None and outcome.kind == "completed":  # (its output did not parse)
         return None, error, "failed"
-    return result, error, outcome_status(outcome.kind)
+    return result, error, outcome_status(outcome)
 
 
 def _check_options(function: str, options: dict[str, Any]) -> None:
@@ -417,8 +418,8 @@ def resume(
     Raises:
         RunNotFound: no checkpoint exists for ``run_id``.
         ApprovalDecisionsMismatch: ``approvals`` does not cover exactly the pending calls.
-        UserError: ``run_id`` is not a valid run id, or the run already completed, runs
-            elsewhere, or names an unknown agent.
+        UserError: ``run_id`` is not a valid run id, or the run already completed, was
+            cancelled, runs elsewhere, or names an unknown agent.
     """
     validate_id(run_id, "run id")
     _check_run_args(agent, timeout_s, None)
@@ -436,7 +437,9 @@ def resume(
         raise RunNotFound(f"no checkpoint for run {run_id!r}", run_id=run_id)
     try:  # claimed: from here on, a failure puts the run's entry back
         key = rt.directory.cached_settings().key
-        state, _ = checkpoint.restore(blobs, run_id=run_id, key=key)
+        state, last = checkpoint.restore(blobs, run_id=run_id, key=key)
+        if last.get("status") == "cancelled":
+            raise UserError(f"run {run_id!r} was cancelled; it cannot be resumed", run_id=run_id)
         graph, blob, fp = snapshot(agent)
         if state.agent_name not in graph:
             raise UserError(
@@ -475,6 +478,29 @@ def _check_decisions(
         f"unknown {unknown!r}",
         run_id=state.run_id,
     )
+
+
+def cancel(run_id: str) -> None:
+    """Cancel a run wherever it runs, started by this driver or another one (see
+    :meth:`RunHandle.cancel`). A run that is not running (ended, suspended, awaiting
+    approval) is left as it is.
+
+    Raises:
+        UserError: ``run_id`` is not a valid run id.
+        RunNotFound: the coordinator knows no such run.
+    """
+    validate_id(run_id, "run id")
+    rt = current()
+    handle = rt.handles.get(run_id)
+    if handle is not None and not handle.done():
+        handle.cancel()
+        return
+    rt.send_notes()
+    info = rt.ask(rt.directory.client.get_run(run_id))
+    if info is None:
+        raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
+    if info.status == "running":
+        rt.ask(rt.directory.client.suspend([(run_id, CANCEL)]))
 
 
 def runs(status: str | None = None) -> list[RunInfo]:

@@ -31,7 +31,7 @@ _COMPLETED_KEPT = 10_000  # completed runs in the run table, at most (the newest
 _FAILED_KEPT = 1_000  # failed runs in the run table (and their records in the store), at most
 _RESULTS_KEPT = 10_000
 _RESULTS_BYTES = 64 * 1024 * 1024  # estimated: the text of their outputs and messages
-_ENDED = ("completed", "failed")
+_ENDED = ("completed", "failed", "cancelled")
 _IN_FLIGHT = ("running", "pending")  # (what a wait for the run's end waits on)
 
 
@@ -337,7 +337,7 @@ class RunTable:
             self.epochs.pop(run_id, None)
             self.ended.pop(run_id, None)
             self.results.drop(run_id)
-            failed = info is not None and info.status == "failed"
+            failed = info is not None and info.status in ("failed", "cancelled")
             self._on_forget(run_id, failed and run_id not in self.unreadable)
             self.unreadable.discard(run_id)
         self.forgot = True

@@ -138,6 +138,9 @@ async def run_tool(
     ref = submit_tool(task, ctx, payload)
     try:
         blob = await asyncio.wait_for(_await(ref), tool.timeout_s)
+    except asyncio.CancelledError:  # (the run was cancelled: so is its task)
+        ray.cancel(ref)
+        raise
     except asyncio.TimeoutError:
         ray.cancel(ref)
         return StepResult(tool_error(tool.name, f"timed out after {tool.timeout_s} s"))
