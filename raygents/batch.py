@@ -98,10 +98,17 @@ def start_batch(
         raise UserError(f"max_failures must be an int of at least 0 or None, got {max_failures!r}")
     if tenant is not None:
         validate_id(tenant, "tenant")
+    if timeout_s is not None and not timeout_s > 0:
+        raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
+    if max_turns is not None and (type(max_turns) is not int or max_turns < 1):
+        raise UserError(f"max_turns must be an int >= 1, got {max_turns!r}")
     if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
         raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
     options = {"max_turns": max_turns, "timeout_s": timeout_s, "tenant": tenant}
     sink = None if output is None else open_output(output, job_id)
+    from raygents.runtime.client import current
+
+    current()  # (raygents starts here, in the caller's thread: the main one handles SIGTERM)
     runs = JobRuns(agent, job_id, context, options)
     handle = BatchHandle(runs, inputs, concurrency, sink, max_failures)
     handle._display = open_display(progress, job_id, _length(inputs))
