@@ -58,7 +58,7 @@ class RunHooks:
         resumed on it."""
 
     async def on_agent_end(self, ctx: RunContext, agent: Agent, output: str) -> None:
-        """``agent`` produced the final output of its run or child run (run-level hooks)."""
+        """``agent`` produced the final output of its run or child run."""
 
     async def on_llm_start(self, ctx: RunContext, agent: Agent, request: ModelRequest) -> None:
         """A model call is about to start."""

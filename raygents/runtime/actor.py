@@ -345,6 +345,7 @@ class AgentActor:
                     on_trip=self._on_trip(ctx),
                 )
                 await save_run_session(self.graph[state.start_agent or self.agent.name], state)
+                await fire(hooks, "on_agent_end", ctx, self.agent, output)
                 end = {"output": output, "turns": state.turns, "usage": state.usage}
                 self._emit(emit, state, "agent_end", **end)
                 return Outcome("completed", state, output=output), state, action, False

@@ -48,6 +48,9 @@ class Recorder(rg.RunHooks):
     async def on_checkpoint(self, ctx, agent, seq, status):  # type: ignore[no-untyped-def]
         self._log("checkpoint", status)
 
+    async def on_agent_end(self, ctx, agent, output):  # type: ignore[no-untyped-def]
+        self._log("agent_end", agent.name, output)
+
 
 @rg.tool(num_cpus=0)
 def broken() -> str:
@@ -90,9 +93,10 @@ def test_hooks_fire_in_order_and_a_failing_hook_is_harmless(tmp_path: Path) -> N
         "checkpoint",
         "llm_start",
         "llm_end",
+        "agent_end",
         "run_end",
     ]
     entries = read(log)
     assert ["tool_end", "broken", "True"] in entries
     assert ["handoff", "hook_source", "hook_target"] in entries
-    assert entries[-1] == ["run_end", "hook_target", "bye"]
+    assert entries[-2:] == [["agent_end", "hook_target", "bye"], ["run_end", "hook_target", "bye"]]
