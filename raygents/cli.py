@@ -91,6 +91,11 @@ def parser() -> argparse.ArgumentParser:
     suspend.add_argument("run_id", type=_run_id, metavar="RUN_ID")
 
     agent_help = "MODULE:ATTR of an agent whose graph holds the run's agents"
+    cancel = sub.add_parser(
+        "cancel", parents=[common, waits], help="stop a running run now (its records stay)"
+    )
+    cancel.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+
     resume = sub.add_parser("resume", parents=[common, waits], help="resume a suspended run")
     resume.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     resume.add_argument("--agent", required=True, help=agent_help)

@@ -1,5 +1,5 @@
 """The ``raygents`` command's subcommands over a running namespace: list, show, suspend,
-resume and approve runs, and print their events, through raygents' public API."""
+cancel, resume and approve runs, and print their events, through raygents' public API."""
 
 from __future__ import annotations
 
@@ -105,6 +105,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         "runs": _runs,
         "show": _show,
         "suspend": _suspend,
+        "cancel": _cancel,
         "resume": _resume,
         "approve": _approve,
         "events": _events,
@@ -203,6 +204,15 @@ def _suspend(args: argparse.Namespace, out: TextIO) -> int:
     return _report_end(handle, args, out, "suspend")
 
 
+def _cancel(args: argparse.Namespace, out: TextIO) -> int:
+    info = _info(args.run_id)
+    if info.status not in ("pending", "running"):
+        raise CommandFailed(f"run {args.run_id!r} is {info.status}, not running")
+    handle = rg.attach(args.run_id)
+    rg.cancel(args.run_id)
+    return _report_end(handle, args, out, "cancel")
+
+
 def _resume(args: argparse.Namespace, out: TextIO) -> int:
     agent = load_agent(args.agent)
     handle = rg.resume(args.run_id, agent=agent)
@@ -242,13 +252,14 @@ def _report_end(handle: rg.RunHandle, args: argparse.Namespace, out: TextIO, act
         raise CommandFailed(
             f"run {handle.run_id!r} did not {action} within {args.timeout} s"
         ) from None
-    except (rg.SuspendedError, rg.RunInterrupted):
+    except (rg.SuspendedError, rg.RunInterrupted, rg.RunCancelled):
         pass
     except RaygentsError as exc:
         _print_end(handle, args, out, error=str(exc))
         return 1
     _print_end(handle, args, out)
-    if action == "suspend" and handle.status() != "suspended":
+    wanted = {"suspend": "suspended", "cancel": "cancelled"}.get(action)
+    if wanted is not None and handle.status() != wanted:
         return 1
     return 0
 

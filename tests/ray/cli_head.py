@@ -1,6 +1,6 @@
 """A Ray head with a detached raygents namespace for the ``raygents`` command tests: it
-starts a completed run, one awaiting approval, a suspended one and one that runs until
-it is suspended, prints the address as a
+starts a completed run, one awaiting approval, a suspended one and two that run until
+they are suspended or cancelled, prints the address as a
 JSON line, and stays up until its stdin closes.
 
 Usage: ``python cli_head.py NAMESPACE STORE_URL``.
@@ -26,6 +26,7 @@ def _runs() -> None:
     with contextlib.suppress(rg.SuspendedError):
         paused.result(timeout_s=120)
     rg.start(BANKER, "count forever", run_id="cli-live")
+    rg.start(BANKER, "count forever", run_id="cli-doomed")
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """The ``raygents`` command end to end, in subprocesses, against a private Ray head with a
-detached namespace (``cli_head.py``): list, show, events, suspend, resume and approve, and
+detached namespace (``cli_head.py``): list, show, events, suspend, cancel, resume and approve, and
 ``runs`` / ``show`` from the store alone."""
 
 from __future__ import annotations
@@ -126,10 +126,40 @@ def test_events_of_an_ended_run_end_with_its_terminal_event(head: Head) -> None:
 
 def test_suspend_stops_a_running_run_with_a_checkpoint(head: Head) -> None:
     assert statuses(head)["cli-live"] == "running"
-    suspended = ok_json(cli(head, "suspend", "cli-live", "--json"))
+    env = dict(head.env, RAY_ADDRESS=head.address)
+    argv = ["events", "cli-live", "--follow", "--json", "--namespace", NAMESPACE]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "raygents", *argv],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follow.stdout is not None
+        first = json.loads(follow.stdout.readline())  # (following before the suspend)
+        assert first["run_id"] == "cli-live"
+        suspended = ok_json(cli(head, "suspend", "cli-live", "--json"))
+        rest, _ = follow.communicate(timeout=120)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait(timeout=30)
+    assert follow.returncode == 0
+    last = json.loads(rest.splitlines()[-1])
+    assert last["type"] == "error" and "suspended" in last["error"]
     assert suspended["status"] == "suspended" and suspended["turns"] >= 1
     assert statuses(head)["cli-live"] == "suspended"
     again = cli(head, "suspend", "cli-live")
+    assert again.returncode == 1 and "not running" in again.stderr
+
+
+def test_cancel_stops_a_running_run_and_keeps_it_listed(head: Head) -> None:
+    assert statuses(head)["cli-doomed"] == "running"
+    cancelled = ok_json(cli(head, "cancel", "cli-doomed", "--json"))
+    assert cancelled["status"] == "cancelled"
+    assert statuses(head, "--status", "cancelled") == {"cli-doomed": "cancelled"}
+    again = cli(head, "cancel", "cli-doomed")
     assert again.returncode == 1 and "not running" in again.stderr
 
 
