@@ -36,6 +36,7 @@ from raygents.errors import (
     SuspendedError,
     ToolNotFound,
     TooManyRuns,
+    UsageLimitExceeded,
     UserError,
 )
 
@@ -185,6 +186,7 @@ __all__ = [
     "ToolResult",
     "TypedResult",
     "Usage",
+    "UsageLimitExceeded",
     "UserError",
     "attach",
     "cancel",

@@ -66,6 +66,7 @@ def start_batch(
     progress: bool | None = None,
     context: Any = None,
     max_turns: int | None = None,
+    max_tokens: int | None = None,
     timeout_s: float | None = None,
     tenant: str | None = None,
 ) -> BatchHandle:
@@ -86,6 +87,7 @@ def start_batch(
         progress: False shows nothing; otherwise a bar on a terminal, log lines elsewhere.
         context: every item's run context, unless its dict gives one.
         max_turns: caps ``max_turns`` of every agent in each run.
+        max_tokens: each run's token budget (see :func:`raygents.start`).
         timeout_s: each run's wall-clock budget, after which it suspends.
         tenant: whose quota of runs in flight the runs count against.
     """
@@ -100,11 +102,17 @@ def start_batch(
         validate_id(tenant, "tenant")
     if timeout_s is not None and not timeout_s > 0:
         raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
-    if max_turns is not None and (type(max_turns) is not int or max_turns < 1):
-        raise UserError(f"max_turns must be an int >= 1, got {max_turns!r}")
+    for name, value in (("max_turns", max_turns), ("max_tokens", max_tokens)):
+        if value is not None and (type(value) is not int or value < 1):
+            raise UserError(f"{name} must be an int >= 1, got {value!r}")
     if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
         raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
-    options = {"max_turns": max_turns, "timeout_s": timeout_s, "tenant": tenant}
+    options = {
+        "max_turns": max_turns,
+        "max_tokens": max_tokens,
+        "timeout_s": timeout_s,
+        "tenant": tenant,
+    }
     sink = None if output is None else open_output(output, job_id)
     from raygents.runtime.client import current
 

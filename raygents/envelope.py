@@ -51,6 +51,10 @@ class RunState(BaseModel):
     """A cap on model calls (``usage.requests``) of this run and its agent-as-tool children:
     the smallest ``max_model_calls`` of the agents active in it, and for a child its share of
     what its parent had left when it started."""
+    max_tokens: int | None = None
+    """A budget of tokens (input and output) for this run and its agent-as-tool children
+    (``run(max_tokens=)``); for a child, its share of what its parent had left when it
+    started."""
     parent_run_id: str | None = None
     path: tuple[str, ...] = ()
     """Agent-as-tool nesting as ``"<agent>/<call id>"`` steps, for events."""

@@ -56,6 +56,7 @@ __all__ = [
     "SuspendedError",
     "TooManyRuns",
     "ToolNotFound",
+    "UsageLimitExceeded",
     "UserError",
 ]
 
@@ -128,8 +129,8 @@ class LimitExceeded(RaygentsError):
     """A run reached one of its limits; ``except LimitExceeded`` catches every one.
 
     Attributes:
-        limit: the name of the limit: ``"max_turns"``, ``"max_model_calls"`` or
-            ``"max_tool_depth"``.
+        limit: the name of the limit: ``"max_turns"``, ``"max_model_calls"``,
+            ``"max_tool_depth"`` or ``"max_tokens"``.
         value: the limit's value in the run, when known.
     """
 
@@ -149,6 +150,16 @@ class LimitExceeded(RaygentsError):
                 self.value = getattr(self, self._alias)
             if getattr(self, self._alias) is None:
                 setattr(self, self._alias, self.value)
+
+
+class UsageLimitExceeded(LimitExceeded):
+    """The run used its budget of tokens (``run(max_tokens=)``, ``limit`` ``"max_tokens"``,
+    ``value`` the budget), its agent-as-tool children's included; ``used``: the tokens it had
+    used when it stopped."""
+
+    _fields = ("limit", "value", "used")
+    used: int | None
+    _default_limit = "max_tokens"
 
 
 class MaxTurnsExceeded(LimitExceeded):

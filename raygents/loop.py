@@ -21,6 +21,7 @@ from raygents.errors import (
     OutputValidationError,
     RaygentsError,
     ToolNotFound,
+    UsageLimitExceeded,
 )
 from raygents.messages import (
     Message,
@@ -224,6 +225,17 @@ def next_turn(state: RunState, view: AgentView) -> tuple[RunState, CallModel | F
                 run_id=state.run_id,
                 limit="max_model_calls",
                 value=budget,
+            )
+        )
+    tokens, used = state.max_tokens, state.usage.total_tokens
+    if tokens is not None and used >= tokens:
+        return state, Fail(
+            UsageLimitExceeded(
+                f"run {state.run_id!r} used {used} tokens of its budget of {tokens} "
+                "(max_tokens; its agent-as-tool runs included)",
+                run_id=state.run_id,
+                value=tokens,
+                used=used,
             )
         )
     limit = turn_limit(state, view)

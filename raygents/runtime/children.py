@@ -55,12 +55,22 @@ def child_budget(state: RunState) -> int | None:
     ends, so the run's model calls, its children's included, never pass its budget. A child
     that failed counts as having made its whole share: its state at the failure may not be
     the one it reached."""
-    if state.max_model_calls is None:
+    return _share(state, state.max_model_calls, state.usage.requests)
+
+
+def child_tokens(state: RunState) -> int | None:
+    """The tokens a child started now may use (``max_tokens``), shared like its model calls
+    (see :func:`child_budget`)."""
+    return _share(state, state.max_tokens, state.usage.total_tokens)
+
+
+def _share(state: RunState, budget: int | None, used: int) -> int | None:
+    """An equal share, among the calls of the batch, of what is left of ``budget``."""
+    if budget is None:
         return None
-    left = state.max_model_calls - state.usage.requests
     last = state.messages[-1] if state.messages else None
     batch = len(last.tool_calls) if last is not None and last.tool_calls else 1
-    return max(0, left // batch)
+    return max(0, (budget - used) // batch)
 
 
 async def run_child(
@@ -92,6 +102,14 @@ async def run_child(
                 "this sub-agent",
             )
         )
+    spend = child_tokens(state)
+    if spend is not None and spend < 1:
+        return StepResult(
+            tool_error(
+                tool.name,
+                f"the run's budget of {state.max_tokens} tokens leaves none for this sub-agent",
+            )
+        )
     child_id, child = await existing_child(directory, state, call, envelope)
     fresh = child is None
     if child is None:
@@ -104,6 +122,7 @@ async def run_child(
             depth=state.depth + 1,
             max_tool_depth=cap,
             max_model_calls=budget,
+            max_tokens=spend,
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
         )

@@ -44,13 +44,16 @@ T = TypeVar("T")
 RunInput = str | Sequence[Message | Mapping[str, Any]]
 
 
-def _check_run_args(agent: Agent, timeout_s: float | None, max_turns: int | None) -> None:
+def _check_run_args(
+    agent: Agent, timeout_s: float | None, max_turns: int | None, max_tokens: int | None = None
+) -> None:
     if not isinstance(agent, Agent):
         raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
     if timeout_s is not None and not timeout_s > 0:
         raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
-    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-        raise UserError(f"max_turns must be an int >= 1, got {max_turns!r}")
+    for name, value in (("max_turns", max_turns), ("max_tokens", max_tokens)):
+        if value is not None and (type(value) is not int or value < 1):
+            raise UserError(f"{name} must be an int >= 1, got {value!r}")
 
 
 def _input_messages(input: RunInput) -> tuple[Message, ...]:
@@ -80,6 +83,7 @@ def start(
     session_id: str | None = None,
     timeout_s: float | None = None,
     max_turns: int | None = None,
+    max_tokens: int | None = None,
     tenant: str | None = None,
     hooks: RunHooks | Sequence[RunHooks] | None = None,
     _stream: bool = False,
@@ -98,6 +102,9 @@ def start(
         session_id: the conversation to load from and save to the agent's session.
         timeout_s: a wall-clock budget after which the run suspends (it is never killed).
         max_turns: caps ``max_turns`` of every agent in this run.
+        max_tokens: a budget of tokens (input and output) for the run, its agent-as-tool
+            children's included: once its usage reaches it, the run stops before its next
+            model call with :class:`~raygents.UsageLimitExceeded` (a failure, checkpointed).
         tenant: whose quota of runs in flight the run counts against, an id like ``run_id``
             (default: the default tenant's). See ``init(max_concurrent_runs=)``.
         hooks: run-level :class:`~raygents.RunHooks` (one object or a list), called in this
@@ -107,7 +114,7 @@ def start(
     Raises:
         TooManyRuns: the tenant already has ``max_concurrent_runs`` runs in flight.
     """
-    _check_run_args(agent, timeout_s, max_turns)
+    _check_run_args(agent, timeout_s, max_turns, max_tokens)
     messages = _input_messages(input)
     if session_id is not None:
         if agent.session is None:
@@ -127,6 +134,7 @@ def start(
         messages=messages,
         input_len=len(messages),
         max_turns=max_turns,
+        max_tokens=max_tokens,
         response_format=_response_format,
         session_id=session_id,
         start_agent=agent.name,
