@@ -412,7 +412,7 @@ class BatchHandle:
             index,
             run_id,
             "completed",
-            output=result.final_output,
+            output=result.output_text,
             usage=result.usage,
             skipped=skipped,
         )

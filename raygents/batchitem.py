@@ -36,7 +36,7 @@ class BatchItem:
         index: the input's position in the job's inputs, from 0.
         run_id: the run that ran it (:func:`batch_run_id`).
         status: ``completed``, ``failed``, ``suspended`` or ``interrupted``.
-        output: the run's final output when completed.
+        output: the run's final text when completed (JSON text for a typed agent).
         error: what went wrong (a message, never a traceback) when not completed.
         usage: tokens the run used, when it completed.
         skipped: an earlier run of the job completed it; it did not run again.

@@ -153,4 +153,4 @@ def _ended(handle: Any) -> tuple[str | None, str, str | None, dict[str, int] | N
         "output_tokens": usage.output_tokens,
         "requests": usage.requests,
     }
-    return result.final_output, "completed", None, counts
+    return result.output_text, "completed", None, counts
