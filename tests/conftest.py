@@ -64,7 +64,7 @@ def rt(ray_session: None, request: pytest.FixtureRequest) -> None:
     cloudpickle.register_pickle_by_value(request.module)
 
 
-STORE_PREFIXES = ("runs", "sessions")
+STORE_PREFIXES = ("runs", "sessions", "jobs")
 """The top-level folders raygents writes in a store (under the store URL's own prefix)."""
 
 
