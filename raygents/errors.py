@@ -188,15 +188,17 @@ class MaxToolDepthExceeded(LimitExceeded):
 
 
 class InputGuardrailTripped(RaygentsError):
-    """An input guardrail rejected the run's input before any model call."""
+    """An input guardrail rejected the run's input before any model call; ``output_info``
+    is what its ``GuardrailResult`` carried."""
 
-    _fields = ("guardrail", "guardrail_message")
+    _fields = ("guardrail", "guardrail_message", "output_info")
 
 
 class OutputGuardrailTripped(RaygentsError):
-    """An output guardrail rejected the final message."""
+    """An output guardrail rejected the final message; ``output_info`` is what its
+    ``GuardrailResult`` carried."""
 
-    _fields = ("guardrail", "guardrail_message")
+    _fields = ("guardrail", "guardrail_message", "output_info")
 
 
 class SuspendedError(RaygentsError):

@@ -56,6 +56,9 @@ class GuardrailResult:
     """Whether the guardrail stops the run."""
     message: str = ""
     """Why; it becomes part of the error message, so it must not repeat secrets."""
+    output_info: Any = None
+    """Anything else the guardrail found (picklable): the trip error carries it as
+    ``output_info`` to the caller."""
 
 
 GuardrailReturn: TypeAlias = GuardrailResult | bool | None
@@ -302,6 +305,7 @@ async def run_input_guardrails(
                 run_id=ctx.run_id,
                 guardrail=name,
                 guardrail_message=result.message,
+                output_info=result.output_info,
             )
 
 
@@ -337,6 +341,7 @@ async def run_output_guardrails(
                 run_id=ctx.run_id,
                 guardrail=name,
                 guardrail_message=result.message,
+                output_info=result.output_info,
             )
 
 

@@ -582,3 +582,25 @@ def test_guardrail_name_falls_back_to_the_class() -> None:
 
     named: Sequence[object] = (Custom(), SensitiveDataGuardrail(name="secrets"), object())
     assert [gr.guardrail_name(g) for g in named] == ["Custom", "secrets", "object"]
+
+
+async def test_a_trip_error_carries_the_guardrails_output_info_across_processes() -> None:
+    @input_guardrail
+    def strict_input(ctx: RunContext, messages: list[Message]) -> GuardrailResult:
+        return GuardrailResult(True, "off topic", output_info={"topic": "weather", "score": 0.9})
+
+    @output_guardrail
+    def strict_output(ctx: RunContext, message: Message) -> GuardrailResult:
+        return GuardrailResult(True, "too long", output_info=["length", 3])
+
+    with pytest.raises(InputGuardrailTripped) as tripped_in:
+        await run_input_guardrails([strict_input], CTX, [user("hi")])
+    with pytest.raises(OutputGuardrailTripped) as tripped_out:
+        await run_output_guardrails([strict_output], CTX, assistant("x"))
+    for info, expected in (
+        (tripped_in.value, {"topic": "weather", "score": 0.9}),
+        (tripped_out.value, ["length", 3]),
+    ):
+        copy = pickle.loads(pickle.dumps(info))  # (as Ray sends it from the agent's actor)
+        assert info.output_info == copy.output_info == expected
+        assert copy.guardrail_message == info.guardrail_message
