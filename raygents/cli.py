@@ -86,6 +86,9 @@ def parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", parents=[common], help="a run's status, usage and conversation")
     show.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     show.add_argument("--store", help="read this store (file://, s3://) with no cluster")
+    show.add_argument(
+        "--tree", action="store_true", help="the run with its handoffs and agent-as-tool children"
+    )
 
     suspend = sub.add_parser("suspend", parents=[common, waits], help="suspend a running run")
     suspend.add_argument("run_id", type=_run_id, metavar="RUN_ID")
@@ -151,6 +154,8 @@ def _from_store(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.address:
         raise UsageError("--store reads the store alone: leave out --address")
+    if getattr(args, "tree", False):
+        raise UsageError("--tree needs the cluster: leave out --store")
     reader = StoreReader(args.store)
     if args.command == "show":
         doc = reader.show(args.run_id)

@@ -21,7 +21,9 @@ __all__ = [
     "render_detail",
     "render_event",
     "render_table",
+    "render_tree",
     "run_row",
+    "tree_node",
     "usage_text",
 ]
 
@@ -171,6 +173,45 @@ def _conversation_line(row: Mapping[str, Any]) -> str:
 
 def _indent(text: str, by: int) -> str:
     return text.replace("\n", "\n" + " " * by)
+
+
+def tree_node(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's node in ``show --tree``: its :func:`detail` without the conversation, with the
+    agents it handed off to and its agent-as-tool children (filled in by the caller);
+    ``tokens`` None where its usage is not known (a completed child's records are gone)."""
+    usage = doc.get("usage")
+    tokens = None if usage is None else usage["input_tokens"] + usage["output_tokens"]
+    return {
+        "run_id": doc["run_id"],
+        "status": doc["status"],
+        "agent": doc["agent"],
+        "turns": doc["turns"],
+        "tokens": tokens,
+        "handoffs": [],
+        "children": [],
+    }
+
+
+def render_tree(node: Mapping[str, Any]) -> str:
+    """``show --tree``'s text: a line per run, its children drawn below it."""
+    return "\n".join(_tree_lines(node, ""))
+
+
+def _tree_lines(node: Mapping[str, Any], indent: str) -> list[str]:
+    via = f"{node['tool']}[{node['call_id']}]  " if "tool" in node else ""
+    handoffs = "".join(f" -> {target}" for target in node["handoffs"])
+    lines = [
+        f"{via}{node['run_id']}  {node['status']}  {node['agent']}  "
+        f"handoffs:{handoffs or ' -'}  turns {node['turns']}  tokens {_cell(node['tokens'])}"
+    ]
+    children = node["children"]
+    for i, child in enumerate(children):
+        last = i == len(children) - 1
+        sub = _tree_lines(child, "")
+        lines.append(indent + ("└─ " if last else "├─ ") + sub[0])
+        more = indent + ("   " if last else "│  ")
+        lines.extend(more + line for line in sub[1:])
+    return lines
 
 
 def event_row(event: RunEvent) -> dict[str, Any]:

@@ -20,7 +20,9 @@ from raygents.cli_output import (
     render_detail,
     render_event,
     render_table,
+    render_tree,
     run_row,
+    tree_node,
 )
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, CheckpointError, RaygentsError, RunNotFound
 
@@ -141,12 +143,42 @@ def _runs(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> int:
-    doc = _detail(_info(args.run_id))
+    info = _info(args.run_id)
+    if args.tree:
+        tree = _tree(info, {i.run_id: i for i in rg.runs()})
+        if args.json:
+            print_json(tree, out)
+        else:
+            out.write(render_tree(tree) + "\n")
+        return 0
+    doc = _detail(info)
     if args.json:
         print_json(doc, out)
     else:
         out.write(render_detail(doc) + "\n")
     return 0
+
+
+def _tree(info: rg.RunInfo, known: dict[str, rg.RunInfo]) -> dict[str, Any]:
+    """A run with its handoffs and its agent-as-tool children (known to the run table), each
+    with its own, from their conversations."""
+    from raygents.runtime.children import child_run_id
+
+    doc = _detail(info)
+    messages = doc["messages"] or []
+    results = {m.get("tool_call_id"): m.get("content") or "" for m in messages}
+    node = tree_node(doc)
+    for m in messages:
+        for c in m.get("tool_calls") or ():
+            if c["name"].startswith("transfer_to_"):
+                target = results.get(c["id"], "").removeprefix("Transferred to ")
+                node["handoffs"].append(target or c["name"].removeprefix("transfer_to_"))
+                continue
+            child = known.get(child_run_id(info.run_id, c["id"]))
+            if child is not None:
+                via = {"tool": c["name"], "call_id": c["id"]}
+                node["children"].append({**via, **_tree(child, known)})
+    return node
 
 
 def _detail(info: rg.RunInfo) -> dict[str, Any]:

@@ -21,7 +21,9 @@ from raygents.cli_output import (
     render_detail,
     render_event,
     render_table,
+    render_tree,
     run_row,
+    tree_node,
     usage_text,
 )
 from raygents.cli_runs import UsageError, load_agent
@@ -177,3 +179,20 @@ def test_load_agent_imports_module_attr(tmp_path: Path, monkeypatch: pytest.Monk
     ]:
         with pytest.raises(UsageError, match=why):
             load_agent(spec)
+
+
+def test_the_tree_draws_children_below_their_parent() -> None:
+    def node(run_id: str, *children: dict[str, object], **via: str) -> dict[str, object]:
+        doc = detail(run_id, status="completed", agent="a", turns=1, usage=Usage(2, 1))
+        return {**via, **tree_node(doc), "children": list(children)}
+
+    leaf = node("r.3", tool="t", call_id="c3")
+    tree = node("r", node("r.1", leaf, tool="t", call_id="c1"), node("r.2", tool="t", call_id="c2"))
+    tree["handoffs"] = ["b"]
+    assert render_tree(tree).splitlines() == [
+        "r  completed  a  handoffs: -> b  turns 1  tokens 3",
+        "├─ t[c1]  r.1  completed  a  handoffs: -  turns 1  tokens 3",
+        "│  └─ t[c3]  r.3  completed  a  handoffs: -  turns 1  tokens 3",
+        "└─ t[c2]  r.2  completed  a  handoffs: -  turns 1  tokens 3",
+    ]
+    assert tree_node(detail("r", status="completed", agent="a", turns=1))["tokens"] is None

@@ -45,3 +45,25 @@ def _reply(req: rg.ModelRequest) -> rg.ModelResponse:
 BANKER = rg.Agent(
     "banker", tools=[wire_money, tick], model=FunctionModel(_reply), max_turns=100_000
 )
+
+
+def _clerk(req: rg.ModelRequest) -> rg.ModelResponse:
+    return text("filed")
+
+
+def _boss(req: rg.ModelRequest) -> rg.ModelResponse:
+    """Asks the banker twice (two child runs), then hands the run to the clerk."""
+    results = [m for m in req.messages if m.role == "tool"]
+    if not results:
+        ask = [("c_a", "hello"), ("c_b", "count to 1")]
+        return calls(*[call("ask_banker", {"input": said}, id=cid) for cid, said in ask])
+    return calls(call("transfer_to_clerk", {}, id="c_h"))
+
+
+CLERK = rg.Agent("clerk", model=FunctionModel(_clerk))
+BOSS = rg.Agent(
+    "boss",
+    tools=[BANKER.as_tool("ask_banker", "Ask the banker.")],
+    handoffs=[CLERK],
+    model=FunctionModel(_boss),
+)

@@ -1,7 +1,7 @@
 """A Ray head with a detached raygents namespace for the ``raygents`` command tests: it
-starts a completed run, one awaiting approval, a suspended one and two that run until
-they are suspended or cancelled, prints the address as a
-JSON line, and stays up until its stdin closes.
+starts a completed run, one with two agent-as-tool children and a handoff, one awaiting
+approval, a suspended one and two that run until they are suspended or cancelled, prints the
+address as a JSON line, and stays up until its stdin closes.
 
 Usage: ``python cli_head.py NAMESPACE STORE_URL``.
 """
@@ -13,13 +13,14 @@ import json
 import sys
 
 import ray
-from cli_agents import BANKER
+from cli_agents import BANKER, BOSS
 
 import raygents as rg
 
 
 def _runs() -> None:
     rg.start(BANKER, "hello", run_id="cli-done").result(timeout_s=120)
+    rg.start(BOSS, "file it", run_id="cli-fan").result(timeout_s=120)
     with contextlib.suppress(rg.RunInterrupted):
         rg.start(BANKER, "pay alice", run_id="cli-pending").result(timeout_s=120)
     paused = rg.start(BANKER, "count to 6", run_id="cli-paused", timeout_s=0.5)

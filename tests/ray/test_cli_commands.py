@@ -116,6 +116,22 @@ def test_show_gives_a_runs_result_pending_calls_and_conversation(head: Head) -> 
     assert missing.returncode == 1 and "not known" in missing.stderr
 
 
+def test_show_tree_draws_handoffs_and_agent_as_tool_children(head: Head) -> None:
+    tree = ok_json(cli(head, "show", "cli-fan", "--tree", "--json"))
+    assert (tree["status"], tree["agent"], tree["handoffs"]) == ("completed", "clerk", ["clerk"])
+    children = {c["call_id"]: c for c in tree["children"]}
+    assert set(children) == {"c_a", "c_b"}
+    assert {c["tool"] for c in children.values()} == {"ask_banker"}
+    assert all(c["agent"] == "banker" and c["status"] == "completed" for c in children.values())
+    assert (children["c_a"]["turns"], children["c_b"]["turns"]) == (1, 2)
+    assert tree["tokens"] > 0  # (a completed child's usage is known while its records are)
+    text = cli(head, "show", "cli-fan", "--tree")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("cli-fan  completed  clerk  handoffs: -> clerk")
+    assert lines[1].startswith("├─ ask_banker[c_a]  cli-fan.") and lines[2].startswith("└─ ")
+
+
 def test_events_of_an_ended_run_end_with_its_terminal_event(head: Head) -> None:
     done = cli(head, "events", "cli-done", "--json")
     assert done.returncode == 0, done.stderr
