@@ -58,7 +58,9 @@ def attach(run_id: str) -> RunHandle:
     info = rt.ask(rt.directory.client.get_run(run_id))
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
-    handle = RunHandle(run_id, rt, SuspendToken(run_id))
+    token = SuspendToken(run_id)
+    token.actor = rt.coordinator  # (it passes suspends and cancels to the run's actor)
+    handle = RunHandle(run_id, rt, token)
     handle._set_status(_status(info.status))
     rt.submit(_follow(rt, handle))
     return handle

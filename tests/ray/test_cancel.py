@@ -171,3 +171,24 @@ def test_cancel_of_an_unknown_or_ended_run(store: str) -> None:
     handle.cancel()  # (too late: nothing changes)
     rg.cancel(handle.run_id)
     assert handle.status() == "completed"
+
+
+def test_an_attached_handle_of_another_drivers_run_can_cancel_and_suspend_it(
+    store: str, tmp_path: Path
+) -> None:
+    agent = rg.Agent(
+        "attached_cancel",
+        tools=[quick_job, long_job],
+        model=FunctionModel(_one_tool_then_answer("long_job")),
+    )
+    handle = rg.start(agent, "go", context={"marks": str(tmp_path)})
+    _wait_for(lambda: (tmp_path / "started-1").exists())
+    current().handles.pop(handle.run_id)  # (as if another driver had started it)
+    attached = rg.attach(handle.run_id)
+    assert attached is not handle
+    attached.cancel()
+    with pytest.raises(rg.RunCancelled):
+        attached.result(timeout_s=60)
+    with pytest.raises(rg.RunCancelled):
+        handle.result(timeout_s=60)
+    _wait_for(_cpus_free, 30)
