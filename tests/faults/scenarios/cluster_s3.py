@@ -180,6 +180,7 @@ def _scenario(proxy: FaultProxy) -> dict[str, Any]:
         started_twice=sum(1 for n in starts.values() if n > 1),
         recovered=sum(1 for h in handles for e in h.events() if e.type == "recovered"),
         record_puts=_writers(proxy),
+        agent_nodes=sorted({_agent_node(agent.name), _agent_node(helper.name)}),
     )
     return _close(cluster, report)
 
