@@ -58,12 +58,13 @@ if TYPE_CHECKING:
     from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
+    from raygents.ratelimit import RateLimit
     from raygents.result import RunResult, TypedResult
-    from raygents.runtime.attach import attach
+    from raygents.runtime.attach import attach, cancel, runs
     from raygents.runtime.client import init, shutdown
     from raygents.runtime.handle import RunHandle, RunStatus
     from raygents.runtime.runinfo import RunInfo
-    from raygents.runtime.runs import cancel, resume, run, run_streamed, run_typed, runs, start
+    from raygents.runtime.runs import resume, run, run_streamed, run_typed, start
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
     from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
 
@@ -88,20 +89,13 @@ _HOMES = {
     "raygents.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "raygents.models.base": ("Model", "ModelSettings"),
     "raygents.models.openai": ("OpenAIChatModel",),
+    "raygents.ratelimit": ("RateLimit",),
     "raygents.result": ("RunResult", "TypedResult"),
     "raygents.runtime.client": ("init", "shutdown"),
     "raygents.runtime.handle": ("RunHandle", "RunStatus"),
     "raygents.runtime.runinfo": ("RunInfo",),
-    "raygents.runtime.attach": ("attach",),
-    "raygents.runtime.runs": (
-        "cancel",
-        "resume",
-        "run",
-        "run_streamed",
-        "run_typed",
-        "runs",
-        "start",
-    ),
+    "raygents.runtime.attach": ("attach", "cancel", "runs"),
+    "raygents.runtime.runs": ("resume", "run", "run_streamed", "run_typed", "start"),
     "raygents.sessions": ("MemorySession", "Session", "SQLiteSession", "StoreSession"),
     "raygents.tools": ("RunContext", "Tool", "ToolContext", "ToolResult", "tool"),
 }
@@ -162,6 +156,7 @@ __all__ = [
     "OutputValidationError",
     "PayloadTooLarge",
     "PendingApproval",
+    "RateLimit",
     "RaygentsError",
     "RunContext",
     "RunEvent",

@@ -77,6 +77,11 @@ def _to_call(value: ToolCall | Mapping[str, Any], position: int) -> ToolCall:
     return ToolCall(str(value.get("id", f"call_{position}")), str(value["name"]), args)
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256
+    """Connections waiting to be accepted (the default, 5, refuses a burst of clients)."""
+
+
 class FakeOpenAIServer:
     """An OpenAI-compatible server on 127.0.0.1 answering ``POST /v1/chat/completions``.
 
@@ -117,7 +122,7 @@ class FakeOpenAIServer:
     def start(self) -> FakeOpenAIServer:
         """Bind a free port and start serving in a daemon thread."""
         handler = type("_Handler", (_Handler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = _Server(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,

@@ -8,6 +8,7 @@ round trip between Ray processes.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -17,6 +18,7 @@ from urllib.parse import parse_qsl, unquote
 
 import openai
 
+from raygents import ratelimit
 from raygents.errors import ModelError, UserError
 from raygents.messages import (
     FinishReason,
@@ -207,10 +209,19 @@ class OpenAIChatModel:
                 default_query=dict(parse_qsl(query, keep_blank_values=True)) or None,
                 max_retries=self.max_retries,
                 timeout=self.timeout_s,
-                http_client=self._http_client,
+                http_client=self._http_client
+                or openai.DefaultAsyncHttpxClient(event_hooks={"response": [self._on_response]}),
             )
             self._client_loop = loop
         return self._client
+
+    async def _on_response(self, response: httpx2.Response) -> None:
+        """A 429 with ``Retry-After`` holds back every call of this model in the namespace
+        (where it is rate-limited), not only the one the openai client retries."""
+        if response.status_code == 429:
+            seconds = _retry_after(response.headers)
+            if seconds is not None:
+                ratelimit.report_pause(self.model, seconds)
 
     def _credentials(self) -> tuple[str, str]:
         api_key = self._api_key or os.environ.get("OPENAI_API_KEY") or None
@@ -489,6 +500,19 @@ def _usage(usage: CompletionUsage | None) -> Usage:
         cached_input_tokens=_count(getattr(prompt, "cached_tokens", None)),
         reasoning_tokens=_count(getattr(completion, "reasoning_tokens", None)),
     )
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """The pause a 429 asks for, in seconds (``retry-after-ms``, else ``retry-after`` in
+    seconds), or None; a date in ``retry-after`` is left to the openai client's retry."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            seconds = float(headers.get(name) or "nan") * scale
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds > 0:
+            return seconds
+    return None
 
 
 def _count(value: object) -> int:

@@ -15,13 +15,14 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
+from raygents.ratelimit import RateLimit, check_limits
 from raygents.runtime import startup
 from raygents.runtime.coalesce import Coalescer
 from raygents.runtime.coordinator import Coordinator
@@ -298,6 +299,7 @@ def init(
     stale_after_s: float = 30.0,
     actor_options: dict[str, Any] | None = None,
     max_concurrent_runs: int | None = None,
+    rate_limits: Mapping[str, RateLimit] | None = None,
     **ray_init_kwargs: Any,
 ) -> None:
     """Connect to Ray (or start a local instance) and set raygents up.
@@ -331,6 +333,11 @@ def init(
             interrupted and ended runs hold no slot; agent-as-tool children count as part of
             their parent. None (the default) admits every run; the coordinator's creator
             sets it for every driver of the namespace.
+        rate_limits: requests and tokens per minute per model name (``{"gpt-4o-mini":
+            RateLimit(requests_per_minute=3000)}``), for every agent actor of the namespace
+            together: calls wait for their turn at one limiter actor, and a 429 with
+            ``Retry-After`` holds every call of that model back. The coordinator's creator
+            sets them for every driver of the namespace.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
             a process asks for one new worker at a time per two CPUs (Ray's default: ten);
@@ -347,6 +354,7 @@ def init(
             f"max_concurrent_runs must be an int of at least 1 (or None), got "
             f"{max_concurrent_runs!r}"
         )
+    limits = check_limits(rate_limits if rate_limits is not None else {})
     from raygents.store import default_store_url, open_store
 
     store_url = store or os.environ.get("RAYGENTS_STORE") or default_store_url()
@@ -380,6 +388,7 @@ def init(
             recovery=recovery,
             actor_options=dict(actor_options or {}),
             max_concurrent_runs=max_concurrent_runs,
+            rate_limits=limits,
         )
         _runtime = Runtime(namespace, started, settings)
     if handle_sigterm:

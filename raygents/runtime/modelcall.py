@@ -8,6 +8,7 @@ from typing import Any
 from raygents.errors import ModelError, RaygentsError
 from raygents.messages import ModelRequest, ModelResponse
 from raygents.models.base import Model, check_response
+from raygents.runtime import gates
 
 __all__ = ["call_model"]
 
@@ -20,7 +21,47 @@ async def call_model(
 ) -> ModelResponse:
     """The model's checked answer to ``request``, streamed (each text delta to ``on_delta``)
     when ``on_delta`` is given and the model streams. Whatever the provider raises comes back
-    as a ``ModelError``."""
+    as a ``ModelError``.
+
+    Where the namespace limits the model's rate (``init(rate_limits=)``), the call first waits
+    for its turn at the namespace's limiter (a wait, not a failure; cancelling the call ends
+    it), and its usage corrects the limiter's token estimate afterwards."""
+    name = model_name(model)
+    gate = await gates.gate() if name is not None else None
+    if gate is None or name is None:
+        return await _call(model, agent_name, request, on_delta)
+    estimate = estimate_tokens(request)
+    if not await gate.acquire(name, estimate):
+        return await _call(model, agent_name, request, on_delta)
+    try:
+        response = await _call(model, agent_name, request, on_delta)
+    except BaseException:
+        gate.settle(name, estimate, estimate)
+        raise
+    gate.settle(name, estimate, response.usage.input_tokens + response.usage.output_tokens)
+    return response
+
+
+def model_name(model: Model) -> str | None:
+    """The name a model is rate-limited by: its ``model`` attribute (the provider's model
+    name, as :class:`~raygents.models.openai.OpenAIChatModel` has), or None."""
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) and name else None
+
+
+def estimate_tokens(request: ModelRequest) -> int:
+    """A rough token count of a call before it goes: its text at four characters a token,
+    plus the answer's cap when the request sets one."""
+    chars = len(request.system or "") + sum(len(m.text or "") for m in request.messages)
+    return chars // 4 + 1 + (request.settings.max_tokens or 0)
+
+
+async def _call(
+    model: Model,
+    agent_name: str,
+    request: ModelRequest,
+    on_delta: Callable[[str], None] | None,
+) -> ModelResponse:
     streamer = getattr(model, "stream", None)
     try:
         if on_delta is not None and streamer is not None:

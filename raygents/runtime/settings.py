@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from raygents import codec
+from raygents.ratelimit import RateLimit
 
 __all__ = ["Durability", "Recovery", "Settings"]
 
@@ -45,6 +46,8 @@ class Settings:
     """Ray actor options for every agent actor."""
     max_concurrent_runs: int | None = None
     """Runs each tenant may have in flight; None admits every run."""
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    """Requests and tokens per minute per model name, for every agent actor together."""
     creator: str = ""
     """The driver that created the coordinator (it removes it when it closes)."""
     direct: bool = False
