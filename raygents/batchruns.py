@@ -33,7 +33,7 @@ class JobRuns:
     def known(self) -> dict[str, str]:
         """The statuses the coordinator knows of this job's runs (those it forgot completed:
         starting them again finds their completion marker)."""
-        from raygents.runtime.runs import runs
+        from raygents.runtime.attach import runs
 
         prefix = f"{self.job_id}."
         return {

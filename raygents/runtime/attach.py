@@ -1,5 +1,6 @@
-"""Attaching to a run from any driver: its handle, with the history its checkpoints hold
-replayed as events, then its end as the coordinator reports it."""
+"""Runs that exist, from any driver: ``attach`` (a run's handle, with the history its
+checkpoints hold replayed as events, then its end as the coordinator reports it), ``cancel``
+and ``runs`` (the run table)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from raygents.agent import Agent
 from raygents.approvals import PendingApproval
 from raygents.envelope import RunState
 from raygents.errors import (
+    CANCEL,
     SUSPEND_FOR_CHECKPOINT,
     CheckpointError,
     RaygentsError,
@@ -25,9 +27,10 @@ from raygents.result import RunResult
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.drive import SuspendToken
 from raygents.runtime.handle import RunHandle, RunStatus
+from raygents.runtime.runinfo import RunInfo
 from raygents.tools import ToolResult
 
-__all__ = ["attach"]
+__all__ = ["attach", "cancel", "runs"]
 
 
 def attach(run_id: str) -> RunHandle:
@@ -244,3 +247,33 @@ async def _pending(rt: Runtime, run_id: str) -> list[PendingApproval]:
     coordinator's copy, else the store's)."""
     found = await rt.directory.client.load_state(run_id)
     return list(found[0].pending) if found is not None else []
+
+
+def cancel(run_id: str) -> None:
+    """Cancel a run wherever it runs, started by this driver or another one (see
+    :meth:`RunHandle.cancel`). A run that is not running (ended, suspended, awaiting
+    approval) is left as it is.
+
+    Raises:
+        UserError: ``run_id`` is not a valid run id.
+        RunNotFound: the coordinator knows no such run.
+    """
+    validate_id(run_id, "run id")
+    rt = current()
+    handle = rt.handles.get(run_id)
+    if handle is not None and not handle.done():
+        handle.cancel()
+        return
+    rt.send_notes()
+    info = rt.ask(rt.directory.client.get_run(run_id))
+    if info is None:
+        raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
+    if info.status == "running":
+        rt.ask(rt.directory.client.suspend([(run_id, CANCEL)]))
+
+
+def runs(status: str | None = None) -> list[RunInfo]:
+    """What the coordinator knows about runs, optionally only those with ``status``."""
+    rt = current()
+    rt.send_notes()
+    return rt.ask(rt.directory.client.list_runs(status))

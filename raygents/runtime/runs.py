@@ -13,7 +13,6 @@ from raygents.agent import Agent
 from raygents.approvals import ApprovalDecision, normalise
 from raygents.envelope import Envelope, Outcome, RunState, new_run_id
 from raygents.errors import (
-    CANCEL,
     MAX_PAYLOAD_BYTES,
     SUSPEND_FOR_CHECKPOINT,
     ApprovalDecisionsMismatch,
@@ -33,12 +32,12 @@ from raygents.result import RunResult, TypedResult, parse_output
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.drive import SuspendToken, drive
 from raygents.runtime.handle import RunHandle, RunStatus
-from raygents.runtime.runinfo import RunInfo, outcome_entry, outcome_status
+from raygents.runtime.runinfo import outcome_entry, outcome_status
 from raygents.runtime.snapshot import snapshot
 from raygents.schema import type_name, type_schema
 from raygents.sessions import validate_session_id
 
-__all__ = ["cancel", "resume", "run", "run_streamed", "run_typed", "runs", "start"]
+__all__ = ["resume", "run", "run_streamed", "run_typed", "start"]
 
 T = TypeVar("T")
 RunInput = str | Sequence[Message | Mapping[str, Any]]
@@ -486,33 +485,3 @@ def _check_decisions(
         f"unknown {unknown!r}",
         run_id=state.run_id,
     )
-
-
-def cancel(run_id: str) -> None:
-    """Cancel a run wherever it runs, started by this driver or another one (see
-    :meth:`RunHandle.cancel`). A run that is not running (ended, suspended, awaiting
-    approval) is left as it is.
-
-    Raises:
-        UserError: ``run_id`` is not a valid run id.
-        RunNotFound: the coordinator knows no such run.
-    """
-    validate_id(run_id, "run id")
-    rt = current()
-    handle = rt.handles.get(run_id)
-    if handle is not None and not handle.done():
-        handle.cancel()
-        return
-    rt.send_notes()
-    info = rt.ask(rt.directory.client.get_run(run_id))
-    if info is None:
-        raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
-    if info.status == "running":
-        rt.ask(rt.directory.client.suspend([(run_id, CANCEL)]))
-
-
-def runs(status: str | None = None) -> list[RunInfo]:
-    """What the coordinator knows about runs, optionally only those with ``status``."""
-    rt = current()
-    rt.send_notes()
-    return rt.ask(rt.directory.client.list_runs(status))
