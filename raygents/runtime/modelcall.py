@@ -18,6 +18,8 @@ async def call_model(
     agent_name: str,
     request: ModelRequest,
     on_delta: Callable[[str], None] | None,
+    *,
+    namespace: str | None = None,
 ) -> ModelResponse:
     """The model's checked answer to ``request``, streamed (each text delta to ``on_delta``)
     when ``on_delta`` is given and the model streams. Whatever the provider raises comes back
@@ -25,9 +27,10 @@ async def call_model(
 
     Where the namespace limits the model's rate (``init(rate_limits=)``), the call first waits
     for its turn at the namespace's limiter (a wait, not a failure; cancelling the call ends
-    it), and its usage corrects the limiter's token estimate afterwards."""
+    it), and its usage corrects the limiter's token estimate afterwards. ``namespace`` is the
+    agent actor's (default: looked up once per process)."""
     name = model_name(model)
-    gate = await gates.gate() if name is not None else None
+    gate = await gates.gate(namespace) if name is not None else None
     if gate is None or name is None:
         return await _call(model, agent_name, request, on_delta)
     estimate = estimate_tokens(request)

@@ -14,9 +14,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
+import ray
 from openai_server import FakeOpenAIServer, Reply
 
 import raygents as rg
+from raygents.runtime.gates import LIMITER_NAME
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -118,13 +120,16 @@ class ServerProcess:
 def limited(rt: None) -> Iterator[None]:
     """raygents on its own namespace with a limit on model ``limited``."""
     rg.shutdown()
+    namespace = f"rates-{os.urandom(3).hex()}"
     rg.init(
-        namespace=f"rates-{os.urandom(3).hex()}",
+        namespace=namespace,
         store="memory://",
         rate_limits={"limited": rg.RateLimit(requests_per_minute=PER_MINUTE)},
     )
     yield
     rg.shutdown()
+    with contextlib.suppress(ValueError):  # (the limiter outlives its namespace's coordinator)
+        ray.kill(ray.get_actor(LIMITER_NAME, namespace=namespace))
     rg.init(store="memory://")
 
 
