@@ -124,7 +124,10 @@ def limited(rt: None) -> Iterator[None]:
     rg.init(
         namespace=namespace,
         store="memory://",
-        rate_limits={"limited": rg.RateLimit(requests_per_minute=PER_MINUTE)},
+        rate_limits={
+            "limited": rg.RateLimit(requests_per_minute=PER_MINUTE),
+            "slow": rg.RateLimit(requests_per_minute=1),
+        },
     )
     yield
     rg.shutdown()
@@ -175,3 +178,16 @@ def test_a_model_without_a_limit_is_not_held_back(limited: None) -> None:
     with FakeOpenAIServer(lambda body: Reply(text="free")) as server:
         model = rg.OpenAIChatModel("unlimited", base_url=server.url)
         assert rg.run(rg.Agent("free", model=model), "go").final_output == "free"
+
+
+def test_a_run_waiting_for_its_turn_can_be_cancelled(limited: None) -> None:
+    with FakeOpenAIServer(lambda body: Reply(text="slow")) as server:
+        agent = rg.Agent("slow", model=rg.OpenAIChatModel("slow", base_url=server.url))
+        assert rg.run(agent, "first").final_output == "slow"
+        waiting = rg.start(agent, "second")  # its turn is a minute after the first's
+        with pytest.raises(TimeoutError):
+            waiting.result(timeout_s=1.0)
+        waiting.cancel()
+        with pytest.raises(rg.RunCancelled):
+            waiting.result(timeout_s=30)
+        assert len(server.requests) == 1
