@@ -475,7 +475,11 @@ class AgentActor:
             self._emit(emit, state, "llm_delta", delta=delta)
 
         return await call_model(
-            self.model(), self.agent.name, request, on_delta if stream else None
+            self.model(),
+            self.agent.name,
+            request,
+            on_delta if stream else None,
+            namespace=self.directory.namespace,
         )
 
     def _on_trip(self, ctx: RunContext) -> Any:

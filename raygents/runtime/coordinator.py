@@ -7,6 +7,7 @@ agent actors (:mod:`~raygents.runtime.registry`) and the runs it drives when det
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -19,6 +20,7 @@ from raygents.errors import CheckpointError
 from raygents.runtime import rebuild
 from raygents.runtime.cleanup import Cleaner
 from raygents.runtime.detached import DetachedRuns
+from raygents.runtime.gates import LIMITER_NAME
 from raygents.runtime.hotrecords import HotRecords
 from raygents.runtime.process import tune_collector
 from raygents.runtime.recordstore import RecordStore
@@ -85,9 +87,11 @@ class Coordinator:
         self.registry.replace_actor(graph_fp, name, stale)
 
     def stop_agents(self) -> None:
-        """Stop every agent actor created here (before this coordinator is removed: they are
-        detached, so that they outlive its restarts)."""
+        """Stop every agent actor created here, and the namespace's rate limiter (before this
+        coordinator is removed: they are detached, so that they outlive its restarts)."""
         self.registry.stop_all()
+        with contextlib.suppress(ValueError):  # (no limits: no limiter)
+            ray.kill(ray.get_actor(LIMITER_NAME, namespace=self.namespace), no_restart=True)
 
     def beat(self, actor_id: str, lag: float) -> None:
         """An agent actor's beat (see :mod:`raygents.runtime.liveness`)."""

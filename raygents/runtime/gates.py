@@ -20,13 +20,13 @@ log = logging.getLogger("raygents")
 LIMITER_NAME = "raygents:ratelimiter"
 
 _gates: dict[str | None, asyncio.Future[Gate | None]] = {}
-"""This process's gate per namespace (None: the agent actor's own), looked up once; it
-holds None where the namespace has no limits."""
+"""This process's gate per namespace, looked up once; it holds None where the namespace has
+no limits."""
 
 
 async def gate(namespace: str | None = None) -> Gate | None:
-    """This process's gate for ``namespace`` (default: the namespace of the agent actor this
-    process runs), or None when it has no rate limits or this is no raygents agent actor."""
+    """This process's gate for ``namespace``, or None when it has no rate limits (or no
+    namespace is given: a model called outside an agent actor)."""
     found = _gates.get(namespace)
     if found is None:
         found = _gates[namespace] = asyncio.ensure_future(_open_gate(namespace))
@@ -41,9 +41,7 @@ async def gate(namespace: str | None = None) -> Gate | None:
 
 async def _open_gate(namespace: str | None) -> Gate | None:
     if namespace is None:
-        namespace = await _in_executor(_actor_namespace)
-        if namespace is None:
-            return None
+        return None
     coordinator = await _in_executor(ray.get_actor, COORDINATOR_NAME, namespace)
     limits: Mapping[str, RateLimit] = getattr(
         await coordinator.settings.remote(), "rate_limits", {}
@@ -63,30 +61,6 @@ async def _open_gate(namespace: str | None) -> Gate | None:
     opened = Gate(handle, limits)
     ratelimit.listen(opened)
     return opened
-
-
-def _actor_namespace() -> str | None:
-    """The raygents namespace of the agent actor this process runs, or None.
-
-    Ray tells an actor its name but not the namespace it is named in (its runtime context
-    has the job's), so the actor is looked up among the named actors by name and id.
-    """
-    if not ray.is_initialized():
-        return None
-    context = ray.get_runtime_context()
-    name, actor_id = context.get_actor_name(), context.get_actor_id()
-    if not name or not name.startswith("agent:"):
-        return None
-    for entry in ray.util.list_named_actors(all_namespaces=True):
-        if entry["name"] != name:
-            continue
-        try:
-            found = ray.get_actor(name, namespace=entry["namespace"])
-        except ValueError:
-            continue
-        if found._actor_id.hex() == actor_id:
-            return str(entry["namespace"])
-    return None
 
 
 async def _in_executor(fn: Any, *args: Any) -> Any:

@@ -28,7 +28,7 @@ async def call_model(
     Where the namespace limits the model's rate (``init(rate_limits=)``), the call first waits
     for its turn at the namespace's limiter (a wait, not a failure; cancelling the call ends
     it), and its usage corrects the limiter's token estimate afterwards. ``namespace`` is the
-    agent actor's (default: looked up once per process)."""
+    agent actor's (None: no limits apply)."""
     name = model_name(model)
     gate = await gates.gate(namespace) if name is not None else None
     if gate is None or name is None:
