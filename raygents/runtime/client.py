@@ -84,7 +84,9 @@ class Runtime:
     def _new_coordinator(self, node: str | None = None) -> Any:
         """The namespace's coordinator: a new one (this runtime its creator), or the one that
         holds the name already."""
-        cls = _coordinator_class(self.namespace, self.detached, node)
+        # (a file:// store is a directory on this driver's node: its coordinator must be there)
+        pinned = node is None and self.settings.store.startswith("file://")
+        cls = _coordinator_class(self.namespace, self.detached, node, pinned=pinned)
         return cls.remote(self.namespace, dataclasses.replace(self.settings, creator=self.owner))
 
     def _mismatch(self, settings: Settings) -> UserError | None:
@@ -236,9 +238,13 @@ def _run_of(note: _Note) -> str:
     return str(args[0].run_id if method == "finish" else args[0])
 
 
-def _coordinator_class(namespace: str, detached: bool, node: str | None = None) -> Any:
-    """The coordinator's actor class, placed on ``node`` (default: this process's node) when
-    it can be: a ``file://`` store's directory is on the node of the driver that made it."""
+def _coordinator_class(
+    namespace: str, detached: bool, node: str | None = None, *, pinned: bool = False
+) -> Any:
+    """The coordinator's actor class, placed on ``node`` (default: this process's node): a
+    ``file://`` store's directory is on the node of the driver that made it. ``pinned``: only
+    there (Ray's soft node affinity may place it elsewhere, e.g. off a head with no CPUs);
+    else there when it can be."""
     options: dict[str, Any] = {
         "name": COORDINATOR_NAME,
         "namespace": namespace,
@@ -250,7 +256,7 @@ def _coordinator_class(namespace: str, detached: bool, node: str | None = None) 
         "max_task_retries": -1,
         "max_concurrency": 10_000,
         "scheduling_strategy": NodeAffinitySchedulingStrategy(
-            node or ray.get_runtime_context().get_node_id(), soft=True
+            node or ray.get_runtime_context().get_node_id(), soft=not pinned
         ),
     }
     if detached:

@@ -121,9 +121,13 @@ def _scenario(proxy: FaultProxy) -> dict[str, Any]:
         initialize_head=True,
         head_node_args={"num_cpus": 0, "resources": {"head": 10}, "include_dashboard": False},
     )
+    # The driver joins before the workers exist, so it (and the coordinator, which goes to
+    # the driver's node) is on the head: nodes of a simulated cluster share one address, and
+    # a driver joining later may attach to a worker's raylet.
+    ray.init(address=cluster.address, log_to_driver=False)
     workers = [cluster.add_node(num_cpus=2, resources={"agents": 10}) for _ in range(2)]
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
+    assert ray.get_runtime_context().get_node_id() == cluster.head_node.node_id
     bucket = create_bucket(proxy.endpoint_url)
     store = f"file://{WORK / 'store'}" if MODE == "file_store" else f"s3://{bucket}/runs"
     rg.init(
