@@ -139,7 +139,9 @@ async def run_tool(
     try:
         blob = await asyncio.wait_for(_await(ref), tool.timeout_s)
     except asyncio.CancelledError:  # (the run was cancelled: so is its task)
-        ray.cancel(ref)
+        cancel = asyncio.ensure_future(_cancel_task(ref))
+        _cancelling.add(cancel)
+        cancel.add_done_callback(_cancelling.discard)
         raise
     except asyncio.TimeoutError:
         ray.cancel(ref)
@@ -166,3 +168,21 @@ def submit_tool(task: Any, ctx: ToolContext, payload: Any) -> Any:
 
 async def _await(ref: Any) -> Any:
     return await ref
+
+
+_CANCEL_GRACE_S = 5.0
+_cancelling: set[asyncio.Future[None]] = set()
+"""Cancels of tool tasks under way (the event loop keeps only weak references to tasks)."""
+
+
+async def _cancel_task(ref: Any) -> None:
+    """Cancel a tool's task: a ``KeyboardInterrupt`` in the tool first, and its worker killed
+    if it still runs ``_CANCEL_GRACE_S`` later (the interrupt does not always arrive, and a
+    tool may catch it)."""
+    ray.cancel(ref)
+    try:
+        await asyncio.wait_for(_await(ref), _CANCEL_GRACE_S)
+    except asyncio.TimeoutError:
+        ray.cancel(ref, force=True)
+    except Exception:  # (it stopped: TaskCancelledError, or it failed)
+        return

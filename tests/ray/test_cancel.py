@@ -4,6 +4,7 @@ its agent-as-tool children cancelled), its status is ``cancelled``, ``result()``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -192,3 +193,30 @@ def test_an_attached_handle_of_another_drivers_run_can_cancel_and_suspend_it(
     with pytest.raises(rg.RunCancelled):
         handle.result(timeout_s=60)
     _wait_for(_cpus_free, 30)
+
+
+@rg.tool(num_cpus=1)
+def stubborn_job(ctx: rg.ToolContext, step: int) -> str:
+    """Hold a CPU, ignoring KeyboardInterrupt."""
+    with open(f"{ctx.context['marks']}/started-{step}", "w"):
+        pass
+    for _ in range(600):
+        with contextlib.suppress(KeyboardInterrupt):
+            time.sleep(0.1)
+    return "done"
+
+
+def test_a_tool_that_ignores_the_interrupt_has_its_worker_killed(
+    store: str, tmp_path: Path
+) -> None:
+    agent = rg.Agent(
+        "stubborn_tools",
+        tools=[quick_job, stubborn_job],
+        model=FunctionModel(_one_tool_then_answer("stubborn_job")),
+    )
+    handle = rg.start(agent, "go", context={"marks": str(tmp_path)})
+    _wait_for(lambda: (tmp_path / "started-1").exists())
+    handle.cancel()
+    with pytest.raises(rg.RunCancelled):
+        handle.result(timeout_s=60)
+    _wait_for(_cpus_free, 45)  # (after the grace, its worker is killed)
