@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from ray import cloudpickle
 
+from raygents import builtin_guardrails
 from raygents import guardrails as gr
 from raygents.errors import (
     InputGuardrailTripped,
@@ -552,7 +553,7 @@ async def test_prompt_injection_resolves_a_model_name_lazily(
         resolved.append(model)
         return FunctionModel(lambda request: verdict(False))
 
-    monkeypatch.setattr(gr, "resolve_model", fake_resolve)
+    monkeypatch.setattr(builtin_guardrails, "resolve_model", fake_resolve)
     guard = PromptInjectionGuardrail("classifier-model")
     assert resolved == []
     assert await guard.check(CTX, [user("one")]) is None
@@ -566,7 +567,7 @@ async def test_prompt_injection_resolution_failure_fails_closed(
     def broken(model: Any) -> Any:
         raise UserError("no API key")
 
-    monkeypatch.setattr(gr, "resolve_model", broken)
+    monkeypatch.setattr(builtin_guardrails, "resolve_model", broken)
     result = await PromptInjectionGuardrail("m").check(CTX, [user("hi")])
     assert result is not None and result.tripwire and "no API key" in result.message
 
