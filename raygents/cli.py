@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _from_store(args: argparse.Namespace, out: TextIO) -> int:
-    from raygents.cli_output import RUN_COLUMNS, print_json, render_detail, render_table
+    from raygents.cli_output import print_json, print_runs, render_detail
     from raygents.cli_runs import UsageError
     from raygents.cli_store import StoreReader
 
@@ -169,10 +169,7 @@ def _from_store(args: argparse.Namespace, out: TextIO) -> int:
         for row in reader.runs()
         if args.status in (None, row["status"]) and args.agent in (None, row["agent"])
     ][: args.limit]
-    if args.json:
-        print_json(rows, out)
-    else:
-        out.write(render_table(rows, RUN_COLUMNS) + "\n")
+    print_runs(rows, args.json, out)
     return 0
 
 

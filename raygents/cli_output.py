@@ -234,6 +234,14 @@ def render_event(event: RunEvent) -> str:
     return f"{event.type:<12} {event.agent_name or '-':<14} {text}".rstrip()
 
 
+def print_runs(rows: Sequence[Mapping[str, Any]], as_json: bool, out: TextIO) -> None:
+    """The rows of ``raygents runs``: one JSON document, or a table."""
+    if as_json:
+        print_json(list(rows), out)
+    else:
+        out.write(render_table(rows, RUN_COLUMNS) + "\n")
+
+
 def print_json(value: Any, out: TextIO) -> None:
     """``value`` as one JSON document (one line) on ``out``."""
     out.write(json.dumps(value, ensure_ascii=False, default=str) + "\n")

@@ -13,13 +13,12 @@ from typing import Any, TextIO
 
 import raygents as rg
 from raygents.cli_output import (
-    RUN_COLUMNS,
     detail,
     event_row,
     print_json,
+    print_runs,
     render_detail,
     render_event,
-    render_table,
     render_tree,
     run_row,
     tree_node,
@@ -135,10 +134,7 @@ def _runs(args: argparse.Namespace, out: TextIO) -> int:
         run_row(i.run_id, i.status, i.agent_name, i.turns, i.updated_at, i.last_error)
         for i in infos[: args.limit]
     ]
-    if args.json:
-        print_json(rows, out)
-    else:
-        out.write(render_table(rows, RUN_COLUMNS) + "\n")
+    print_runs(rows, args.json, out)
     return 0
 
 
