@@ -300,6 +300,25 @@ def coordinator(w: dict[str, Any]) -> list[str]:
     ]
 
 
+def batch(w: dict[str, Any]) -> list[str]:
+    c = w["config"]
+    out = [
+        f"`run_batch` over a generator of items, concurrency {c['concurrency']}, results to JSON "
+        f"Lines shards; plain: {c['concurrency']} concurrent `raygents.start` runs "
+        f"({_rng(w['plain_runs_per_s'])} runs/s).",
+        "",
+        "| items | runs/s | failed | driver peak RSS MB |",
+        "|---|---|---|---|",
+    ]
+    for r in w["rows"]:
+        out.append(
+            f"| {r['items']:,} | {_rng(r['runs_per_s'])} | {r['failed']} | "
+            f"{_f(r['driver_peak_rss_mb'])} |"
+        )
+    out += ["", f"A re-run of the largest job skips its items in {_rng(w['rerun_skip_s'], 2)} s."]
+    return out
+
+
 SECTIONS = (
     ("overhead", "1. Single-run overhead (2-turn run, K tool calls)", overhead),
     (
@@ -312,6 +331,7 @@ SECTIONS = (
     ("suspend", "5. Suspend and resume storm", suspend),
     ("coldstart", "6. Cold start (fresh process, p50)", coldstart),
     ("coordinator", "7. One coordinator's ceiling (synthetic runs, memory store)", coordinator),
+    ("batch", "8. Batch jobs (`run_batch`, 100 ms model, 4 tools in the actor)", batch),
 )
 
 
