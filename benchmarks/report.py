@@ -319,6 +319,23 @@ def batch(w: dict[str, Any]) -> list[str]:
     return out
 
 
+def ratelimit(w: dict[str, Any]) -> list[str]:
+    c = w["config"]
+    out = [
+        f"One-call runs on {c['replicas']} agent actors, about {c['seconds_at_limit']} s of "
+        "requests at each limit; the server answers 429 above 1.1x the limit.",
+        "",
+        "| limit /min | runs | achieved /s | of the limit | busiest second | 429s | failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in w["rows"]:
+        out.append(
+            f"| {r['limit_per_min']:,} | {r['runs']} | {_rng(r['achieved_per_s'])} | "
+            f"{_f(r['ratio_to_limit'], 3)} | {r['peak_1s']} | {r['refused']} | {r['failed']} |"
+        )
+    return out
+
+
 SECTIONS = (
     ("overhead", "1. Single-run overhead (2-turn run, K tool calls)", overhead),
     (
@@ -332,6 +349,7 @@ SECTIONS = (
     ("coldstart", "6. Cold start (fresh process, p50)", coldstart),
     ("coordinator", "7. One coordinator's ceiling (synthetic runs, memory store)", coordinator),
     ("batch", "8. Batch jobs (`run_batch`, 100 ms model, 4 tools in the actor)", batch),
+    ("ratelimit", "9. A cluster-wide model rate limit (local server enforcing it)", ratelimit),
 )
 
 

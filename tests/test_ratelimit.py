@@ -183,3 +183,16 @@ def test_a_429s_pause_is_read_from_its_headers(
     headers: dict[str, str], seconds: float | None
 ) -> None:
     assert _retry_after(headers) == seconds
+
+
+def test_a_driver_asking_for_other_rate_limits_does_not_join_silently() -> None:
+    from raygents.runtime import startup
+    from raygents.runtime.settings import Settings
+
+    theirs = Settings(rate_limits={"m": RateLimit(requests_per_minute=60)})
+    other = Settings(rate_limits={"m": RateLimit(requests_per_minute=600)})
+    error = startup.settings_mismatch("ns", other, theirs)
+    assert isinstance(error, rg.UserError) and "rate_limits" in str(error)
+    assert startup.settings_mismatch("ns", Settings(), theirs) is None  # (takes theirs)
+    same = Settings(rate_limits={"m": RateLimit(requests_per_minute=60)})
+    assert startup.settings_mismatch("ns", same, theirs) is None

@@ -9,4 +9,5 @@ NAMES = (
     "coldstart",
     "coordinator",
     "batch",
+    "ratelimit",
 )

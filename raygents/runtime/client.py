@@ -343,7 +343,8 @@ def init(
             RateLimit(requests_per_minute=3000)}``), for every agent actor of the namespace
             together: calls wait for their turn at one limiter actor, and a 429 with
             ``Retry-After`` holds every call of that model back. The coordinator's creator
-            sets them for every driver of the namespace.
+            sets them for every driver of the namespace: another driver that asks for other
+            limits gets a ``UserError``.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
             a process asks for one new worker at a time per two CPUs (Ray's default: ten);

@@ -124,7 +124,8 @@ def settings_mismatch(namespace: str, asked: Settings, found: Settings) -> UserE
     A driver with a checkpoint key never joins a coordinator without one, or with another
     one (their key ids are compared; no key is shown). A driver without a key may join one
     that has a key: the coordinator signs and checks the records of every run anyway. A
-    driver that asked for no limit of runs in flight takes the coordinator's.
+    driver that asked for no limit of runs in flight takes the coordinator's, and one that
+    asked for no rate limits takes the coordinator's.
     """
     if found.store != asked.store or found.durability != asked.durability:
         return UserError(
@@ -138,6 +139,12 @@ def settings_mismatch(namespace: str, asked: Settings, found: Settings) -> UserE
             f"the raygents coordinator of namespace {namespace!r} already runs with "
             f"max_concurrent_runs={found.max_concurrent_runs!r}; use that (or leave it "
             "out), or another namespace"
+        )
+    if asked.rate_limits and dict(found.rate_limits) != dict(asked.rate_limits):
+        return UserError(
+            f"the raygents coordinator of namespace {namespace!r} already runs with "
+            f"rate_limits={dict(found.rate_limits)!r}; use those (or leave rate_limits out), "
+            "or another namespace"
         )
     if asked.key is None:
         return None
