@@ -12,8 +12,8 @@ __all__ = ["main", "parser"]
 
 _EPILOG = (
     "Subcommands join a running namespace: --address (else $RAY_ADDRESS, else the Ray "
-    "instance running on this machine) and --namespace. 'runs' and 'show' read a checkpoint "
-    "store alone with --store (no cluster)."
+    "instance running on this machine) and --namespace. 'runs', 'show' and 'gc' work on a "
+    "checkpoint store alone with --store (no cluster)."
 )
 
 _WAIT_HELP = (
@@ -60,6 +60,15 @@ def _seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+def _duration(text: str) -> float:
+    from raygents.runtime.retention import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -118,6 +127,22 @@ def parser() -> argparse.ArgumentParser:
     approve.add_argument("--all", action="store_true", help="approve every pending call")
     approve.add_argument("--wait", action="store_true", help=_WAIT_HELP)
 
+    gc = sub.add_parser(
+        "gc",
+        parents=[common],
+        help="delete the records and kept results of runs that ended long enough ago",
+    )
+    gc.add_argument(
+        "--older-than",
+        type=_duration,
+        metavar="AGE",
+        help="runs that ended more than AGE ago (7d, 12h, 30m, 45s; default: the "
+        "namespace's retention, else 7d); running, suspended and awaiting-approval runs "
+        "are never touched",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="only print what would be deleted")
+    gc.add_argument("--store", help="work on this store (file://, s3://) with no cluster")
+
     events = sub.add_parser("events", parents=[common], help="a run's events")
     events.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     events.add_argument("--follow", action="store_true", help="keep printing until the run ends")
@@ -148,15 +173,21 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _from_store(args: argparse.Namespace, out: TextIO) -> int:
-    from raygents.cli_output import print_json, print_runs, render_detail
+    from raygents.cli_output import print_gc, print_json, print_runs, render_detail
     from raygents.cli_runs import UsageError
     from raygents.cli_store import StoreReader
+    from raygents.runtime.retention import DEFAULT_GC_S
 
     if args.address:
         raise UsageError("--store reads the store alone: leave out --address")
     if getattr(args, "tree", False):
         raise UsageError("--tree needs the cluster: leave out --store")
     reader = StoreReader(args.store)
+    if args.command == "gc":
+        older_than = DEFAULT_GC_S if args.older_than is None else args.older_than
+        rows = reader.gc(older_than, args.dry_run)
+        print_gc(rows, older_than, args.dry_run, args.json, out)
+        return 1 if any("error" in row for row in rows) else 0
     if args.command == "show":
         doc = reader.show(args.run_id)
         if args.json:

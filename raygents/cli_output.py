@@ -13,6 +13,7 @@ from raygents.events import RunEvent
 from raygents.messages import Message, Usage
 
 __all__ = [
+    "GC_COLUMNS",
     "RUN_COLUMNS",
     "detail",
     "event_row",
@@ -29,6 +30,8 @@ __all__ = [
 
 RUN_COLUMNS = ("run_id", "status", "agent", "turns", "updated", "last_error")
 """The columns of the run table, in order (the keys of :func:`run_row`'s dicts)."""
+GC_COLUMNS = ("run_id", "status", "agent", "ended", "keys", "error")
+"""The columns of ``raygents gc``'s table."""
 _CELL = 60  # characters of a table cell, at most (an error's text is cut there)
 
 
@@ -246,3 +249,41 @@ def print_json(value: Any, out: TextIO) -> None:
     """``value`` as one JSON document (one line) on ``out``."""
     out.write(json.dumps(value, ensure_ascii=False, default=str) + "\n")
     out.flush()
+
+
+def print_gc(
+    rows: Sequence[Mapping[str, Any]],
+    older_than_s: float,
+    dry_run: bool,
+    as_json: bool,
+    out: TextIO,
+) -> None:
+    """What ``raygents gc`` deleted (or would, ``dry_run``): rows of ``retention.Expired``
+    (with an ``error`` where a delete failed), as one JSON document or a line and a table."""
+    from raygents.runtime.retention import describe
+
+    runs = [
+        {
+            "run_id": row["run_id"],
+            "status": row["status"],
+            "agent": row["agent_name"],
+            "ended": _iso(row["ended_at"]),
+            "keys": row["keys"],
+            **({"error": row["error"]} if "error" in row else {}),
+        }
+        for row in rows
+    ]
+    if as_json:
+        doc = {"older_than_s": older_than_s, "dry_run": dry_run, "runs": runs}
+        print_json(doc, out)
+        return
+    failed = sum(1 for run in runs if "error" in run)
+    verb = "would delete" if dry_run else "deleted"
+    out.write(
+        f"{verb} {len(runs) - failed} run(s) that ended over {describe(older_than_s)} ago"
+        + (f"; {failed} could not be deleted" if failed else "")
+        + "\n"
+    )
+    if runs:
+        columns = GC_COLUMNS if failed else GC_COLUMNS[:-1]
+        out.write(render_table(runs, columns) + "\n")

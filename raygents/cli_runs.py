@@ -1,5 +1,6 @@
 """The ``raygents`` command's subcommands over a running namespace: list, show, suspend,
-cancel, resume and approve runs, and print their events, through raygents' public API."""
+cancel, resume and approve runs, and print their events, through raygents' public API; and
+``gc``, through the coordinator."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import raygents as rg
 from raygents.cli_output import (
     detail,
     event_row,
+    print_gc,
     print_json,
     print_runs,
     render_detail,
@@ -110,6 +112,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         "resume": _resume,
         "approve": _approve,
         "events": _events,
+        "gc": _gc,
     }
     result: int = commands[args.command](args, out)
     return result
@@ -136,6 +139,18 @@ def _runs(args: argparse.Namespace, out: TextIO) -> int:
     ]
     print_runs(rows, args.json, out)
     return 0
+
+
+def _gc(args: argparse.Namespace, out: TextIO) -> int:
+    """Have the coordinator delete ended runs' records and kept results past an age (it
+    knows which runs are running, suspended or awaiting approval: those stay)."""
+    from raygents.runtime.client import current
+
+    rt = current()
+    rt.send_notes()
+    older_than, rows = rt.ask(rt.directory.client.gc(args.older_than, args.dry_run))
+    print_gc(rows, older_than, args.dry_run, args.json, out)
+    return 1 if any("error" in row for row in rows) else 0
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> int:

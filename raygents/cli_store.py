@@ -1,5 +1,7 @@
 """The ``raygents`` command with no cluster: runs and their details read from the checkpoint
-store alone (each run's newest record, or its completion marker). Reads only."""
+store alone (each run's newest record, or its completion marker and the result it keeps),
+and ``gc``, which deletes ended runs' records and kept results past an age. Reads only, but
+for ``gc``."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from typing import Any
 
 from raygents import checkpoint
 from raygents.cli_output import detail, run_row
-from raygents.errors import RunNotFound
+from raygents.errors import CheckpointError, RunNotFound
 from raygents.ids import validate_id
-from raygents.runtime import rebuild
+from raygents.runtime import keptresult, rebuild, retention
+from raygents.runtime.runinfo import RunSummary
 from raygents.runtime.startup import checkpoint_key
 from raygents.store import open_store
 from raygents.storebase import Store
@@ -54,6 +57,16 @@ class StoreReader:
             "agent": found.agent_name,
             "turns": found.turns,
         }
+        kept = self._kept(listed) if found.status == "completed" else None
+        if kept is not None:
+            return detail(
+                run_id,
+                **base,
+                usage=kept["usage"],
+                output=kept["final_output"],
+                messages=kept["messages"] or None,
+                source="store",
+            )
         if found.status == "completed" or found.unreadable or not listed.chain:
             return detail(
                 run_id,
@@ -79,3 +92,35 @@ class StoreReader:
             messages=state.messages,
             source="store",
         )
+
+    def _kept(self, listed: rebuild.Listing) -> RunSummary | None:
+        """A completed run's result as its marker keeps it, or None."""
+        if listed.done is None:
+            return None
+        data = self.store.get(listed.done)
+        if data is None:
+            return None
+        try:
+            marker = keptresult.read_marker(
+                data, key=self.key, run_id=listed.run_id, source=listed.done
+            )
+        except (CheckpointError, ValueError):
+            return None
+        return keptresult.summary(marker)
+
+    def gc(self, older_than_s: float, dry_run: bool) -> list[dict[str, Any]]:
+        """Delete the records and kept results of ended runs that ended more than
+        ``older_than_s`` ago (unless ``dry_run``); a row for each (``retention.Expired``, with
+        an ``error`` where the delete failed). Runs whose newest record says they run, are
+        suspended or await approval are never touched."""
+        rows = []
+        cutoff = retention.cutoff_of(older_than_s)
+        for expired in retention.scan(self.store, self.key, cutoff):
+            row = expired.row()
+            if not dry_run:
+                try:
+                    retention.remove(self.store, expired.run_id, expired.keys)
+                except CheckpointError as exc:
+                    row["error"] = str(exc)
+            rows.append(row)
+        return rows

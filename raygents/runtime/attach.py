@@ -14,6 +14,7 @@ from raygents.errors import (
     CANCEL,
     SUSPEND_FOR_CHECKPOINT,
     CheckpointError,
+    OutputValidationError,
     RaygentsError,
     RunCancelled,
     RunInterrupted,
@@ -23,11 +24,12 @@ from raygents.errors import (
 from raygents.events import RunEvent
 from raygents.ids import validate_id
 from raygents.messages import Message, ToolCall, Usage
-from raygents.result import RunResult
+from raygents.result import RunResult, parse_output
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.drive import SuspendToken
 from raygents.runtime.handle import RunHandle, RunStatus
-from raygents.runtime.runinfo import RunInfo
+from raygents.runtime.runinfo import RunInfo, RunSummary
+from raygents.runtime.snapshot import known_agent
 from raygents.tools import ToolResult
 
 __all__ = ["attach", "cancel", "runs"]
@@ -37,9 +39,12 @@ def attach(run_id: str) -> RunHandle:
     """A handle to a run, possibly started by another driver.
 
     A run of this driver that is running, or whose handle is still referenced, gives its own
-    handle (with every event). For other runs the handle resolves when the run ends, and the
-    result's ``last_agent`` is a placeholder ``Agent`` carrying the agent's name (so its
-    ``final_output`` is the final text; ``final_output_as(T)`` parses it). Their
+    handle (with every event). For other runs the handle resolves when the run ends (a
+    completed run's result comes from the coordinator, or from the result its completion
+    marker keeps in the store, e.g. after a restart of Ray), and the result's ``last_agent``
+    is the agent of that name this process started a run with, whose ``output_type`` types
+    ``final_output``; else a placeholder ``Agent`` carrying the agent's name
+    (``final_output`` is then the final text; ``final_output_as(T)`` parses it). Their
     ``events()`` replay what the run's newest checkpoint records (``agent_start``, a
     ``tool_start`` and ``tool_end`` for each tool call with a result, a ``handoff`` for each
     transfer, then a ``checkpoint`` with its seq; each with ``data["replayed"]``), and when the
@@ -90,15 +95,7 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
             _emit_replayed(handle, replay, state.agent_name, state.messages, journal, state.seq)
     base = {"run_id": handle.run_id, "agent_name": info.agent_name, "turns": info.turns}
     if info.status == "completed" and summary is not None:
-        result = RunResult(
-            run_id=handle.run_id,
-            final_output=summary["final_output"],
-            messages=tuple(summary["messages"]),
-            output_text=summary["final_output"],
-            usage=summary["usage"] or Usage(),
-            turns=summary["turns"],
-            last_agent=Agent(summary["agent_name"]),
-        )
+        result = _result(handle.run_id, summary)
         handle._emit(RunEvent(type="complete", output=result.final_output, **base))
         handle._resolve(result, None, "completed")
         return
@@ -126,6 +123,30 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
         )
     handle._emit(RunEvent(type="error", error=str(error), **base))
     handle._resolve(None, error, status)
+
+
+def _result(run_id: str, summary: RunSummary) -> RunResult:
+    """A completed run's result from its summary: its final output parsed into the last
+    agent's ``output_type`` where this process knows the agent (it started a run with its
+    graph), else the text (also when the text does not parse: the run did complete)."""
+    text = summary["final_output"]
+    agent = known_agent(summary["agent_name"])
+    output: Any = text
+    if agent is not None:
+        try:
+            output = parse_output(text, agent.output_type, run_id=run_id)
+        except OutputValidationError:
+            output = text
+    return RunResult(
+        run_id=run_id,
+        final_output=output,
+        messages=tuple(summary["messages"]),
+        output_text=text,
+        usage=summary["usage"] or Usage(),
+        turns=summary["turns"],
+        last_agent=agent if agent is not None else Agent(summary["agent_name"]),
+        input_count=summary.get("input_count", 0),
+    )
 
 
 def _status(value: str) -> RunStatus:

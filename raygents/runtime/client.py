@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import itertools
 import logging
 import os
@@ -30,6 +31,7 @@ from raygents.runtime.coordinator_client import COORDINATOR_NAME, checked_settin
 from raygents.runtime.directory import Directory
 from raygents.runtime.handle import RunHandle
 from raygents.runtime.handles import actor_key
+from raygents.runtime.retention import retention_seconds
 from raygents.runtime.settings import Durability, Recovery, Settings
 
 __all__ = ["Runtime", "current", "init", "shutdown"]
@@ -306,6 +308,7 @@ def init(
     actor_options: dict[str, Any] | None = None,
     max_concurrent_runs: int | None = None,
     rate_limits: Mapping[str, RateLimit] | None = None,
+    retention: datetime.timedelta | float | None = None,
     **ray_init_kwargs: Any,
 ) -> None:
     """Connect to Ray (or start a local instance) and set raygents up.
@@ -362,6 +365,7 @@ def init(
             f"{max_concurrent_runs!r}"
         )
     limits = check_limits(rate_limits if rate_limits is not None else {})
+    retention_s = retention_seconds(retention)
     from raygents.store import default_store_url, open_store
 
     store_url = store or os.environ.get("RAYGENTS_STORE") or default_store_url()
@@ -396,6 +400,7 @@ def init(
             actor_options=dict(actor_options or {}),
             max_concurrent_runs=max_concurrent_runs,
             rate_limits=limits,
+            retention_s=retention_s,
         )
         _runtime = Runtime(namespace, started, settings)
     if handle_sigterm:

@@ -17,7 +17,7 @@ import ray
 
 from raygents.envelope import Envelope
 from raygents.errors import CheckpointError
-from raygents.runtime import rebuild
+from raygents.runtime import rebuild, retention
 from raygents.runtime.cleanup import Cleaner
 from raygents.runtime.detached import DetachedRuns
 from raygents.runtime.gates import LIMITER_NAME
@@ -56,7 +56,7 @@ class Coordinator:
         key, durability = settings.key, settings.durability
         self.table = RunTable(self._forgotten, settings.max_concurrent_runs)
         self.hot = HotRecords()
-        self.cleaner = Cleaner(self.store, self.table, key)
+        self.cleaner = Cleaner(self.store, self.table, key, settings.retention_s)
         self.records = RecordStore(
             self.store,
             self.table,
@@ -305,9 +305,15 @@ class Coordinator:
                 log.warning("unknown run-table note %r", method)
 
     async def wait(self, run_id: str) -> tuple[RunInfo | None, RunSummary | None]:
-        """Wait until a running run ends; its final info and result (if this coordinator has it)."""
-        await self.records.known(run_id)
-        return await self.table.wait(run_id)
+        """Wait until a running run ends; its final info and result: this coordinator's copy,
+        else the one its marker keeps in the store (a run ended before a restart)."""
+        await self.records.known(run_id, look=True)
+        info, result = await self.table.wait(run_id)
+        if info is not None and info.status == "completed" and result is None:
+            result = await self.records.kept_result(run_id)
+            if result is not None:
+                self.table.results.keep(run_id, result)
+        return info, result
 
     async def list_runs(self, status: str | None = None) -> list[RunInfo]:
         """Runs in the table, oldest update first, optionally of one status.
@@ -320,8 +326,9 @@ class Coordinator:
         return self.table.listing(status, complete)
 
     async def get_run(self, run_id: str) -> RunInfo | None:
-        """One run's entry (read from the store first if a rebuild has not read it yet)."""
-        await self.records.known(run_id)
+        """One run's entry (read from the store first if a rebuild has not read it yet, or
+        the table forgot it)."""
+        await self.records.known(run_id, look=True)
         return self.table.get(run_id)
 
     def ping(self) -> bool:
@@ -331,7 +338,49 @@ class Coordinator:
     def settings(self) -> Settings:
         """What agent actors need to write checkpoints (``direct``: actors on ``node`` write
         ``sync`` records to the store themselves)."""
+        self.cleaner.start()  # (the expiry of runs past retention starts with the first call)
         return self._settings
+
+    async def gc(
+        self, older_than_s: float | None = None, dry_run: bool = False
+    ) -> tuple[float, list[dict[str, Any]]]:
+        """Delete the records and kept results of ended runs that ended more than
+        ``older_than_s`` ago (default: the retention, else 7 days), unless ``dry_run``;
+        returns the age used and a row for each run (see ``retention.Expired.row``).
+        Runs the table holds as running, suspended or awaiting approval are never touched."""
+        if older_than_s is None:
+            older_than_s = self._settings.retention_s or retention.DEFAULT_GC_S
+        await self.records.rebuilt(self.records.list_wait_s)
+        table = self.table
+
+        def known(run_id: str) -> tuple[str, float, str] | None:
+            info = table.get(run_id)
+            if info is None or run_id in table.unread:
+                return None
+            return info.status, info.updated_at, info.agent_name
+
+        cutoff = retention.cutoff_of(older_than_s)
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(
+            None, retention.scan, self.store, self._settings.key, cutoff, known
+        )
+        rows = []
+        for expired in found:
+            info = table.get(expired.run_id)
+            if info is not None and info.status not in retention.ENDED:
+                continue  # (resumed meanwhile)
+            row = expired.row()
+            if not dry_run:
+                try:
+                    await loop.run_in_executor(
+                        None, retention.remove, self.store, expired.run_id, expired.keys
+                    )
+                except CheckpointError as exc:
+                    row["error"] = str(exc)
+                else:
+                    table.drop(expired.run_id)
+            rows.append(row)
+        return older_than_s, rows
 
     def _forgotten(self, run_id: str, records_go: bool) -> None:
         """An ended run left the table: its hot records go, and its stored ones if failed."""

@@ -143,6 +143,13 @@ class CoordinatorClient:
         are (see ``Coordinator.suspend``)."""
         await self._call("suspend", requests)
 
+    async def gc(
+        self, older_than_s: float | None, dry_run: bool
+    ) -> tuple[float, list[dict[str, Any]]]:
+        """Delete ended runs' records and kept results past an age (see ``Coordinator.gc``)."""
+        used, rows = await self._call("gc", older_than_s, dry_run, patience_s=600.0)
+        return float(used), list(rows)
+
     async def apply(self, notes: list[tuple[str, tuple[Any, ...]]]) -> None:
         """What a driver noted about its runs (claims of generated ids, ends), in order."""
         await self._call("apply", notes)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from raygents import tracing
 from raygents.errors import ModelError, RaygentsError
 from raygents.messages import ModelRequest, ModelResponse
 from raygents.models.base import Model, check_response
@@ -61,18 +60,6 @@ def estimate_tokens(request: ModelRequest) -> int:
 
 
 async def _call(
-    model: Model,
-    agent_name: str,
-    request: ModelRequest,
-    on_delta: Callable[[str], None] | None,
-) -> ModelResponse:
-    with tracing.chat_span(model, agent_name) as span:
-        response = await _answered(model, agent_name, request, on_delta)
-        tracing.chat_done(span, response)
-    return response
-
-
-async def _answered(
     model: Model,
     agent_name: str,
     request: ModelRequest,

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from raygents import checkpoint, codec
+from raygents import checkpoint
 from raygents.errors import CheckpointCorrupt, CheckpointError
 from raygents.ids import is_id, validate_id
+from raygents.runtime import keptresult
 
 __all__ = [
     "DONE",
@@ -39,7 +40,6 @@ DONE = "done."
 """The name of a completion marker starts so: ``runs/<run_id>/done.<epoch>``."""
 MAX_EPOCH = 2**31
 """Epochs named by keys above this are not raygents' (a dispatch a second for 68 years)."""
-_MARKER_BYTES = 64 * 1024
 _RECORD_NAME = re.compile(r"(\d{10})(?:\.(\d+))?\.ckpt")  # the names of checkpoint.key_for
 _MARK_NAME = re.compile(r"(fence|done)\.(\d{1,12})")
 _STATUSES = frozenset(
@@ -198,23 +198,18 @@ def _marked(store: Any, listed: Listing, key: bytes | None) -> Found:
     leftovers = bool(listed.records)
     try:
         data = store.get(listed.done)
-        marker = codec.decode(data or b"", key=key, source=listed.done, max_bytes=_MARKER_BYTES)
-        if not isinstance(marker, dict) or marker.get("run_id") != listed.run_id:
-            raise ValueError("it is not this run's marker")
+        marker = keptresult.read_marker(
+            data or b"", key=key, run_id=listed.run_id, source=listed.done
+        )
         output = marker.get("output")
-        usage = marker.get("usage")
-        if not isinstance(usage, dict) or not all(
-            isinstance(k, str) and type(v) is int and v >= 0 for k, v in usage.items()
-        ):
-            usage = None
         return Found(
             "completed",
             agent_name=_text(marker, "agent_name", "?"),
             turns=_count(marker, "turns"),
             seq=_count(marker, "seq"),
-            at=_time(marker),
+            at=keptresult.ended_at(marker) or time.time(),
             output=output if isinstance(output, str) else None,
-            usage=usage,
+            usage=keptresult.usage_of(marker),
             leftovers=leftovers,
         )
     except Exception as exc:
@@ -277,13 +272,6 @@ def _text(marker: dict[str, Any], name: str, default: str) -> str:
 def _count(marker: dict[str, Any], name: str) -> int:
     value = marker.get(name)
     return value if type(value) is int and value >= 0 else 0
-
-
-def _time(marker: dict[str, Any]) -> float:
-    value = marker.get("at")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return time.time()
 
 
 def _short(value: Any, limit: int = 200) -> str:

@@ -20,8 +20,7 @@ import ray
 
 from raygents import checkpoint
 from raygents.errors import CheckpointError
-from raygents.messages import Usage
-from raygents.runtime import rebuild
+from raygents.runtime import keptresult, rebuild
 from raygents.runtime.cleanup import Cleaner
 from raygents.runtime.hotrecords import HotRecords
 from raygents.runtime.runinfo import (
@@ -196,6 +195,26 @@ class RecordStore:
         """A run's valid stored records, oldest first (blocking)."""
         return self.read_marked_run(run_id)[0]
 
+    async def kept_result(self, run_id: str) -> RunSummary | None:
+        """A completed run's result as its marker in the store keeps it, or None."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reads, self.read_kept, run_id)
+
+    def read_kept(self, run_id: str) -> RunSummary | None:
+        """:meth:`kept_result` (blocking); a marker that cannot be read gives None (logged)."""
+        listed = rebuild.listing(run_id, self.store.list(checkpoint.run_prefix(run_id)))
+        if listed.done is None:
+            return None
+        try:
+            data = self.store.get(listed.done)
+            if data is None:
+                return None
+            marker = keptresult.read_marker(data, key=self.key, run_id=run_id, source=listed.done)
+        except (CheckpointError, ValueError) as exc:
+            log.warning("run %s: its kept result cannot be read: %s", run_id, exc)
+            return None
+        return keptresult.summary(marker)
+
     def read_marked_run(self, run_id: str) -> tuple[list[bytes], str | None]:
         """:meth:`read_run`, and the run's completion marker if it has one (an agent-as-tool
         parent resumes a child whose records a crash kept, marked or not)."""
@@ -294,16 +313,7 @@ class RecordStore:
         )
         if found.unreadable:
             log.error("run %s is listed as failed: %s", run_id, found.error)
-        summary: RunSummary | None = None
-        if found.status == "completed" and found.output is not None:
-            summary = {
-                "final_output": found.output,
-                "messages": (),  # (a marker keeps the output, not the conversation)
-                "usage": Usage.model_validate(found.usage) if found.usage else Usage(),
-                "turns": found.turns,
-                "agent_name": found.agent_name,
-            }
-        self.table.enter(info, unreadable=found.unreadable, result=summary)
+        self.table.enter(info, unreadable=found.unreadable)  # (results are read when asked)
         if found.status == "completed" and found.leftovers:  # its clean-up did not happen
             self.cleaner.add(("done", run_id, self.marker(info)))
 

@@ -1,16 +1,18 @@
 """RunInfo: a run's entry in the run table, plain data that crosses processes; the summary
-of a completed run's result that the table keeps for ``attach``, and its completion marker."""
+of a completed run's result that the table keeps for ``attach``, and its completion marker
+(which keeps the result in the store: :mod:`~raygents.runtime.keptresult`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, get_args
 
 from raygents.errors import RunCancelled
 from raygents.messages import Usage
 from raygents.runtime.handle import RunStatus
+from raygents.runtime.keptresult import FORMAT, dump_messages, fitted
 
 if TYPE_CHECKING:
     from raygents.envelope import Outcome
@@ -37,8 +39,6 @@ RecordEntry = tuple[str, str, int, str | None]
 Note = tuple[str, int, int, bytes, RecordEntry, bool]
 """A record an agent actor stored itself, as it reports it to the coordinator:
 ``(run_id, seq, epoch, data, entry, full)``."""
-
-_MARKER_OUTPUT = 4096  # characters of output a completion marker keeps, at most
 
 _TABLE_STATUSES = frozenset(s for literal in get_args(TableStatus) for s in get_args(literal))
 
@@ -68,6 +68,8 @@ class RunSummary(TypedDict):
     usage: Usage | None
     turns: int
     agent_name: str
+    input_count: NotRequired[int]
+    """How many of ``messages`` the run started with."""
 
 
 _STATUS_OF: dict[str, RunStatus] = {
@@ -97,6 +99,7 @@ def outcome_entry(outcome: Outcome, error: str | None = None) -> tuple[RunInfo, 
             "usage": state.usage,
             "turns": state.turns,
             "agent_name": state.agent_name,
+            "input_count": state.input_len,
         }
     if error is None and outcome.error is not None:
         error = str(outcome.error)
@@ -124,9 +127,10 @@ def table_status(value: str) -> TableStatus:
 
 
 def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> dict[str, Any]:
-    """What a completed run's marker holds: its entry, and its output if small."""
+    """What a completed run's marker holds: its entry, and its result (the kept result, see
+    :mod:`~raygents.runtime.keptresult`), fitted into one checkpoint frame."""
     done: dict[str, Any] = {
-        "format": 1,
+        "format": FORMAT,
         "kind": "done",
         "run_id": info.run_id,
         "epoch": epoch,
@@ -135,10 +139,12 @@ def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> 
         "turns": info.turns,
         "at": time.time(),
     }
-    output = result.get("final_output") if isinstance(result, dict) else None
-    if isinstance(output, str) and len(output) <= _MARKER_OUTPUT:
-        done["output"] = output
-        usage = result.get("usage") if isinstance(result, dict) else None
-        if isinstance(usage, Usage):
-            done["usage"] = usage.model_dump(mode="json")
-    return done
+    if not isinstance(result, dict) or not isinstance(result.get("final_output"), str):
+        return done
+    done["output"] = result["final_output"]
+    usage = result.get("usage")
+    if isinstance(usage, Usage):
+        done["usage"] = usage.model_dump(mode="json")
+    done["input_count"] = result.get("input_count", 0)
+    done["messages"] = dump_messages(result.get("messages") or ())
+    return fitted(done)

@@ -4,8 +4,9 @@ Ray, no store (the coordinator reads and writes the store around it).
 
 The table keeps every running, suspended and awaiting-approval run (they are resumable), and
 the newest ``completed_kept`` completed and ``failed_kept`` failed runs; older ended runs are
-forgotten, oldest first. Results of completed runs are kept up to ``max_count`` of them and
-``max_bytes`` in all.
+forgotten, oldest first (with a retention, completed runs forgotten so are remembered in
+``aging``, by their end, up to ``_AGING_MAX`` of them, for the coordinator's expiry). Results
+of completed runs are kept up to ``max_count`` of them and ``max_bytes`` in all.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -31,6 +32,7 @@ _COMPLETED_KEPT = 10_000  # completed runs in the run table, at most (the newest
 _FAILED_KEPT = 1_000  # failed runs in the run table (and their records in the store), at most
 _RESULTS_KEPT = 10_000
 _RESULTS_BYTES = 64 * 1024 * 1024  # estimated: the text of their outputs and messages
+_AGING_MAX = 100_000  # forgotten completed runs remembered for expiry, at most
 _ENDED = ("completed", "failed", "cancelled")
 _IN_FLIGHT = ("running", "pending")  # (what a wait for the run's end waits on)
 
@@ -124,6 +126,9 @@ class RunTable:
         self.failed_kept = _FAILED_KEPT
         self.forgot = False
         """Whether ended runs were forgotten: a claim of an unknown id then looks in the store."""
+        self.aging: deque[tuple[float, str]] | None = None
+        """With a retention: ``(ended_at, run_id)`` of completed runs forgotten beyond the caps
+        (their kept results stay in the store), oldest first."""
         self._on_forget = on_forget
         self._done: dict[str, asyncio.Event] = {}
         self._completed: dict[str, None] = {}
@@ -338,6 +343,35 @@ class RunTable:
             self.ended.pop(run_id, None)
             self.results.drop(run_id)
             failed = info is not None and info.status in ("failed", "cancelled")
+            aging = self.aging
+            if info is not None and not failed and aging is not None and len(aging) < _AGING_MAX:
+                aging.append((info.updated_at, run_id))
             self._on_forget(run_id, failed and run_id not in self.unreadable)
             self.unreadable.discard(run_id)
         self.forgot = True
+
+    # --- retention ----------------------------------------------------------------------
+    def expired(self, cutoff: float, limit: int) -> list[str]:
+        """Up to ``limit`` ended runs (readable ones) that ended before ``cutoff``."""
+        found: list[str] = []
+        for ended in (self._completed, self._failed):
+            for run_id in ended:
+                info = self.runs.get(run_id)
+                if info is None or info.updated_at >= cutoff or run_id in self.unreadable:
+                    continue
+                found.append(run_id)
+                if len(found) >= limit:
+                    return found
+        return found
+
+    def drop(self, run_id: str) -> None:
+        """Forget an ended run whose records and kept result are gone from the store."""
+        info = self.runs.get(run_id)
+        if info is None or info.status not in _ENDED:
+            return
+        del self.runs[run_id]
+        self.epochs.pop(run_id, None)
+        self.ended.pop(run_id, None)
+        self.results.drop(run_id)
+        self._untrack(run_id)
+        self.forgot = True  # (a claim of its id looks in the store, in case a key stayed)

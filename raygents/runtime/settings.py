@@ -48,6 +48,9 @@ class Settings:
     """Runs each tenant may have in flight; None admits every run."""
     rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
     """Requests and tokens per minute per model name, for every agent actor together."""
+    retention_s: float | None = None
+    """How long ended runs' records and kept results stay in the store after their end
+    (None: until ``raygents gc``)."""
     creator: str = ""
     """The driver that created the coordinator (it removes it when it closes)."""
     direct: bool = False

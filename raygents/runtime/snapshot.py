@@ -31,6 +31,7 @@ import hashlib
 import io
 import threading
 import types
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,7 @@ from ray.cloudpickle import cloudpickle as _cloudpickle
 from raygents.agent import Agent, agent_graph
 from raygents.errors import UserError
 
-__all__ = ["snapshot"]
+__all__ = ["known_agent", "snapshot"]
 
 Snapshot = tuple[dict[str, Agent], bytes, str]
 
@@ -57,6 +58,8 @@ _lock = threading.Lock()
 _snapshots: OrderedDict[bytes, tuple[bytes, str, list[Any]]] = OrderedDict()
 _by_reference: dict[int, tuple[Any, bool]] = {}
 _registry: frozenset[str] = frozenset()
+_agents: weakref.WeakValueDictionary[str, Agent] = weakref.WeakValueDictionary()
+"""The agents of the graphs this process started runs with, by name (the newest)."""
 
 
 def _markers_by_reference() -> None:
@@ -83,6 +86,7 @@ def snapshot(agent: Agent) -> Snapshot:
         UserError: two agents of the graph share a name, or the graph cannot be pickled.
     """
     graph = agent_graph(agent)
+    _agents.update(graph)
     try:
         key, kept = _key(graph)
     except Exception:  # (whatever the key cannot pickle, the full snapshot says why)
@@ -98,6 +102,12 @@ def snapshot(agent: Agent) -> Snapshot:
         while len(_snapshots) > _KEPT:
             _snapshots.popitem(last=False)
     return graph, blob, fp
+
+
+def known_agent(name: str) -> Agent | None:
+    """The agent named ``name`` in the newest graph this process started a run with (and
+    still uses), if any: an attached run's result is typed by its ``output_type``."""
+    return _agents.get(name)
 
 
 def _full(agent: Agent, graph: dict[str, Agent]) -> tuple[bytes, str]:

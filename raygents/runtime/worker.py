@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raygents import tracing
 from raygents.runtime import wire
 from raygents.toolcall import result_text
 
@@ -79,18 +78,15 @@ def tool_task(tool: Any) -> Callable[..., bytes]:
 
 def _task(name: str, call: Call) -> Callable[..., bytes]:
     """The remote function's body: it takes the call packed by :mod:`raygents.runtime.wire`
-    (the context, the payload and, when the call is traced, its span's ``traceparent``) and
-    returns its :class:`TaskReport` packed the same way."""
+    and returns its :class:`TaskReport` packed the same way."""
 
     def run_tool(blob: bytes) -> bytes:
         started = time.perf_counter()
-        ctx, payload, *parent = wire.loads(blob)
-        with tracing.worker_span(parent[0] if parent else None, name, ctx.call_id) as span:
-            try:
-                content, is_error = call(ctx, payload)
-            except Exception as exc:  # a tool's failure is the model's business, not the run's
-                content, is_error = error_text(name, describe(exc)), True
-            tracing.tool_done(span, is_error, content)
+        ctx, payload = wire.loads(blob)
+        try:
+            content, is_error = call(ctx, payload)
+        except Exception as exc:  # a tool's failure is the model's business, not the run's
+            content, is_error = error_text(name, describe(exc)), True
         seconds = time.perf_counter() - started
         return wire.dumps(TaskReport(content, is_error, seconds, os.getpid()))
 

@@ -255,12 +255,16 @@ class RecordWriter:
 
     async def _mark_done(self, outcome: Outcome) -> None:
         """Store a completed run's marker (``runs/<id>/done.<epoch>``, create-only, what the
-        coordinator's clean-up would write) if the run has records in this actor's store:
-        a coordinator that crashes before its clean-up then still finds the run completed,
-        and never runs it again. Its clean-up finds the marker there and keeps it."""
+        coordinator's clean-up would write), which keeps its result (see
+        :func:`~raygents.runtime.runinfo.done_marker`): a coordinator that crashes before
+        its clean-up then still finds the run completed, and never runs it again, and the
+        result outlives a restart of Ray. Its clean-up finds the marker there and keeps it.
+        A run without records is marked only in a durable store (nothing would run it
+        again: the marker is there for its result)."""
         state = outcome.state
         store = self.store()
-        if state.seq == 0:  # (no records: nothing would run it again)
+        settings = self.directory.cached_settings()
+        if state.seq == 0 and not settings.store.startswith(_DURABLE):
             return
         info = RunInfo(state.run_id, "completed", state.agent_name, state.turns, seq=state.seq)
         result = RunSummary(
@@ -269,12 +273,13 @@ class RecordWriter:
             usage=state.usage,
             turns=state.turns,
             agent_name=state.agent_name,
+            input_count=state.input_len,
         )
         done = done_marker(info, state.epoch, result)
-        data = codec.encode(done, key=self.directory.cached_settings().key)
         key = rebuild.done_key(state.run_id, state.epoch)
         fence = checkpoint.fence_key(state.run_id, state.epoch + 1)
         try:
+            data = codec.encode(done, key=settings.key)
             if store is None:  # the coordinator writes this run's records: it marks it too
                 marking = self.directory.coordinator().mark_done.remote
                 await marking(state.run_id, state.epoch, data)
@@ -439,6 +444,10 @@ def _put_unless_fenced(
     elif not store.put_if_dir(key, data):
         return True
     return store.has(fence) or (previous is not None and not store.has(previous))
+
+
+_DURABLE = ("file://", "s3://")
+"""Stores whose markers outlive Ray (a ``memory://`` store's go with its process)."""
 
 
 def _put_marker(store: Store, key: str, data: bytes, fence: str) -> None:
