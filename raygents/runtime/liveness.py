@@ -16,7 +16,7 @@ when that beat is as old as the ping, or reports a loop wedged that long. A froz
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
@@ -34,9 +34,9 @@ class Beater:
     ``busy()``, where ``lag`` is how long ``loop`` has left a callback waiting (0 when the
     callback it was asked to run last time has run).
 
-    ``send`` returns an object ref (a fire-and-forget actor call); the thread collects those
-    that finished, so that a failed one (the coordinator restarting) is not reported as an
-    unhandled error.
+    ``send`` returns an object ref (a fire-and-forget actor call); its reply is collected
+    when it comes (:func:`_collect`), so that a failed one (the coordinator restarting) is not
+    reported as an unhandled error.
     """
 
     def __init__(
@@ -75,20 +75,26 @@ class Beater:
         self._asked = None
 
     def _run(self) -> None:
-        sent: list[Any] = []
         while True:
             time.sleep(self._every_s)
-            if sent:
-                done, sent = ray.wait(sent, num_returns=len(sent), timeout=0)
-                for ref in done:
-                    with contextlib.suppress(Exception):
-                        ray.get(ref)
             if not self._busy():
                 continue
             try:
-                sent.append(self._send(self.lag()))
+                _collect(self._send(self.lag()))
             except RuntimeError:  # the loop is closed: the actor is exiting
                 return
+
+
+def _collect(ref: Any) -> None:
+    """Fetch a beat's reply when it comes, and drop it. Not with ``ray.get``: in an async
+    actor's process Ray reports any ``ray.get`` as a blocked event loop, even from another
+    thread and for a reply already there."""
+    if isinstance(ref, ray.ObjectRef):
+        ref.future().add_done_callback(_dropped)
+
+
+def _dropped(reply: concurrent.futures.Future[Any]) -> None:
+    reply.exception()  # (the failure is the coordinator's to report)
 
 
 class Beats:
