@@ -9,5 +9,6 @@ NAMES = (
     "coldstart",
     "coordinator",
     "batch",
+    "tracing",
     "ratelimit",
 )
