@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from raygents import metrics
 from raygents.errors import UserError
 
 __all__ = ["Gate", "Limiter", "RateLimit", "Schedule", "check_limits", "listen", "report_pause"]
@@ -182,6 +183,13 @@ class Gate:
         when the model has no limit. Cancelling the wait gives up the call's turn."""
         if model not in self.limits:
             return False
+        started = time.monotonic()
+        await self._take_turn(model, tokens)
+        metrics.rate_limit_wait(model, time.monotonic() - started)
+        return True
+
+    async def _take_turn(self, model: str, tokens: int) -> None:
+        """Wait for a start time at the limiter, and until then (and any pause after it)."""
         for _ in range(_LATE_RETRIES):
             start = await self._reserve_one(model, tokens)
             while True:  # (a pause learnt meanwhile holds back calls already granted)
@@ -191,10 +199,9 @@ class Gate:
                     break
                 await asyncio.sleep(delay)
             if -delay <= _LATE_S:
-                return True
+                return
             # The event loop was busy past the turn: going now would crowd the calls of
             # other processes that start on time, so this call takes a later turn.
-        return True
 
     def _reserve_one(self, model: str, tokens: int) -> asyncio.Future[float]:
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
@@ -267,5 +274,6 @@ def listen(gate: Gate) -> None:
 def report_pause(model: str, seconds: float) -> None:
     """A provider answered ``model``'s call with 429 and ``Retry-After: seconds``: every
     process using the model backs off (a no-op where no gate limits it)."""
+    metrics.rate_limit_pause(model)
     for gate in list(_listening):
         gate.pause(model, seconds)

@@ -10,6 +10,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from raygents import metrics
 from raygents.envelope import Envelope, Outcome
 from raygents.errors import CANCEL, RaygentsError
 from raygents.events import RunEvent
@@ -170,6 +171,7 @@ async def _recover(
     envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
     if not announce:
         return envelope
+    metrics.recovered(state.agent_name)
     log.warning(
         "run %s recovered (attempt %d) from checkpoint %d after %s",
         state.run_id,
