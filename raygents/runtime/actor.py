@@ -15,7 +15,7 @@ from typing import Any
 import ray
 from typing_extensions import assert_never
 
-from raygents import checkpoint, loop
+from raygents import checkpoint, logs, loop, metrics
 from raygents.agent import Agent
 from raygents.envelope import Envelope, Outcome, OutcomeKind, RunState
 from raygents.errors import CANCEL, CheckpointError, RaygentsError, RunCancelled
@@ -105,6 +105,7 @@ class AgentActor:
         self._beater: Beater | None = None
         self._watch: asyncio.Future[None] | None = None
         tune_collector()
+        logs.setup()
 
     # --- public actor methods -----------------------------------------------------------
     async def start(self, envelopes: list[Envelope], caller: str) -> str:
@@ -240,8 +241,10 @@ class AgentActor:
 
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
+        logs.bind(envelope.state.run_id, self.agent.name)  # (this task's log records)
         outcome = await self._outcome(envelope, token, emit)
         await self.writer.finish(outcome)
+        metrics.run_ended(self.agent.name, outcome)
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(
@@ -329,6 +332,7 @@ class AgentActor:
                     await asyncio.sleep(0)
                     self.writer.make_run_dir(state.run_id, alone=len(self._active) == 1)
                 response = await reply
+                metrics.turn(self.agent.name)
                 state, action = loop.on_response(state, view, response)
                 ctx = self._run_context(state, envelope.context)  # (usage with this call)
                 await fire(hooks, "on_llm_end", ctx, self.agent, response)
@@ -386,6 +390,7 @@ class AgentActor:
             await resume_session(self.directory, start, state, lambda: token.cause is not None)
             await fire(self.agent.hooks, "on_restore", ctx, self.agent, state.seq)
         if envelope.resumed or fresh:
+            metrics.run_started(self.agent.name, resumed=envelope.resumed)
             await fire(self.agent.hooks, "on_run_start", ctx, self.agent, list(state.messages))
         await fire(self.agent.hooks, "on_agent_start", ctx, self.agent)  # (a handoff's too)
         self._emit(emit, state, "agent_start")
@@ -438,6 +443,8 @@ class AgentActor:
     ) -> Outcome:
         """Stop the run with a durable checkpoint (suspend or approval interrupt)."""
         kind: OutcomeKind = "suspended" if status == "suspended" else "interrupted"
+        if kind == "suspended":
+            metrics.suspended(self.agent.name)
         try:
             state = await self.writer.save(state, status, emit, cause=cause, durable=True)
         except (CheckpointError, ray.exceptions.RayError) as exc:

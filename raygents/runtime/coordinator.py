@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 
+from raygents import logs
 from raygents.envelope import Envelope
 from raygents.errors import CheckpointError
 from raygents.runtime import rebuild, retention
@@ -72,6 +73,7 @@ class Coordinator:
         self.driven = DetachedRuns(namespace, self.finish)
         self.records.rebuild_table()
         tune_collector()
+        logs.setup()
 
     # --- agent actors -------------------------------------------------------------------
     def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:

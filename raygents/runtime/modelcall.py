@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from raygents import metrics
 from raygents.errors import ModelError, RaygentsError
 from raygents.messages import ModelRequest, ModelResponse
 from raygents.models.base import Model, check_response
@@ -32,16 +34,34 @@ async def call_model(
     name = model_name(model)
     gate = await gates.gate(namespace) if name is not None else None
     if gate is None or name is None:
-        return await _call(model, agent_name, request, on_delta)
+        return await _timed(model, agent_name, request, on_delta)
     estimate = estimate_tokens(request)
     if not await gate.acquire(name, estimate):
-        return await _call(model, agent_name, request, on_delta)
+        return await _timed(model, agent_name, request, on_delta)
     try:
-        response = await _call(model, agent_name, request, on_delta)
+        response = await _timed(model, agent_name, request, on_delta)
     except BaseException:
         gate.settle(name, estimate, estimate)
         raise
     gate.settle(name, estimate, response.usage.input_tokens + response.usage.output_tokens)
+    return response
+
+
+async def _timed(
+    model: Model,
+    agent_name: str,
+    request: ModelRequest,
+    on_delta: Callable[[str], None] | None,
+) -> ModelResponse:
+    """:func:`_call`, its latency and tokens recorded in raygents' metrics."""
+    label = model_name(model) or type(model).__name__
+    started = time.perf_counter()
+    try:
+        response = await _call(model, agent_name, request, on_delta)
+    except Exception:
+        metrics.model_call(agent_name, label, time.perf_counter() - started, None)
+        raise
+    metrics.model_call(agent_name, label, time.perf_counter() - started, response.usage)
     return response
 
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raygents import loop
+from raygents import loop, metrics
 from raygents.agent import Agent
 from raygents.envelope import Envelope, Outcome, RunState
 from raygents.events import RunEvent
@@ -154,6 +154,8 @@ class ToolCalls:
                     out = await asyncio.wait_for(running, t.timeout_s)
                 except asyncio.TimeoutError:
                     out = StepResult(tool_error(t.name, f"timed out after {t.timeout_s} s"))
+        took = time.perf_counter() - started
+        metrics.tool_call(self.agent.name, call.name, took, error=out.result.is_error)
         self._event(
             emit,
             state,
@@ -162,7 +164,7 @@ class ToolCalls:
             call_id=call.id,
             result=out.result.content,
             is_error=out.result.is_error,
-            duration_s=time.perf_counter() - started,
+            duration_s=took,
             data=out.data,
         )
         await fire(self.agent.hooks, "on_tool_end", hook_ctx, self.agent, call, out.result)

@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from raygents import checkpoint, codec
+from raygents import checkpoint, codec, metrics
 from raygents.envelope import Outcome, RunState
 from raygents.errors import CheckpointError, UserError
 from raygents.events import RunEvent
@@ -157,6 +157,7 @@ class RecordWriter:
         self._newest[run_id] = new
         info: RecordEntry = (status, new.agent_name, new.turns, error)  # (travels cheaper)
         full = record["kind"] == "full"
+        metrics.checkpoint_bytes(new.agent_name, len(data), full=full)
         tail = self._tails.get(run_id)
         store = self.store()
         key = checkpoint.key_for(run_id, new.seq, new.epoch)
@@ -193,11 +194,13 @@ class RecordWriter:
         In ``async`` mode a record that need not be durable is not waited for: its write is
         acknowledged before the run's outcome goes out.
         """
+        started = time.perf_counter()
         new, write = self.write(state, status, cause=cause, error=error, durable=durable)
         if write is None:
             return new
         if durable or self.directory.cached_settings().durability != "async":
             await write
+            metrics.checkpoint_written(new.agent_name, time.perf_counter() - started)
         else:
             self._unsettled.setdefault(state.run_id, []).append(write)
             await self._settle_writes(state.run_id, keep=_WRITE_BEHIND)
