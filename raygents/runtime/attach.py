@@ -96,7 +96,7 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
     base = {"run_id": handle.run_id, "agent_name": info.agent_name, "turns": info.turns}
     if info.status == "completed" and summary is not None:
         result = _result(handle.run_id, summary)
-        handle._emit(RunEvent(type="complete", output=result.final_output, **base))
+        handle._emit(RunEvent(type="complete", output=result.output_text, **base))
         handle._resolve(result, None, "completed")
         return
     error: RaygentsError
