@@ -11,7 +11,7 @@ from raygents.approvals import ApprovalDecision, PendingApproval
 from raygents.errors import RaygentsError
 from raygents.messages import Message, ToolResult, Usage
 
-__all__ = ["Envelope", "Outcome", "RunState", "new_run_id"]
+__all__ = ["Envelope", "Outcome", "RunState", "TraceContext", "new_run_id"]
 
 
 def new_run_id() -> str:
@@ -20,6 +20,19 @@ def new_run_id() -> str:
     import time
 
     return f"run-{time.time_ns():x}-{os.urandom(4).hex()}"
+
+
+class TraceContext(BaseModel):
+    """Where a run's spans join their trace (W3C Trace Context); see :mod:`raygents.tracing`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    traceparent: str
+    """The span the run's agent spans are children of, as a ``traceparent`` header: the run's
+    root span, or for an agent-as-tool child the span of the tool call that started it."""
+    started_ns: int = 0
+    """When a top-level run's root span began (it is exported when the run ends); 0 for a
+    child run, which has no root span of its own."""
 
 
 class RunState(BaseModel):
@@ -98,6 +111,10 @@ class RunState(BaseModel):
     rewritten: bool = False
     """A handoff's ``input_filter`` rewrote the history: the session save replaces the
     conversation with the run's instead of appending the run's new messages to it."""
+    trace: TraceContext | None = None
+    """The run's trace context, when tracing was on as it started; a record without it (from
+    before, or untraced) reads as None, and a top-level run then gets one on its next
+    activation."""
 
     def evolve(self, **changes: Any) -> RunState:
         """A copy with ``changes`` applied."""

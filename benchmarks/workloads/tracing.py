@@ -33,12 +33,15 @@ SPAN_KS = (1, 4)
 
 
 @contextmanager
-def _dropping_receiver() -> Iterator[str]:
-    """An OTLP/HTTP endpoint on 127.0.0.1 that answers every export and keeps nothing."""
+def _dropping_receiver() -> Iterator[tuple[str, list[int]]]:
+    """An OTLP/HTTP endpoint on 127.0.0.1 that answers every export and keeps nothing but
+    their count and bytes."""
+    got = [0, 0]
 
     class Drop(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            got[1] += len(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            got[0] += 1
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", "0")
@@ -50,7 +53,7 @@ def _dropping_receiver() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Drop)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://127.0.0.1:{server.server_address[1]}", got
     finally:
         server.shutdown()
         server.server_close()
@@ -158,12 +161,14 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         for k in SPAN_KS
     }
     runs: dict[str, list[float]] = {"off": [], "on_drop": []}
-    with _dropping_receiver() as endpoint:
+    with _dropping_receiver() as (endpoint, got):
         on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "rgbench"}
         for phase in range(phases):
             side = "off" if phase % 2 == 0 else "on_drop"
             machine.log(f"tracing: phase {phase} ({side})")
             runs[side] += _phase(rg, tmp, phase, on_env if side == "on_drop" else {}, reps)
+        time.sleep(1.0)  # (the last exports of the last phase's processes)
+    exports = {"requests": got[0], "bytes": got[1]}
     rows = {}
     for side, vals in runs.items():
         s = stats.summary(vals)
@@ -185,6 +190,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
     return {
         "spans_us_per_turn": spans,
         "runs_ms": rows,
+        "exports_received": exports,
         "overhead_per_turn_ms": {
             **{f"spans k={k}": round(v, 3) for k, v in spans_over_ms.items()},
             "runs k=4": round(runs_over_ms, 3),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -15,7 +16,7 @@ from typing import Any
 import ray
 from typing_extensions import assert_never
 
-from raygents import checkpoint, logs, loop, metrics
+from raygents import checkpoint, logs, loop, metrics, tracing
 from raygents.agent import Agent
 from raygents.envelope import Envelope, Outcome, OutcomeKind, RunState
 from raygents.errors import CANCEL, CheckpointError, RaygentsError, RunCancelled
@@ -181,6 +182,7 @@ class AgentActor:
                 if now - idle_since >= _RETIRE_GRACE_S:
                     break
             await asyncio.sleep(0.1)
+        tracing.flush()
         _exit_actor()
 
     def ping(self) -> int:
@@ -233,6 +235,7 @@ class AgentActor:
             except ray.exceptions.RayError:
                 continue  # (restarting, or a hiccup: it answers again later)
         log.warning("agent %r: its coordinator is gone for good; this actor exits", self.agent.name)
+        tracing.flush()
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def _children(self, run_id: str) -> dict[str, SuspendToken] | None:
@@ -242,9 +245,14 @@ class AgentActor:
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         logs.bind(envelope.state.run_id, self.agent.name)  # (this task's log records)
+        traced = tracing.bind(envelope.state)  # (a top-level run's trace begins here)
+        if traced is not envelope.state:
+            envelope = dataclasses.replace(envelope, state=traced)
         outcome = await self._outcome(envelope, token, emit)
         await self.writer.finish(outcome)
         metrics.run_ended(self.agent.name, outcome)
+        if outcome.kind in ("completed", "failed") and outcome.state.trace is not None:
+            self._end_trace(outcome)
         if outcome.kind != "handoff":
             ctx = self._run_context(outcome.state, envelope.context)
             await fire(
@@ -281,15 +289,27 @@ class AgentActor:
             self._active.pop(state.run_id, None)
             self.writer.forget(state.run_id)
 
+    def _end_trace(self, outcome: Outcome) -> None:
+        """Export a top-level run's root span as the run ends here."""
+        state = outcome.state
+        status = "completed" if outcome.kind == "completed" else "failed"
+        if isinstance(outcome.error, RunCancelled):
+            status = "cancelled"
+        error = None if outcome.error is None else str(outcome.error)
+        tracing.run_end(state, state.start_agent or self.agent.name, status, error)
+
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
-        state, view, action = await self._begin(envelope, token, emit)
-        record = False  # the last tool batch's record is still to be written
-        while True:
-            halted, state, action, record = await self._step(
-                envelope, token, emit, view, state, action, record
-            )
-            if halted is not None:
-                return halted
+        first = envelope.state
+        with tracing.agent_span(first, self.agent.name, resumed=envelope.resumed) as span:
+            state, view, action = await self._begin(envelope, token, emit)
+            record = False  # the last tool batch's record is still to be written
+            while True:
+                halted, state, action, record = await self._step(
+                    envelope, token, emit, view, state, action, record
+                )
+                if halted is not None:
+                    tracing.agent_done(span, halted.state, halted.kind)
+                    return halted
 
     async def _step(
         self,
@@ -359,6 +379,7 @@ class AgentActor:
                 await fire(hooks, "on_handoff", ctx, self.agent, self.graph[target])
                 state = self.toolbox.handoff(state, target)
                 state = await self.writer.save(state, "running", emit)
+                tracing.event("raygents.handoff", {"raygents.to_agent": target})
                 self._emit(emit, state, "handoff", to_agent=target)
                 return Outcome("handoff", state), state, action, False
             case _:
@@ -433,6 +454,7 @@ class AgentActor:
         self, state: RunState, status: checkpoint.Status, emit: Emit | None
     ) -> None:
         """Report a written record: the ``checkpoint`` event and the ``on_checkpoint`` hook."""
+        tracing.event("raygents.checkpoint", {"raygents.seq": state.seq, "raygents.status": status})
         if emit is not None:
             self._emit(emit, state, "checkpoint", data={"seq": state.seq, "status": status})
         ctx = RunContext(state.run_id, self.agent.name, None, state.turns, state.usage)
@@ -445,6 +467,9 @@ class AgentActor:
         kind: OutcomeKind = "suspended" if status == "suspended" else "interrupted"
         if kind == "suspended":
             metrics.suspended(self.agent.name)
+        tracing.event(
+            "raygents.suspend", {"raygents.status": status, "raygents.cause": cause or ""}
+        )
         try:
             state = await self.writer.save(state, status, emit, cause=cause, durable=True)
         except (CheckpointError, ray.exceptions.RayError) as exc:

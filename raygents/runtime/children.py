@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from raygents import tracing
 from raygents.agent import agent_graph
 from raygents.envelope import Envelope, RunState
 from raygents.events import RunEvent
@@ -127,7 +128,8 @@ async def run_child(
             path=(*state.path, f"{callee.name}/{call.id}"),
         )
     _, epoch = await directory.claim(child_id, child.agent_name)
-    child = child.evolve(epoch=epoch)
+    # (its agent spans go under this call's span, a resumed child's too)
+    child = child.evolve(epoch=epoch, trace=tracing.child_trace() or child.trace)
     token = SuspendToken(child_id)
     if tokens is not None:
         tokens[child_id] = token

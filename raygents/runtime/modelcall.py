@@ -6,7 +6,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from raygents import metrics
+from raygents import metrics, tracing
 from raygents.errors import ModelError, RaygentsError
 from raygents.messages import ModelRequest, ModelResponse
 from raygents.models.base import Model, check_response
@@ -80,6 +80,18 @@ def estimate_tokens(request: ModelRequest) -> int:
 
 
 async def _call(
+    model: Model,
+    agent_name: str,
+    request: ModelRequest,
+    on_delta: Callable[[str], None] | None,
+) -> ModelResponse:
+    with tracing.chat_span(model, agent_name) as span:
+        response = await _answered(model, agent_name, request, on_delta)
+        tracing.chat_done(span, response)
+    return response
+
+
+async def _answered(
     model: Model,
     agent_name: str,
     request: ModelRequest,

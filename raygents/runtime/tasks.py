@@ -10,6 +10,7 @@ from typing import Any, TypeGuard
 import ray
 import ray.exceptions
 
+from raygents import tracing
 from raygents.errors import MAX_PAYLOAD_BYTES, PayloadTooLarge
 from raygents.messages import Usage
 from raygents.runtime import wire
@@ -162,8 +163,10 @@ def submit_tool(task: Any, ctx: ToolContext, payload: Any) -> Any:
     """Submit one call to a :func:`remote_tool` function; its ``ObjectRef`` (of the packed
     :class:`~raygents.runtime.worker.TaskReport`). ``payload`` is a function tool's checked
     keyword arguments (:meth:`~raygents.tools.FunctionTool.parse_arguments`), or the model's
-    JSON arguments for a custom tool's ``execute``."""
-    return task.remote(wire.dumps((ctx, payload)))
+    JSON arguments for a custom tool's ``execute``. The current span (the call's
+    ``execute_tool`` span, when tracing is on) goes with it, for the task's span to join."""
+    parent = tracing.traceparent()
+    return task.remote(wire.dumps((ctx, payload) if parent is None else (ctx, payload, parent)))
 
 
 async def _await(ref: Any) -> Any:

@@ -7,18 +7,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raygents import loop, metrics
+from raygents import loop, metrics, tracing
 from raygents.agent import Agent
 from raygents.envelope import Envelope, Outcome, RunState
 from raygents.events import RunEvent
 from raygents.hooks import fire
+from raygents.messages import ToolCall
 from raygents.runtime.children import run_child
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken
 from raygents.runtime.tasks import StepResult, run_tool, tool_error
 from raygents.runtime.toolbox import Toolbox
 from raygents.runtime.writer import RecordWriter
-from raygents.tools import AgentTool, RunContext, ToolContext, call_needs_approval
+from raygents.tools import AgentTool, RunContext, Tool, ToolContext, call_needs_approval
 
 __all__ = ["ToolCalls"]
 
@@ -137,23 +138,10 @@ class ToolCalls:
             arguments=call.arguments,
         )
         started = time.perf_counter()
-        if isinstance(t, AgentTool):
-            tokens = self._children(state.run_id)
-            out = await run_child(
-                self.directory, state, envelope, call, t, emit, tokens, self.writer.child_ended
-            )
-        else:
-            ctx = ToolContext(
-                state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context
-            )
-            running = run_tool(t, ctx, call.arguments, self.task_cache)
-            if t.remote or t.timeout_s is None:
-                out = await running
-            else:  # in this actor (a remote call's task has its own limit)
-                try:
-                    out = await asyncio.wait_for(running, t.timeout_s)
-                except asyncio.TimeoutError:
-                    out = StepResult(tool_error(t.name, f"timed out after {t.timeout_s} s"))
+        kind = "agent" if isinstance(t, AgentTool) else "function"
+        with tracing.tool_span(state.run_id, call.name, call.id, kind) as span:
+            out = await self._call(state, envelope, call, t, emit)
+            tracing.tool_done(span, out.result.is_error, out.result.content)
         took = time.perf_counter() - started
         metrics.tool_call(self.agent.name, call.name, took, error=out.result.is_error)
         self._event(
@@ -169,3 +157,23 @@ class ToolCalls:
         )
         await fire(self.agent.hooks, "on_tool_end", hook_ctx, self.agent, call, out.result)
         return out
+
+    async def _call(
+        self, state: RunState, envelope: Envelope, call: ToolCall, t: Tool, emit: Emit
+    ) -> StepResult:
+        """Call one tool: a child run for an agent tool, else its task (or in this actor)."""
+        if isinstance(t, AgentTool):
+            tokens = self._children(state.run_id)
+            return await run_child(
+                self.directory, state, envelope, call, t, emit, tokens, self.writer.child_ended
+            )
+        ctx = ToolContext(
+            state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context
+        )
+        running = run_tool(t, ctx, call.arguments, self.task_cache)
+        if t.remote or t.timeout_s is None:
+            return await running
+        try:  # in this actor (a remote call's task has its own limit)
+            return await asyncio.wait_for(running, t.timeout_s)
+        except asyncio.TimeoutError:
+            return StepResult(tool_error(t.name, f"timed out after {t.timeout_s} s"))

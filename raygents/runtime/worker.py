@@ -3,9 +3,10 @@
 A fresh worker loads this module, named by the task's function, to run its first call. A
 function tool's call arrives with its arguments already checked by the agent actor, as keyword
 arguments, so the worker loads no more than this module, :mod:`raygents.toolcall`,
-:mod:`raygents.runtime.wire` and the tool's function: none of raygents' model classes, and no
-argument model to build. A custom :class:`~raygents.tools.Tool` runs its ``execute`` here,
-loaded with its class and what that imports.
+:mod:`raygents.runtime.wire`, :mod:`raygents.tracing` and the tool's function: none of
+raygents' model classes, and no argument model to build (nor OpenTelemetry, unless tracing is
+on). A custom :class:`~raygents.tools.Tool` runs its ``execute`` here, loaded with its class and
+what that imports. A traced call's task runs in a span under the call's ``execute_tool`` span.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from raygents import tracing
 from raygents.runtime import wire
 from raygents.toolcall import result_text
 
@@ -78,15 +80,18 @@ def tool_task(tool: Any) -> Callable[..., bytes]:
 
 def _task(name: str, call: Call) -> Callable[..., bytes]:
     """The remote function's body: it takes the call packed by :mod:`raygents.runtime.wire`
-    and returns its :class:`TaskReport` packed the same way."""
+    (the context, the payload and, when the call is traced, its span's ``traceparent``) and
+    returns its :class:`TaskReport` packed the same way."""
 
     def run_tool(blob: bytes) -> bytes:
         started = time.perf_counter()
-        ctx, payload = wire.loads(blob)
-        try:
-            content, is_error = call(ctx, payload)
-        except Exception as exc:  # a tool's failure is the model's business, not the run's
-            content, is_error = error_text(name, describe(exc)), True
+        ctx, payload, *parent = wire.loads(blob)
+        with tracing.worker_span(parent[0] if parent else None, name, ctx.call_id) as span:
+            try:
+                content, is_error = call(ctx, payload)
+            except Exception as exc:  # a tool's failure is the model's business, not the run's
+                content, is_error = error_text(name, describe(exc)), True
+            tracing.tool_done(span, is_error, content)
         seconds = time.perf_counter() - started
         return wire.dumps(TaskReport(content, is_error, seconds, os.getpid()))
 
