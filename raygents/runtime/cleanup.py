@@ -37,6 +37,7 @@ Chore = tuple[str, str, Any]
 failed run's records go) and ``("expire", run_id, None)`` (an ended run past retention: its
 records and kept result go)."""
 _EXPIRE_BATCH = 500  # runs past retention queued per look, at most
+_BATCH = 256  # chores done in one hop to the clean-up thread, at most
 _EXPIRE_EVERY_S = 60.0  # looks for runs past retention, at most this far apart
 
 
@@ -97,33 +98,40 @@ class Cleaner:
         self._later.clear()
 
     async def _clean(self) -> None:
+        """Take the chores queued by now (up to ``_BATCH``) and do them in one go in the
+        clean-up's thread: one hop to the thread per chore could not keep up with thousands
+        of runs ending a second, and the queue would grow without bound."""
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         while True:
-            kind, run_id, arg = await self._queue.get()
-            info = self.table.get(run_id)
-            status = None if info is None else info.status
-            ended = _ENDS.get(kind, ())
-            if kind != "void" and status is not None and status not in ended:
-                self._expiring.discard(run_id)
-                continue  # its id was taken again meanwhile
-            if kind == "done":
-                args: tuple[Any, ...] = (self._finished_run, run_id, arg)
-            elif kind == "void":
-                args = (self._delete_void, run_id, arg, status == "completed")
-            elif kind == "expire":
-                args = (self._expire, run_id)
-            else:
-                args = (self._delete_records, run_id)
-            try:
-                await loop.run_in_executor(self._thread, *args)
-            except Exception as exc:  # (the store's or a planted key's)
-                log.warning("cannot delete the checkpoints of run %s: %s", run_id, exc)
-            else:
+            batch = [await self._queue.get()]
+            while len(batch) < _BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            jobs = [job for job in map(self._job, batch) if job is not None]
+            failed = await loop.run_in_executor(self._thread, _do, jobs)
+            for kind, run_id, _ in batch:
                 if kind == "expire":
-                    self.table.drop(run_id)
+                    if run_id not in failed and run_id in self._expiring:
+                        self.table.drop(run_id)
+                    self._expiring.discard(run_id)
+
+    def _job(self, chore: Chore) -> tuple[str, Any, tuple[Any, ...]] | None:
+        """What a chore does in the clean-up's thread, or None when its run's id was taken
+        again meanwhile."""
+        kind, run_id, arg = chore
+        info = self.table.get(run_id)
+        status = None if info is None else info.status
+        if kind != "void" and status is not None and status not in _ENDS.get(kind, ()):
             if kind == "expire":
                 self._expiring.discard(run_id)
+            return None
+        if kind == "done":
+            return run_id, self._finished_run, (run_id, arg)
+        if kind == "void":
+            return run_id, self._delete_void, (run_id, arg, status == "completed")
+        if kind == "expire":
+            return run_id, self._expire, (run_id,)
+        return run_id, self._delete_records, (run_id,)
 
     async def _expire_loop(self, retention_s: float) -> None:
         """Queue ended runs past retention, a bounded batch per look, until stopped."""
@@ -190,3 +198,15 @@ class Cleaner:
         keys = rebuild.listing(run_id, self.store.list(checkpoint.run_prefix(run_id))).records
         if keys:
             self.store.delete(keys)
+
+
+def _do(jobs: list[tuple[str, Any, tuple[Any, ...]]]) -> set[str]:
+    """Do chores (in the clean-up's thread); the runs whose chore failed."""
+    failed = set()
+    for run_id, fn, args in jobs:
+        try:
+            fn(*args)
+        except Exception as exc:  # (the store's or a planted key's)
+            log.warning("cannot delete the checkpoints of run %s: %s", run_id, exc)
+            failed.add(run_id)
+    return failed
