@@ -17,7 +17,6 @@ import pytest
 from ray import cloudpickle
 
 from raygents import codec
-from raygents import sessions as sessions_module
 from raygents.errors import CheckpointCorrupt, RaygentsError, UserError
 from raygents.messages import Message, ToolCall
 from raygents.sessions import (
@@ -29,6 +28,8 @@ from raygents.sessions import (
     save_session,
     validate_session_id,
 )
+from raygents.sessions import memory as memory_sessions
+from raygents.sessions import store as store_sessions
 from raygents.store import MemoryStore, Store, open_store
 
 CONVERSATION = [
@@ -243,7 +244,7 @@ def test_memory_session_in_process_without_ray() -> None:
         pytest.skip("Ray is up in this test process; tests/ray covers the shared mode")
     session = MemorySession()
     session.save("s1", CONVERSATION)
-    assert sessions_module._LOCAL[session.name]["s1"][2]["tool_calls"][0]["id"] == "call_1"
+    assert memory_sessions._LOCAL[session.name]["s1"][2]["tool_calls"][0]["id"] == "call_1"
     assert MemorySession().load("s1") == []  # each instance has its own conversations
     session.close()
     assert session.load("s1") == []
@@ -370,7 +371,7 @@ class RecordingStore(MemoryStore):
 @pytest.fixture
 def recording(monkeypatch: pytest.MonkeyPatch) -> RecordingStore:
     store = RecordingStore()
-    monkeypatch.setattr(sessions_module, "open_store", lambda url: store)
+    monkeypatch.setattr(store_sessions, "open_store", lambda url: store)
     return store
 
 

@@ -70,9 +70,9 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             machine.settle(max_s=30.0, window_s=1.0)
             job_id = f"bench-{n}-{rep}"
             output = os.path.join(tmp, "out", job_id)
-            with sampling.Sampler(interval_s=0.5, pss=False) as sampler:
-                t0 = time.perf_counter()
-                result = rg.run_batch(
+
+            def job(n: int = n, job_id: str = job_id, output: str = output) -> Any:
+                return rg.run_batch(
                     agent,
                     _inputs(n),
                     job_id=job_id,
@@ -80,6 +80,10 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                     output=output,
                     progress=False,
                 )
+
+            with sampling.Sampler(interval_s=0.5, pss=False) as sampler:
+                t0 = time.perf_counter()
+                result = job()
                 wall = time.perf_counter() - t0
             driver = sampler.report.get("by_role", {}).get("driver", {})
             jobs[n].append(
@@ -97,14 +101,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             )
             if n == sizes[-1]:
                 t0 = time.perf_counter()
-                again = rg.run_batch(
-                    agent,
-                    _inputs(n),
-                    job_id=job_id,
-                    concurrency=concurrency,
-                    output=output,
-                    progress=False,
-                )
+                again = job()
                 skip.append(time.perf_counter() - t0)
                 machine.log(f"batch: re-run skipped {again.skipped} items in {skip[-1]:.2f} s")
                 if again.skipped != n:
