@@ -23,7 +23,16 @@ from typing import Any
 from raygents import metrics
 from raygents.errors import UserError
 
-__all__ = ["Gate", "Limiter", "RateLimit", "Schedule", "check_limits", "listen", "report_pause"]
+__all__ = [
+    "Gate",
+    "Limiter",
+    "RateLimit",
+    "Schedule",
+    "check_limits",
+    "listen",
+    "report_pause",
+    "retry_turn",
+]
 
 log = logging.getLogger("raygents")
 
@@ -277,3 +286,11 @@ def report_pause(model: str, seconds: float) -> None:
     metrics.rate_limit_pause(model)
     for gate in list(_listening):
         gate.pause(model, seconds)
+
+
+async def retry_turn(model: str, tokens: int) -> None:
+    """A call of ``model`` is about to be sent again (the provider client's own retry, after a
+    429 or a transient error): it waits for a turn at the limiter as a new call does, so that
+    retries never go past the limit (a no-op where no gate limits the model)."""
+    for gate in list(_listening):
+        await gate.acquire(model, tokens)

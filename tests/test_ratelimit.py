@@ -196,3 +196,27 @@ def test_a_driver_asking_for_other_rate_limits_does_not_join_silently() -> None:
     assert startup.settings_mismatch("ns", Settings(), theirs) is None  # (takes theirs)
     same = Settings(rate_limits={"m": RateLimit(requests_per_minute=60)})
     assert startup.settings_mismatch("ns", same, theirs) is None
+
+
+def test_the_openai_clients_own_retry_waits_for_a_turn_at_the_limiter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from openai_server import FakeOpenAIServer, Reply
+
+    from raygents import ratelimit
+
+    async def main(url: str) -> list[str]:
+        local = _LocalLimiter({"gpt": RateLimit(requests_per_minute=60_000)})
+        monkeypatch.setattr(ratelimit, "_listening", [Gate(local, local.limits)])
+        model = rg.OpenAIChatModel("gpt", base_url=url, max_retries=1)
+        request = ModelRequest(agent_name="a", system="", messages=[Message("user", "hi")])
+        response = await model.respond(request)
+        assert response.message.text == "ok"
+        return local.calls
+
+    replies = [Reply.failure(429, "slow down", retry_after_ms="10"), Reply(text="ok")]
+    with FakeOpenAIServer(replies) as server:
+        calls = asyncio.run(main(server.url))
+        assert len(server.requests) == 2
+    # the 429 paused the model at the limiter, and the retry took a turn there
+    assert calls == ["pause", "reserve"]

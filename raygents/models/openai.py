@@ -62,7 +62,8 @@ class OpenAIChatModel:
     first use, once per event loop, and is never pickled, so the model can be sent to Ray
     actors. Transient failures (connection errors, timeouts, HTTP 408, 409, 429 and 5xx) are
     retried by the openai client with exponential backoff and jitter, honouring
-    ``Retry-After``; whatever still fails is raised as :class:`~raygents.errors.ModelError`.
+    ``Retry-After`` (where the namespace rate-limits the model, each retry also waits for its
+    turn at the limiter); whatever still fails is raised as :class:`~raygents.errors.ModelError`.
 
     Args:
         model: the model name sent to the server, e.g. ``"gpt-4o-mini"``.
@@ -210,10 +211,18 @@ class OpenAIChatModel:
                 max_retries=self.max_retries,
                 timeout=self.timeout_s,
                 http_client=self._http_client
-                or openai.DefaultAsyncHttpxClient(event_hooks={"response": [self._on_response]}),
+                or openai.DefaultAsyncHttpxClient(
+                    event_hooks={"request": [self._on_request], "response": [self._on_response]}
+                ),
             )
             self._client_loop = loop
         return self._client
+
+    async def _on_request(self, request: httpx2.Request) -> None:
+        """The openai client's retry of a call (its ``x-stainless-retry-count`` header above 0)
+        waits for a turn at the namespace's rate limiter, as the first attempt did."""
+        if request.headers.get("x-stainless-retry-count", "0") not in ("", "0"):
+            await ratelimit.retry_turn(self.model, len(request.content) // 4 + 1)
 
     async def _on_response(self, response: httpx2.Response) -> None:
         """A 429 with ``Retry-After`` holds back every call of this model in the namespace
