@@ -178,6 +178,7 @@ async def _recover(
         attempt,
         from_seq,
         reason,
+        extra={"run_id": state.run_id, "agent": state.agent_name},  # (no run task here)
     )
     emit(
         RunEvent(
