@@ -14,6 +14,12 @@ afterwards). That is compared with the size of the run's final history (msgpack 
 messages), for tool results of 64 B and 1 KiB.
 
 Also: ``Store.put`` of a 1 KiB record straight from the driver, per store, for reference.
+
+Kept results: a completed run's marker keeps its output, usage and final history. What that
+adds per run: its bytes (the 50-turn runs' markers, and a one-turn run's); the p50 time of a
+one-turn run without tools (no checkpoint records: on a durable store the marker is the only
+write) on the file and S3 stores minus the same on the memory store, which keeps none; and
+building, encoding and putting such a marker straight from the driver, per store.
 """
 
 from __future__ import annotations
@@ -107,6 +113,62 @@ def _put_micro(tmp: str, moto: machine.Moto, n: int) -> dict[str, Any]:
     return out
 
 
+def _kept_costs(
+    quick_times: dict[tuple[str, str], list[float]],
+    tmp: str,
+    moto: machine.Moto,
+    result: Any,
+    n: int,
+) -> dict[str, Any]:
+    """What a kept result adds to a one-turn run (p50, a durable store minus the memory
+    store, sync mode) and what its marker costs straight from the driver."""
+    p50 = {k: stats.summary(v)["p50"] for k, v in quick_times.items()}
+    base = p50[("memory", "sync")]
+    return {
+        "one_turn_run_p50_ms": {f"{s}/{d}": stats.ms(v) for (s, d), v in p50.items()},
+        "added_per_run_ms": {s: stats.ms(p50[(s, "sync")] - base) for s in ("file", "s3")},
+        "put_micro_1_turn": _kept_put_micro(tmp, moto, result, n, "one"),
+    }
+
+
+def _kept_put_micro(
+    tmp: str, moto: machine.Moto, result: Any, n: int, label: str
+) -> dict[str, Any]:
+    """Build, encode and put the marker of ``result`` (a completed run's) ``n`` times per
+    store, as an agent actor does when the run completes."""
+    from raygents import codec
+    from raygents.runtime.runinfo import RunInfo, RunSummary, done_marker
+    from raygents.store import open_store
+
+    summary = RunSummary(
+        final_output=result.output_text,
+        messages=result.messages,
+        usage=result.usage,
+        turns=result.turns,
+        agent_name=result.last_agent.name,
+        input_count=result.input_count,
+    )
+    urls = {
+        "memory": f"memory://kept-{label}",
+        "file": f"file://{os.path.join(tmp, 'kept-' + label)}",
+        "s3": f"s3://{moto.bucket('ck-kept-' + label)}/kept",
+    }
+    out: dict[str, Any] = {}
+    for store, url in urls.items():
+        s = open_store(url)
+        ts, size = [], 0
+        for i in range(n):
+            t = time.perf_counter()
+            info = RunInfo(f"k{i}", "completed", summary["agent_name"], result.turns, seq=1)
+            data = codec.encode(done_marker(info, 1, summary))
+            s.put(f"runs/k{i}/done.1", data)
+            ts.append(time.perf_counter() - t)
+            size = len(data)
+        sm = stats.summary(ts)
+        out[store] = {"bytes": size, "p50_ms": stats.ms(sm["p50"]), "p99_ms": stats.ms(sm["p99"])}
+    return out
+
+
 def run(mode: str, tmp: str) -> dict[str, Any]:
     import msgpack
     import ray
@@ -161,6 +223,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             for _ in range(2):
                 rg.run(agent, f"k=1 turns={turns}")
         times: dict[tuple[str, str], list[float]] = {k: [] for k in urls}
+        quick_times: dict[tuple[str, str], list[float]] = {k: [] for k in urls}
         keys = list(urls)
         load0 = machine.load()
         machine.log(f"checkpoints: {len(keys)} pairs x {reps} reps x {turns} turns")
@@ -171,6 +234,9 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                 t = time.perf_counter()
                 rg.run(agent, f"k=1 turns={turns}")
                 times[key].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                quick_result = rg.run(agent, "k=0")  # one turn, no records
+                quick_times[key].append(time.perf_counter() - t)
         load1 = machine.load()
         table: dict[str, dict[str, Any]] = {}
         for store in STORES:
@@ -191,6 +257,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                     for d in MODES
                 )
             )
+
+        kept = _kept_costs(quick_times, tmp, moto, quick_result, 50 if quick else 200)
 
         # bytes written by a 50-turn run
         sizes = {}
@@ -214,6 +282,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             )
             result = rg.run(a, "write a long history")
             written = json.loads(result.final_output)
+            marker = os.path.join(root, "runs", result.run_id, "done.1")
+            kept[f"marker_bytes_50_turns_{size}B_results"] = os.path.getsize(marker)
             history = [m.model_dump(mode="json") for m in result.messages]
             hist_msgpack = len(msgpack.packb(history))
             hist_json = len(json.dumps(history).encode())
@@ -229,6 +299,10 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                 "ratio_vs_json_history": round(written["bytes"] / hist_json, 2),
             }
             machine.log(f"  bytes ({size} B results): {sizes[f'tool_result_{size}B']}")
+            long_result = result
+        reps_long = 20 if quick else 50
+        kept["put_micro_50_turns"] = _kept_put_micro(tmp, moto, long_result, reps_long, "long")
+        machine.log(f"  kept results: {kept}")
         rg.shutdown()
         ray.shutdown()
     finally:
@@ -255,5 +329,6 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         "per_turn": table,
         "store_put_micro_1KiB": micro,
         "bytes": sizes,
+        "kept_results": kept,
         "checks": checks,
     }
