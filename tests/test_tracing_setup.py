@@ -14,6 +14,7 @@ import pytest
 from fakes import FakeHandle
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 import raygents as rg
 from raygents import checkpoint, tracing
@@ -24,7 +25,7 @@ from raygents.runtime.actor import AgentActor
 from raygents.runtime.mailbox import unpack
 from raygents.runtime.settings import Settings
 from raygents.runtime.tasks import task_body
-from raygents.testing import ScriptedModel, call, calls, text
+from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 from raygents.tools import ToolContext
 from raygents.tracing import otel
 
@@ -202,3 +203,18 @@ def test_a_tool_tasks_span_joins_the_calls_span(spans: InMemorySpanExporter) -> 
     assert worker.parent is not None and f"{worker.parent.span_id:016x}" in parent
     untraced = wire.loads(body(wire.dumps((ctx, {"city": "Rome"}))))  # (as before tracing)
     assert untraced.content == "Rome: sunny"
+
+
+async def test_a_failed_runs_root_and_agent_spans_say_so(spans: InMemorySpanExporter) -> None:
+    def broken(request: Any) -> Any:
+        raise RuntimeError("provider down")
+
+    outcome = await _run_on_actor(FunctionModel(broken))
+    assert outcome.kind == "failed"
+    found = {s.name: s for s in spans.get_finished_spans()}
+    root, agent = found["invoke_workflow traced"], found["invoke_agent traced"]
+    assert dict(root.attributes or {})["raygents.status"] == "failed"
+    assert root.status.status_code is StatusCode.ERROR
+    assert agent.status.status_code is StatusCode.ERROR
+    chat = found["chat FunctionModel"]
+    assert chat.status.status_code is StatusCode.ERROR and chat.parent is not None

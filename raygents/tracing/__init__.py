@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,7 @@ log = logging.getLogger("raygents")
 _OFF: AbstractContextManager[None] = nullcontext()
 _tracer: Tracing | None = None
 _checked = False
+_setup = threading.Lock()
 
 
 def wanted(env: Mapping[str, str]) -> bool:
@@ -73,7 +75,14 @@ def tracer() -> Tracing | None:
     global _tracer, _checked
     if _checked:
         return _tracer
-    _checked = True
+    with _setup:  # (a threaded actor's first calls may come together)
+        if not _checked:
+            _tracer = _set_up()
+            _checked = True
+    return _tracer
+
+
+def _set_up() -> Tracing | None:
     if not wanted(os.environ):
         return None
     try:
@@ -86,10 +95,10 @@ def tracer() -> Tracing | None:
         )
         return None
     try:
-        _tracer = Tracing.from_env()
+        return Tracing.from_env()
     except Exception as exc:  # a bad setting must not stop the run: it goes untraced
         log.warning("cannot set up OpenTelemetry tracing: %s: %s", type(exc).__name__, exc)
-    return _tracer
+        return None
 
 
 def bind(state: RunState) -> RunState:
@@ -109,15 +118,16 @@ def agent_span(state: RunState, agent: str, *, resumed: bool) -> AbstractContext
     return t.agent_span(state, agent, resumed=resumed)
 
 
-def agent_done(span: Any, state: RunState, outcome: str) -> None:
-    """Record how an agent's part of the run ended on its span."""
+def agent_done(span: Any, first: RunState, state: RunState, outcome: str) -> None:
+    """Record how an agent's part of the run ended on its span: the outcome, and the turns
+    and tokens of this part (from ``first``, the state it began with, to ``state``)."""
     if span is not None:
         span.set_attributes(
             {
                 "raygents.outcome": outcome,
-                "raygents.turns": state.turns,
-                "gen_ai.usage.input_tokens": state.usage.input_tokens,
-                "gen_ai.usage.output_tokens": state.usage.output_tokens,
+                "raygents.turns": state.turns - first.turns,
+                "gen_ai.usage.input_tokens": state.usage.input_tokens - first.usage.input_tokens,
+                "gen_ai.usage.output_tokens": state.usage.output_tokens - first.usage.output_tokens,
             }
         )
 
