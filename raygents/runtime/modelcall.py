@@ -22,6 +22,7 @@ async def call_model(
     on_delta: Callable[[str], None] | None,
     *,
     namespace: str | None = None,
+    on_turn: Callable[[], None] | None = None,
 ) -> ModelResponse:
     """The model's checked answer to ``request``, streamed (each text delta to ``on_delta``)
     when ``on_delta`` is given and the model streams. Whatever the provider raises comes back
@@ -30,14 +31,18 @@ async def call_model(
     Where the namespace limits the model's rate (``init(rate_limits=)``), the call first waits
     for its turn at the namespace's limiter (a wait, not a failure; cancelling the call ends
     it), and its usage corrects the limiter's token estimate afterwards. ``namespace`` is the
-    agent actor's (None: no limits apply)."""
+    agent actor's (None: no limits apply). ``on_turn`` is called as the call goes out."""
     name = model_name(model)
     gate = await gates.gate(namespace) if name is not None else None
-    if gate is None or name is None:
+    limited = False
+    if gate is not None and name is not None:
+        estimate = estimate_tokens(request)
+        limited = await gate.acquire(name, estimate)
+    if on_turn is not None:
+        on_turn()
+    if not limited:
         return await _timed(model, agent_name, request, on_delta)
-    estimate = estimate_tokens(request)
-    if not await gate.acquire(name, estimate):
-        return await _timed(model, agent_name, request, on_delta)
+    assert gate is not None and name is not None
     try:
         response = await _timed(model, agent_name, request, on_delta)
     except BaseException:

@@ -96,3 +96,17 @@ def test_a_run_waiting_for_its_turn_can_be_cancelled(limited: None) -> None:
         with pytest.raises(rg.RunCancelled):
             waiting.result(timeout_s=30)
         assert len(server.requests) == 1
+
+
+def test_a_run_waiting_for_its_turn_suspends_before_its_call(limited: None) -> None:
+    with FakeOpenAIServer(lambda body: Reply(text="slow")) as server:
+        agent = rg.Agent("slow_s", model=rg.OpenAIChatModel("slow", base_url=server.url))
+        assert rg.run(agent, "first").final_output == "slow"
+        waiting = rg.start(agent, "second")  # its turn is a minute after the first's
+        with pytest.raises(TimeoutError):
+            waiting.result(timeout_s=1.0)
+        waiting.suspend()
+        with pytest.raises(rg.SuspendedError):
+            waiting.result(timeout_s=30)  # (not a minute: the wait is given up)
+        assert len(server.requests) == 1
+        assert rg.attach(waiting.run_id).status() == "suspended"
