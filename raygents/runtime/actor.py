@@ -54,6 +54,9 @@ class _Active:
     children: dict[str, SuspendToken] = field(default_factory=dict)
     drive: asyncio.Future[Outcome] | None = None
     """The task driving the run (a cancel cancels it)."""
+    waiting_call: asyncio.Future[ModelResponse] | None = None
+    """Its model call while it waits for a turn at the rate limiter (a suspend cancels it:
+    nothing went out yet, so the run can stop before the call)."""
 
 
 class AgentActor:
@@ -163,6 +166,8 @@ class AgentActor:
                 child.request(cause)
             if cause == CANCEL and active.drive is not None:
                 active.drive.cancel()  # (its tool tasks are cancelled through Ray)
+            elif active.waiting_call is not None:
+                active.waiting_call.cancel()
 
     async def retire(self) -> None:
         """Exit once no run has been active here for ``_RETIRE_GRACE_S`` and their callers
@@ -335,30 +340,8 @@ class AgentActor:
         hooks = self.agent.hooks
         ctx = self._run_context(state, envelope.context)
         match action:
-            case loop.CallModel(request=request):
-                await fire(hooks, "on_llm_start", ctx, self.agent, request)
-                reply = asyncio.ensure_future(
-                    self._call_model(request, state, envelope.stream, emit)
-                )
-                if record:
-                    await asyncio.sleep(0)  # the call goes out first
-                    try:
-                        state = await self.writer.save(state, "running", emit)
-                    except BaseException:
-                        reply.cancel()
-                        await asyncio.wait([reply])
-                        raise
-                elif state.seq == 0 and (view.tools or view.handoffs):
-                    await asyncio.sleep(0)
-                    self.writer.make_run_dir(state.run_id, alone=len(self._active) == 1)
-                response = await reply
-                metrics.turn(self.agent.name)
-                state, action = loop.on_response(state, view, response)
-                ctx = self._run_context(state, envelope.context)  # (usage with this call)
-                await fire(hooks, "on_llm_end", ctx, self.agent, response)
-                if isinstance(action, loop.RunTools):
-                    state = state.evolve(turn_limit=loop.turn_limit(state, view))
-                return None, state, action, False
+            case loop.CallModel() as call:
+                return await self._model_turn(envelope, token, emit, view, state, call, record)
             case loop.RunTools() as batch:
                 return await self._tools_turn(state, view, envelope, batch, emit)
             case loop.Finish(output=output):
@@ -384,6 +367,55 @@ class AgentActor:
                 return Outcome("handoff", state), state, action, False
             case _:
                 assert_never(action)
+
+    async def _model_turn(
+        self,
+        envelope: Envelope,
+        token: SuspendToken,
+        emit: Emit,
+        view: loop.AgentView,
+        state: RunState,
+        call: loop.CallModel,
+        record: bool,
+    ) -> tuple[Outcome | None, RunState, loop.Action, bool]:
+        """Call the model (writing the last tool batch's record meanwhile, see :meth:`_step`);
+        the run stops here only if it is suspended while the call waits for a turn at the
+        rate limiter (nothing went out yet)."""
+        hooks, request = self.agent.hooks, call.request
+        await fire(
+            hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
+        )
+        active = self._active.get(state.run_id)
+        reply = asyncio.ensure_future(
+            self._call_model(request, state, envelope.stream, emit, active)
+        )
+        if active is not None:
+            active.waiting_call = reply
+        if record:
+            await asyncio.sleep(0)  # the call goes out first
+            try:
+                state = await self.writer.save(state, "running", emit)
+            except BaseException:
+                reply.cancel()
+                await asyncio.wait([reply])
+                raise
+        elif state.seq == 0 and (view.tools or view.handoffs):
+            await asyncio.sleep(0)
+            self.writer.make_run_dir(state.run_id, alone=len(self._active) == 1)
+        try:
+            response = await reply
+        except asyncio.CancelledError:
+            if not reply.cancelled() or token.cause in (None, CANCEL):
+                raise
+            halted = await self._halt(state, "suspended", emit, cause=token.cause)
+            return halted, state, call, False
+        metrics.turn(self.agent.name)
+        state, action = loop.on_response(state, view, response)
+        ctx = self._run_context(state, envelope.context)  # (usage with this call)
+        await fire(hooks, "on_llm_end", ctx, self.agent, response)
+        if isinstance(action, loop.RunTools):
+            state = state.evolve(turn_limit=loop.turn_limit(state, view))
+        return None, state, action, False
 
     async def _begin(
         self, envelope: Envelope, token: SuspendToken, emit: Emit
@@ -501,10 +533,19 @@ class AgentActor:
 
     # --- model calls, guardrails, events ------------------------------------------------
     async def _call_model(
-        self, request: ModelRequest, state: RunState, stream: bool, emit: Emit
+        self,
+        request: ModelRequest,
+        state: RunState,
+        stream: bool,
+        emit: Emit,
+        active: _Active | None,
     ) -> ModelResponse:
         def on_delta(delta: str) -> None:
             self._emit(emit, state, "llm_delta", delta=delta)
+
+        def on_turn() -> None:
+            if active is not None:
+                active.waiting_call = None  # (it goes out: a suspend waits for its answer)
 
         return await call_model(
             self.model(),
@@ -512,6 +553,7 @@ class AgentActor:
             request,
             on_delta if stream else None,
             namespace=self.directory.namespace,
+            on_turn=on_turn,
         )
 
     def _on_trip(self, ctx: RunContext) -> Any:
