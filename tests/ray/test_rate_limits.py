@@ -85,28 +85,21 @@ def test_a_model_without_a_limit_is_not_held_back(limited: None) -> None:
         assert rg.run(rg.Agent("free", model=model), "go").final_output == "free"
 
 
-def test_a_run_waiting_for_its_turn_can_be_cancelled(limited: None) -> None:
+@pytest.mark.parametrize(
+    ("stop", "error", "status"),
+    [("cancel", rg.RunCancelled, "cancelled"), ("suspend", rg.SuspendedError, "suspended")],
+)
+def test_a_run_waiting_for_its_turn_stops_before_its_call(
+    limited: None, stop: str, error: type[Exception], status: str
+) -> None:
     with FakeOpenAIServer(lambda body: Reply(text="slow")) as server:
         agent = rg.Agent("slow", model=rg.OpenAIChatModel("slow", base_url=server.url))
         assert rg.run(agent, "first").final_output == "slow"
         waiting = rg.start(agent, "second")  # its turn is a minute after the first's
         with pytest.raises(TimeoutError):
             waiting.result(timeout_s=1.0)
-        waiting.cancel()
-        with pytest.raises(rg.RunCancelled):
-            waiting.result(timeout_s=30)
-        assert len(server.requests) == 1
-
-
-def test_a_run_waiting_for_its_turn_suspends_before_its_call(limited: None) -> None:
-    with FakeOpenAIServer(lambda body: Reply(text="slow")) as server:
-        agent = rg.Agent("slow_s", model=rg.OpenAIChatModel("slow", base_url=server.url))
-        assert rg.run(agent, "first").final_output == "slow"
-        waiting = rg.start(agent, "second")  # its turn is a minute after the first's
-        with pytest.raises(TimeoutError):
-            waiting.result(timeout_s=1.0)
-        waiting.suspend()
-        with pytest.raises(rg.SuspendedError):
+        getattr(waiting, stop)()
+        with pytest.raises(error):
             waiting.result(timeout_s=30)  # (not a minute: the wait is given up)
         assert len(server.requests) == 1
-        assert rg.attach(waiting.run_id).status() == "suspended"
+        assert rg.attach(waiting.run_id).status() == status
