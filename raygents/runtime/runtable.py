@@ -375,3 +375,4 @@ class RunTable:
         self.results.drop(run_id)
         self._untrack(run_id)
         self.forgot = True  # (a claim of its id looks in the store, in case a key stayed)
+        self._on_forget(run_id, False)  # (its hot records go; its stored ones are gone)
