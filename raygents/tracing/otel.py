@@ -32,6 +32,10 @@ __all__ = ["Tracing", "exporters_from_env", "new_provider", "run_ids"]
 log = logging.getLogger("raygents")
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+EXPORT_DELAY_MS = 500
+"""How often a process exports its spans unless ``OTEL_BSP_SCHEDULE_DELAY`` says otherwise
+(the SDK's default is 5 s): Ray ends idle tool workers, and agent actors at shutdown, without
+running exit handlers, so a process's last spans must not wait long."""
 _ROOT_IDS: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "raygents_root_ids", default=None
 )
@@ -101,13 +105,15 @@ class Tracing:
         """Set up the SDK from the standard environment: the resource (``OTEL_SERVICE_NAME``,
         default ``raygents``; ``OTEL_RESOURCE_ATTRIBUTES``), the sampler
         (``OTEL_TRACES_SAMPLER``), the exporters, each behind a batch processor
-        (``OTEL_BSP_*``). The provider flushes its spans when the process exits."""
+        (``OTEL_BSP_*``; the schedule delay :data:`EXPORT_DELAY_MS` if unset). The provider
+        also flushes its spans when the process exits normally."""
         attributes: dict[str, Any] = {"process.pid": os.getpid()}
         if not os.environ.get(OTEL_SERVICE_NAME):
             attributes["service.name"] = "raygents"
         provider = new_provider(Resource.create(attributes))
+        delay = None if os.environ.get("OTEL_BSP_SCHEDULE_DELAY") else EXPORT_DELAY_MS
         for exporter in exporters_from_env(os.environ):
-            provider.add_span_processor(BatchSpanProcessor(exporter))
+            provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=delay))
         if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             trace.set_tracer_provider(provider)  # (the tools' own spans go the same way)
         return cls(provider)
