@@ -117,6 +117,13 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
         return
     elif info.status == "cancelled":
         error = RunCancelled(info.last_error or "run cancelled", run_id=handle.run_id)
+    elif info.status == "completed":  # (its marker kept no result, or cannot be read)
+        error = RaygentsError(
+            "run completed, but its result is not kept: it was stored in a memory:// store, "
+            "by an older raygents, or its completion marker cannot be read (see the "
+            "coordinator's log)",
+            run_id=handle.run_id,
+        )
     else:
         error = RaygentsError(
             info.last_error or f"run ended as {info.status}", run_id=handle.run_id
