@@ -298,3 +298,10 @@ async def test_an_agent_actor_marks_a_run_without_records_in_a_durable_store(
     assert coord.store.list("runs/bare/") == ["runs/bare/done.1"]
     kept = coord.records.read_kept("bare")
     assert kept is not None and (kept["final_output"], kept["messages"]) == ("hi", history)
+
+
+def test_init_refuses_a_bad_retention_before_it_starts_anything() -> None:
+    import raygents as rg
+
+    with pytest.raises(UserError, match=r"retention must be a datetime\.timedelta"):
+        rg.init(retention="30d")  # type: ignore[arg-type]
