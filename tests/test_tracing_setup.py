@@ -132,6 +132,9 @@ class _Coordinator:
     def settings(self) -> Settings:
         return Settings(durability="exit")  # (no records of running runs: nowhere to keep them)
 
+    def mark_done(self, *args: Any) -> None:
+        """A run ended (its result is kept)."""
+
 
 @rg.tool(remote=False)
 def lookup(city: str) -> str:
@@ -139,7 +142,7 @@ def lookup(city: str) -> str:
     return f"{city}: sunny"
 
 
-async def _run_on_actor(model: Any) -> Outcome:
+async def _run_on_actor(model: Any, envelope: Envelope | None = None) -> Outcome:
     agent = rg.Agent("traced", model=model, tools=[lookup])
     actor = AgentActor(
         {"traced": agent}, "traced", "fp", "ns", coordinator=FakeHandle(_Coordinator())
@@ -147,7 +150,7 @@ async def _run_on_actor(model: Any) -> Outcome:
     actor._beater = object()  # type: ignore[assignment]  # (no beats outside Ray)
     actor.writer.use_store(None)
     state = RunState(run_id="r1", agent_name="traced", messages=to_messages("hi"))
-    me = await actor.start([Envelope(state, "fp", None)], "c")
+    me = await actor.start([envelope or Envelope(state, "fp", None)], "c")
     while True:
         _, blob = await actor.take("c", 600.0, me)
         for _, item in unpack(blob):
@@ -218,3 +221,22 @@ async def test_a_failed_runs_root_and_agent_spans_say_so(spans: InMemorySpanExpo
     assert agent.status.status_code is StatusCode.ERROR
     chat = found["chat FunctionModel"]
     assert chat.status.status_code is StatusCode.ERROR and chat.parent is not None
+
+
+async def test_a_resumed_run_continues_its_trace(spans: InMemorySpanExporter) -> None:
+    """A run that comes back from a checkpoint (resume, recovery) carries its trace context:
+    its agent span joins the run's root, with a restore event, and the root keeps its start."""
+    trace = TraceContext(traceparent=f"00-{'a' * 32}-{'b' * 16}-01", started_ns=1_000)
+    state = RunState(
+        run_id="r1", agent_name="traced", messages=to_messages("hi"), seq=3, trace=trace
+    )
+    envelope = Envelope(state, "fp", None, activate=False, resumed=True)
+    outcome = await _run_on_actor(ScriptedModel([text("done")]), envelope)
+    assert outcome.kind == "completed" and outcome.state.trace == trace
+    found = {s.name: s for s in spans.get_finished_spans()}
+    root, agent = found["invoke_workflow traced"], found["invoke_agent traced"]
+    assert root.context is not None and agent.parent is not None
+    assert (root.context.trace_id, root.context.span_id) == (int("a" * 32, 16), int("b" * 16, 16))
+    assert agent.parent.span_id == root.context.span_id and root.start_time == 1_000
+    [restore] = [e for e in agent.events if e.name == "raygents.restore"]
+    assert dict(restore.attributes or {})["raygents.checkpoint.seq"] == 3
