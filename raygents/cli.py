@@ -90,6 +90,11 @@ def parser() -> argparse.ArgumentParser:
     runs.add_argument("--status", type=_status, help="only runs with this status")
     runs.add_argument("--agent", help="only runs whose current agent has this name")
     runs.add_argument("--limit", type=_positive, help="at most this many runs")
+    runs.add_argument(
+        "--all",
+        action="store_true",
+        help="agent-as-tool child runs too (with their parents); by default top-level runs only",
+    )
     runs.add_argument("--store", help="read this store (file://, s3://) with no cluster")
 
     show = sub.add_parser("show", parents=[common], help="a run's status, usage and conversation")
@@ -198,9 +203,13 @@ def _from_store(args: argparse.Namespace, out: TextIO) -> int:
     rows = [
         row
         for row in reader.runs()
-        if args.status in (None, row["status"]) and args.agent in (None, row["agent"])
+        if args.status in (None, row["status"])
+        and args.agent in (None, row["agent"])
+        and (args.all or row["parent"] is None)
     ][: args.limit]
-    print_runs(rows, args.json, out)
+    if not args.all:
+        rows = [{k: v for k, v in row.items() if k != "parent"} for row in rows]
+    print_runs(rows, args.json, out, parents=args.all)
     return 0
 
 

@@ -13,6 +13,7 @@ from raygents.events import RunEvent
 from raygents.messages import Message, Usage
 
 __all__ = [
+    "ALL_RUN_COLUMNS",
     "GC_COLUMNS",
     "RUN_COLUMNS",
     "detail",
@@ -26,10 +27,14 @@ __all__ = [
     "run_row",
     "tree_node",
     "usage_text",
+    "wall_seconds",
+    "wall_text",
 ]
 
 RUN_COLUMNS = ("run_id", "status", "agent", "turns", "updated", "last_error")
 """The columns of the run table, in order (the keys of :func:`run_row`'s dicts)."""
+ALL_RUN_COLUMNS = ("run_id", "parent", *RUN_COLUMNS[1:])
+"""The columns of ``raygents runs --all``: agent-as-tool child runs too, with their parents."""
 GC_COLUMNS = ("run_id", "status", "agent", "ended", "keys", "error")
 """The columns of ``raygents gc``'s table."""
 _CELL = 60  # characters of a table cell, at most (an error's text is cut there)
@@ -178,10 +183,37 @@ def _indent(text: str, by: int) -> str:
     return text.replace("\n", "\n" + " " * by)
 
 
-def tree_node(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's node in ``show --tree``: its :func:`detail` without the conversation, with the
-    agents it handed off to and its agent-as-tool children (filled in by the caller);
-    ``tokens`` None where its usage is not known (a completed child's records are gone)."""
+def wall_seconds(
+    status: str, started_at: float | None, updated_at: float, now: float | None = None
+) -> float | None:
+    """A run's wall time: from its first dispatch to its last update (the end of a run that
+    stopped), or to ``now`` (default: the time now) while it runs; None where when it started
+    is not known."""
+    if started_at is None:
+        return None
+    end = (time.time() if now is None else now) if status in ("running", "pending") else updated_at
+    return max(0.0, end - started_at)
+
+
+def wall_text(seconds: float | None) -> str:
+    """A wall time for people: ``0.42s``, ``12.3s``, ``4m05s``, ``2h07m``; ``-`` if unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m{int(seconds % 60):02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def tree_node(doc: Mapping[str, Any], wall_s: float | None = None) -> dict[str, Any]:
+    """A run's node in ``show --tree``: its :func:`detail` without the conversation, with its
+    wall time (``wall_s``, None where not known), the agents it handed off to and its
+    agent-as-tool children (filled in by the caller); ``tokens`` None where its usage is not
+    known (a completed child's records are gone)."""
     usage = doc.get("usage")
     tokens = None if usage is None else usage["input_tokens"] + usage["output_tokens"]
     return {
@@ -190,6 +222,7 @@ def tree_node(doc: Mapping[str, Any]) -> dict[str, Any]:
         "agent": doc["agent"],
         "turns": doc["turns"],
         "tokens": tokens,
+        "wall_s": None if wall_s is None else round(wall_s, 3),
         "handoffs": [],
         "children": [],
     }
@@ -205,7 +238,8 @@ def _tree_lines(node: Mapping[str, Any], indent: str) -> list[str]:
     handoffs = "".join(f" -> {target}" for target in node["handoffs"])
     lines = [
         f"{via}{node['run_id']}  {node['status']}  {node['agent']}  "
-        f"handoffs:{handoffs or ' -'}  turns {node['turns']}  tokens {_cell(node['tokens'])}"
+        f"handoffs:{handoffs or ' -'}  turns {node['turns']}  tokens {_cell(node['tokens'])}  "
+        f"wall {wall_text(node.get('wall_s'))}"
     ]
     children = node["children"]
     for i, child in enumerate(children):
@@ -237,12 +271,15 @@ def render_event(event: RunEvent) -> str:
     return f"{event.type:<12} {event.agent_name or '-':<14} {text}".rstrip()
 
 
-def print_runs(rows: Sequence[Mapping[str, Any]], as_json: bool, out: TextIO) -> None:
-    """The rows of ``raygents runs``: one JSON document, or a table."""
+def print_runs(
+    rows: Sequence[Mapping[str, Any]], as_json: bool, out: TextIO, parents: bool = False
+) -> None:
+    """The rows of ``raygents runs``: one JSON document, or a table (``parents``: with the
+    column of their agent-as-tool parents)."""
     if as_json:
         print_json(list(rows), out)
     else:
-        out.write(render_table(rows, RUN_COLUMNS) + "\n")
+        out.write(render_table(rows, ALL_RUN_COLUMNS if parents else RUN_COLUMNS) + "\n")
 
 
 def print_json(value: Any, out: TextIO) -> None:

@@ -24,6 +24,7 @@ from raygents.cli_output import (
     render_tree,
     run_row,
     tree_node,
+    wall_seconds,
 )
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, CheckpointError, RaygentsError, RunNotFound
 
@@ -131,13 +132,24 @@ def _info(run_id: str) -> rg.RunInfo:
 
 
 def _runs(args: argparse.Namespace, out: TextIO) -> int:
-    infos = [i for i in rg.runs(args.status) if args.agent in (None, i.agent_name)]
-    infos.sort(key=lambda i: i.updated_at, reverse=True)
-    rows = [
-        run_row(i.run_id, i.status, i.agent_name, i.turns, i.updated_at, i.last_error)
-        for i in infos[: args.limit]
-    ]
-    print_runs(rows, args.json, out)
+    """The run table, newest first: top-level runs, or (``--all``) child runs too, each with
+    its parent (the run table's, else the one its id names, e.g. after a restart)."""
+    from raygents.runtime.runinfo import parent_of
+
+    everything = rg.runs()
+    known = {i.run_id for i in everything}
+    rows = []
+    for i in sorted(everything, key=lambda i: i.updated_at, reverse=True):
+        if args.status not in (None, i.status) or args.agent not in (None, i.agent_name):
+            continue
+        parent = i.parent or parent_of(i.run_id, known)
+        if parent is not None and not args.all:
+            continue
+        row = run_row(i.run_id, i.status, i.agent_name, i.turns, i.updated_at, i.last_error)
+        if args.all:
+            row["parent"] = parent
+        rows.append(row)
+    print_runs(rows[: args.limit], args.json, out, parents=args.all)
     return 0
 
 
@@ -171,14 +183,14 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _tree(info: rg.RunInfo, known: dict[str, rg.RunInfo]) -> dict[str, Any]:
-    """A run with its handoffs and its agent-as-tool children (known to the run table), each
-    with its own, from their conversations."""
+    """A run with its wall time, its handoffs and its agent-as-tool children (known to the
+    run table), each with its own, from their conversations."""
     from raygents.runtime.children import child_run_id
 
     doc = _detail(info)
     messages = doc["messages"] or []
     results = {m.get("tool_call_id"): m.get("content") or "" for m in messages}
-    node = tree_node(doc)
+    node = tree_node(doc, wall_seconds(info.status, info.started_at, info.updated_at))
     for m in messages:
         for c in m.get("tool_calls") or ():
             if c["name"].startswith("transfer_to_"):

@@ -12,7 +12,7 @@ from raygents.cli_output import detail, run_row
 from raygents.errors import CheckpointError, RunNotFound
 from raygents.ids import validate_id
 from raygents.runtime import keptresult, rebuild, retention
-from raygents.runtime.runinfo import RunSummary
+from raygents.runtime.runinfo import RunSummary, parent_of
 from raygents.runtime.startup import checkpoint_key
 from raygents.store import open_store
 from raygents.storebase import Store
@@ -28,15 +28,20 @@ class StoreReader:
         self.key = checkpoint_key(self.store.url)
 
     def runs(self) -> list[dict[str, Any]]:
-        """A run table row for each run in the store, newest first."""
+        """A run table row for each run in the store, newest first, with its agent-as-tool
+        ``parent`` (None for a top-level run): as its marker or newest record names it, else
+        as its id says when the parent's records are in the store too."""
         rows = []
-        for run_id, listed in rebuild.group(self.store.list("runs/")).items():
+        runs = rebuild.group(self.store.list("runs/"))
+        for run_id, listed in runs.items():
             found = rebuild.read(self.store, listed, self.key)
             if found is None:  # (fence marks only: nothing was recorded)
                 continue
-            rows.append(
-                run_row(run_id, found.status, found.agent_name, found.turns, found.at, found.error)
+            row = run_row(
+                run_id, found.status, found.agent_name, found.turns, found.at, found.error
             )
+            row["parent"] = found.parent or parent_of(run_id, runs)
+            rows.append(row)
         rows.sort(key=lambda row: row["updated"] or "", reverse=True)
         return rows
 

@@ -25,6 +25,8 @@ from raygents.cli_output import (
     run_row,
     tree_node,
     usage_text,
+    wall_seconds,
+    wall_text,
 )
 from raygents.cli_runs import UsageError, load_agent
 from raygents.envelope import RunState
@@ -182,17 +184,53 @@ def test_load_agent_imports_module_attr(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_the_tree_draws_children_below_their_parent() -> None:
-    def node(run_id: str, *children: dict[str, object], **via: str) -> dict[str, object]:
+    def node(
+        run_id: str, *children: dict[str, object], wall_s: float | None = None, **via: str
+    ) -> dict[str, object]:
         doc = detail(run_id, status="completed", agent="a", turns=1, usage=Usage(2, 1))
-        return {**via, **tree_node(doc), "children": list(children)}
+        return {**via, **tree_node(doc, wall_s), "children": list(children)}
 
-    leaf = node("r.3", tool="t", call_id="c3")
-    tree = node("r", node("r.1", leaf, tool="t", call_id="c1"), node("r.2", tool="t", call_id="c2"))
+    leaf = node("r.3", tool="t", call_id="c3", wall_s=0.25)
+    first = node("r.1", leaf, tool="t", call_id="c1", wall_s=75.0)
+    tree = node("r", first, node("r.2", tool="t", call_id="c2"), wall_s=12.34)
     tree["handoffs"] = ["b"]
     assert render_tree(tree).splitlines() == [
-        "r  completed  a  handoffs: -> b  turns 1  tokens 3",
-        "├─ t[c1]  r.1  completed  a  handoffs: -  turns 1  tokens 3",
-        "│  └─ t[c3]  r.3  completed  a  handoffs: -  turns 1  tokens 3",
-        "└─ t[c2]  r.2  completed  a  handoffs: -  turns 1  tokens 3",
+        "r  completed  a  handoffs: -> b  turns 1  tokens 3  wall 12.3s",
+        "├─ t[c1]  r.1  completed  a  handoffs: -  turns 1  tokens 3  wall 1m15s",
+        "│  └─ t[c3]  r.3  completed  a  handoffs: -  turns 1  tokens 3  wall 0.25s",
+        "└─ t[c2]  r.2  completed  a  handoffs: -  turns 1  tokens 3  wall -",
     ]
     assert tree_node(detail("r", status="completed", agent="a", turns=1))["tokens"] is None
+    assert json.loads(json.dumps(tree))["wall_s"] == 12.34
+
+
+@pytest.mark.parametrize(
+    ("status", "started_at", "updated_at", "wall_s"),
+    [
+        ("completed", 100.0, 103.5, 3.5),  # ended: from its start to its end
+        ("suspended", 100.0, 104.0, 4.0),  # stopped: to when it stopped
+        ("running", 100.0, 101.0, 10.0),  # running: to now
+        ("pending", 100.0, 100.0, 10.0),
+        ("completed", None, 103.5, None),  # when it started is not known
+        ("failed", 100.0, 99.0, 0.0),  # (clocks of two machines: never below zero)
+    ],
+)
+def test_a_runs_wall_time(
+    status: str, started_at: float | None, updated_at: float, wall_s: float | None
+) -> None:
+    assert wall_seconds(status, started_at, updated_at, now=110.0) == wall_s
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "-"),
+        (0.0, "0.00s"),
+        (9.994, "9.99s"),
+        (42.25, "42.2s"),
+        (61, "1m01s"),
+        (7300, "2h01m"),
+    ],
+)
+def test_wall_times_read_in_their_unit(seconds: float | None, shown: str) -> None:
+    assert wall_text(seconds) == shown

@@ -37,7 +37,8 @@ def child_run_id(parent_run_id: str, call_id: str) -> str:
     The digits hash the whole parent id and call id, so the id is the same for a given call
     every time (a resumed parent finds its child), differs for different calls (``a:b`` and
     ``a/b`` included), is one store key segment of ASCII whatever the call id holds, and is at
-    most 89 characters at any nesting depth.
+    most 89 characters at any nesting depth. The run table reads the parent back from it
+    (:func:`~raygents.runtime.runinfo.parent_of`) when the child is claimed.
     """
     digest = hashlib.sha256(f"{parent_run_id}\0{call_id}".encode()).hexdigest()[:24]
     return f"{parent_run_id[:64]}.{digest}"

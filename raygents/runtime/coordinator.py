@@ -219,8 +219,12 @@ class Coordinator:
         self, claims: list[tuple[str, str, str, bool]]
     ) -> list[tuple[RunInfo | None, int]]:
         """:meth:`claim` for each ``(run_id, owner, agent_name, force)``, in order, in one call
-        (the children of one tool batch)."""
-        return [await self.claim(*args) for args in claims]
+        (the children of one tool batch); each child's parent is named in the run table."""
+        answers = []
+        for args in claims:
+            answers.append(await self.claim(*args))
+            self.table.adopt(args[0])
+        return answers
 
     async def claim_and_load(
         self, run_id: str, owner: str

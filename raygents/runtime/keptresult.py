@@ -1,7 +1,9 @@
 """Kept results: what a completed run's marker (``runs/<id>/done.<epoch>``) holds of its
 result, fitted into one checkpoint frame, and read back.
 
-The marker holds the run's entry (agent, turns, seq, end time) and its result: the whole
+The marker holds the run's entry (agent, turns, seq, end time; when it started and its
+agent-as-tool parent, where known: markers written before they were kept lack them) and its
+result: the whole
 output, the usage, the input count and the final history. A result whose frame would pass
 the codec's cap keeps the newest messages that fit (``messages_dropped`` counts the oldest
 left out); an output that does not fit alone keeps its first part (``output_chars`` is its
@@ -15,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from raygents import codec
+from raygents.ids import is_id
 from raygents.messages import Message, Usage
 
 if TYPE_CHECKING:
@@ -25,7 +28,9 @@ __all__ = [
     "dump_messages",
     "ended_at",
     "fitted",
+    "parent",
     "read_marker",
+    "started_at",
     "summary",
     "usage_of",
 ]
@@ -111,7 +116,21 @@ def usage_of(marker: Mapping[str, Any]) -> dict[str, int] | None:
 
 def ended_at(marker: Mapping[str, Any]) -> float | None:
     """When the marker says the run ended, if it says."""
-    value = marker.get("at")
+    return _time(marker.get("at"))
+
+
+def started_at(marker: Mapping[str, Any]) -> float | None:
+    """When the marker says the run was first dispatched, if it says."""
+    return _time(marker.get("started_at"))
+
+
+def parent(marker: Mapping[str, Any]) -> str | None:
+    """The run id of the run's agent-as-tool parent, if the marker names a valid one."""
+    value = marker.get("parent")
+    return value if isinstance(value, str) and is_id(value) else None
+
+
+def _time(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None

@@ -100,6 +100,10 @@ class Found:
     """A completed run whose records are still there (a cleanup that did not happen)."""
     tenant: str | None = None
     """Whose quota of runs in flight the run counts against, if its record names one."""
+    started_at: float | None = None
+    """When the run was first dispatched, if its marker says."""
+    parent: str | None = None
+    """The run id of its agent-as-tool parent, if its marker or newest record names it."""
 
     @property
     def unreadable(self) -> bool:
@@ -211,6 +215,8 @@ def _marked(store: Any, listed: Listing, key: bytes | None) -> Found:
             output=output if isinstance(output, str) else None,
             usage=keptresult.usage_of(marker),
             leftovers=leftovers,
+            started_at=keptresult.started_at(marker),
+            parent=keptresult.parent(marker),
         )
     except Exception as exc:
         log.warning("run %s completed, but its marker cannot be read: %s", listed.run_id, exc)
@@ -249,6 +255,7 @@ def _entry(run_id: str, key: str, record: dict[str, Any]) -> Found:
         status = "suspended"
         error = "its driver or the coordinator stopped while it ran; resume it"
     tenant = state.get("tenant")
+    parent = state.get("parent_run_id")  # (a full record's: a delta names what changed)
     return Found(
         status,
         agent_name=agent_name,
@@ -257,6 +264,7 @@ def _entry(run_id: str, key: str, record: dict[str, Any]) -> Found:
         at=float(at) or time.time(),
         error=None if error is None else _short_text(error),
         tenant=tenant if isinstance(tenant, str) and is_id(tenant) else None,
+        parent=parent if isinstance(parent, str) and is_id(parent) else None,
     )
 
 

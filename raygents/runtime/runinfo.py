@@ -4,8 +4,9 @@ of a completed run's result that the table keeps for ``attach``, and its complet
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, get_args
 
@@ -27,6 +28,7 @@ __all__ = [
     "done_marker",
     "outcome_entry",
     "outcome_status",
+    "parent_of",
     "table_status",
 ]
 
@@ -41,6 +43,8 @@ Note = tuple[str, int, int, bytes, RecordEntry, bool]
 ``(run_id, seq, epoch, data, entry, full)``."""
 
 _TABLE_STATUSES = frozenset(s for literal in get_args(TableStatus) for s in get_args(literal))
+_CHILD_ID = re.compile(r"(.+)\.[0-9a-f]{24}")  # (runtime/children.child_run_id's ids)
+_PARENT_CUT = 64  # characters of the parent's id that a child's id keeps
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,12 @@ class RunInfo:
     owner: str | None = None
     tenant: str | None = None
     """Whose quota of runs in flight the run counts against (None: the default tenant's)."""
+    started_at: float | None = None
+    """When the run was first dispatched (kept across its resumes and recoveries); None
+    where not known (a run read back from a marker that does not say)."""
+    parent: str | None = None
+    """The run id of the agent-as-tool parent of a child run; None for a top-level run (or
+    a child whose parent is not known)."""
 
 
 class RunSummary(TypedDict):
@@ -111,6 +121,7 @@ def outcome_entry(outcome: Outcome, error: str | None = None) -> tuple[RunInfo, 
         last_error=error,
         seq=state.seq,
         tenant=state.tenant,
+        parent=state.parent_run_id,
     )
     return info, summary
 
@@ -139,6 +150,10 @@ def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> 
         "turns": info.turns,
         "at": time.time(),
     }
+    if info.started_at is not None:
+        done["started_at"] = info.started_at
+    if info.parent is not None:
+        done["parent"] = info.parent
     if not isinstance(result, dict) or not isinstance(result.get("final_output"), str):
         return done
     done["output"] = result["final_output"]
@@ -148,3 +163,21 @@ def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> 
     done["input_count"] = result.get("input_count", 0)
     done["messages"] = dump_messages(result.get("messages") or ())
     return fitted(done)
+
+
+def parent_of(run_id: str, known: Collection[str]) -> str | None:
+    """The parent of ``run_id`` among the ``known`` run ids when its id is an agent-as-tool
+    child's (``<parent id, cut to 64>.<24 hex digits>``, see
+    :func:`~raygents.runtime.children.child_run_id`), else None. ``known`` is looked in with
+    ``in`` first (a set or a dict is quick); a parent whose id was cut is found by a scan."""
+    found = _CHILD_ID.fullmatch(run_id)
+    if found is None:
+        return None
+    head = found[1]
+    if head in known:
+        return head
+    if len(head) == _PARENT_CUT:
+        for other in known:
+            if len(other) > _PARENT_CUT and other.startswith(head) and other != run_id:
+                return other
+    return None

@@ -22,7 +22,7 @@ from typing import Any
 from raygents.errors import CheckpointError, TooManyRuns, UserError
 from raygents.runtime import rebuild
 from raygents.runtime.admission import DEFAULT_TENANT, Admission
-from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, table_status
+from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, parent_of, table_status
 
 __all__ = ["KeptResults", "RunTable"]
 
@@ -141,7 +141,8 @@ class RunTable:
 
     # --- entries ------------------------------------------------------------------------
     def update(self, info: RunInfo) -> None:
-        """Enter news of a run (its attempts never go down; its owner stays unless named)."""
+        """Enter news of a run (its attempts never go down; its owner and parent stay unless
+        named; when it started stays)."""
         old = self.runs.get(info.run_id)
         if old is not None:
             info = replace(
@@ -149,6 +150,8 @@ class RunTable:
                 attempts=max(info.attempts, old.attempts),
                 owner=info.owner or old.owner,
                 tenant=info.tenant or old.tenant,
+                started_at=old.started_at if old.started_at is not None else info.started_at,
+                parent=info.parent or old.parent,
             )
         elif self.unread:  # news of a run not read yet: newer than its records
             self.unread.pop(info.run_id, None)
@@ -235,9 +238,20 @@ class RunTable:
                 owner=owner,
                 seq=info.seq if info else 0,
                 tenant=tenant,
+                started_at=time.time(),  # (an earlier dispatch's time stays: see update)
             )
         )
         return None, epoch
+
+    def adopt(self, run_id: str) -> None:
+        """Name the parent of a claimed agent-as-tool child run, found by its id among the
+        runs in the table (its parent is running: it claims its children)."""
+        info = self.runs.get(run_id)
+        if info is None or info.parent is not None:
+            return
+        parent = parent_of(run_id, self.runs)
+        if parent is not None:
+            self.runs[run_id] = replace(info, parent=parent)
 
     def unclaim(self, run_id: str, before: RunInfo | None) -> None:
         """Put back a run's entry as it was before a claim its driver did not go on with."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -100,6 +101,27 @@ def test_runs_lists_every_run_as_a_table_or_json(head: Head) -> None:
     assert any(r.split()[:3] == ["cli-done", "completed", "banker"] for r in rows)
 
 
+def test_runs_hides_agent_as_tool_children_unless_all(head: Head) -> None:
+    top = ok_json(cli(head, "runs", "--json"))
+    assert all("." not in row["run_id"] and "parent" not in row for row in top)
+    every = ok_json(cli(head, "runs", "--all", "--json"))
+    children = {row["run_id"]: row["parent"] for row in every if row["parent"] is not None}
+    assert len(children) == 2 and set(children.values()) == {"cli-fan"}
+    assert all(run_id.startswith("cli-fan.") for run_id in children)
+    assert {row["run_id"] for row in every} - set(children) == {row["run_id"] for row in top}
+    table = cli(head, "runs", "--all", "--agent", "banker")
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[:4] == ["RUN", "ID", "PARENT", "STATUS"]
+    assert sorted(r.split()[1] for r in rows if r.startswith("cli-fan.")) == ["cli-fan"] * 2
+    stored = ok_json(cli(head, "runs", "--all", "--json", "--store", head.store, cluster=False))
+    parents = {row["run_id"]: row["parent"] for row in stored}
+    assert {k: v for k, v in parents.items() if k.startswith("cli-fan.")} == children
+    assert not any(
+        k.startswith("cli-fan.") for k in statuses(head, "--store", head.store, cluster=False)
+    )
+
+
 def test_show_gives_a_runs_result_pending_calls_and_conversation(head: Head) -> None:
     done = ok_json(cli(head, "show", "cli-done", "--json"))
     assert (done["status"], done["output"], done["usage"]["requests"]) == (
@@ -125,11 +147,15 @@ def test_show_tree_draws_handoffs_and_agent_as_tool_children(head: Head) -> None
     assert all(c["agent"] == "banker" and c["status"] == "completed" for c in children.values())
     assert (children["c_a"]["turns"], children["c_b"]["turns"]) == (1, 2)
     assert tree["tokens"] > 0  # (a completed child's usage is known while its records are)
+    walls = [tree["wall_s"], *(c["wall_s"] for c in children.values())]
+    assert all(isinstance(w, float) and w >= 0 for w in walls), walls
+    assert all(c["wall_s"] <= tree["wall_s"] for c in children.values())
     text = cli(head, "show", "cli-fan", "--tree")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].startswith("cli-fan  completed  clerk  handoffs: -> clerk")
     assert lines[1].startswith("├─ ask_banker[c_a]  cli-fan.") and lines[2].startswith("└─ ")
+    assert all(re.search(r"  wall \d+(\.\d+s|m\d\ds)$", line) for line in lines), lines
 
 
 def test_events_of_an_ended_run_end_with_its_terminal_event(head: Head) -> None:
