@@ -310,6 +310,8 @@ class RecordStore:
             last_error=found.error,
             seq=found.seq,
             tenant=found.tenant,
+            started_at=found.started_at,
+            parent=found.parent,
         )
         if found.unreadable:
             log.error("run %s is listed as failed: %s", run_id, found.error)

@@ -46,7 +46,14 @@ class Reports:
     def child_ended(self, state: RunState) -> None:
         """An agent-as-tool child run completed: report its end with the next reports (its
         parent's journal record of the result is usually one of them)."""
-        info = RunInfo(state.run_id, "completed", state.agent_name, state.turns, seq=state.seq)
+        info = RunInfo(
+            state.run_id,
+            "completed",
+            state.agent_name,
+            state.turns,
+            seq=state.seq,
+            parent=state.parent_run_id,
+        )
         self._ends.append(info)
         self._soon()
 

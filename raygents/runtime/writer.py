@@ -269,7 +269,14 @@ class RecordWriter:
         settings = self.directory.cached_settings()
         if state.seq == 0 and not settings.store.startswith(_DURABLE):
             return
-        info = RunInfo(state.run_id, "completed", state.agent_name, state.turns, seq=state.seq)
+        info = RunInfo(
+            state.run_id,
+            "completed",
+            state.agent_name,
+            state.turns,
+            seq=state.seq,
+            parent=state.parent_run_id,
+        )
         result = RunSummary(
             final_output=outcome.output or "",
             messages=state.messages,
