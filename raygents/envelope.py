@@ -33,6 +33,11 @@ class TraceContext(BaseModel):
     started_ns: int = 0
     """When a top-level run's root span began (it is exported when the run ends); 0 for a
     child run, which has no root span of its own."""
+    activation: str = ""
+    """The span id (hex) of the agent span of the activation under way, and ``activation_ns``
+    when it began: a run recovered from a record that still names one lost that activation
+    (an activation that ends clears it), and exports its span for it."""
+    activation_ns: int = 0
 
 
 class RunState(BaseModel):

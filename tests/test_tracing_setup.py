@@ -226,15 +226,25 @@ async def test_a_failed_runs_root_and_agent_spans_say_so(spans: InMemorySpanExpo
 async def test_a_resumed_run_continues_its_trace(spans: InMemorySpanExporter) -> None:
     """A run that comes back from a checkpoint (resume, recovery) carries its trace context:
     its agent span joins the run's root, with a restore event, and the root keeps its start."""
-    trace = TraceContext(traceparent=f"00-{'a' * 32}-{'b' * 16}-01", started_ns=1_000)
+    trace = TraceContext(
+        traceparent=f"00-{'a' * 32}-{'b' * 16}-01",
+        started_ns=1_000,
+        activation="c" * 16,  # (its record names an activation that never ended)
+        activation_ns=2_000,
+    )
     state = RunState(
         run_id="r1", agent_name="traced", messages=to_messages("hi"), seq=3, trace=trace
     )
     envelope = Envelope(state, "fp", None, activate=False, resumed=True)
     outcome = await _run_on_actor(ScriptedModel([text("done")]), envelope)
-    assert outcome.kind == "completed" and outcome.state.trace == trace
+    assert outcome.kind == "completed" and outcome.state.trace is not None
+    assert outcome.state.trace.traceparent == trace.traceparent
+    [lost, agent] = [s for s in spans.get_finished_spans() if s.name == "invoke_agent traced"]
+    assert lost.context is not None and lost.context.span_id == int("c" * 16, 16)
+    assert lost.status.status_code is StatusCode.ERROR and lost.start_time == 2_000
     found = {s.name: s for s in spans.get_finished_spans()}
-    root, agent = found["invoke_workflow traced"], found["invoke_agent traced"]
+    root = found["invoke_workflow traced"]
+    assert lost.parent is not None and lost.parent.span_id == int("b" * 16, 16)
     assert root.context is not None and agent.parent is not None
     assert (root.context.trace_id, root.context.span_id) == (int("a" * 32, 16), int("b" * 16, 16))
     assert agent.parent.span_id == root.context.span_id and root.start_time == 1_000

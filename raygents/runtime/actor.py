@@ -305,7 +305,12 @@ class AgentActor:
 
     async def _drive(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         first = envelope.state
+        if envelope.resumed:
+            tracing.lost(first)  # (the activation its record names never ended)
         with tracing.agent_span(first, self.agent.name, resumed=envelope.resumed) as span:
+            begun = tracing.begun(first, span)  # (its records name this activation)
+            if begun is not first:
+                envelope = dataclasses.replace(envelope, state=begun)
             state, view, action = await self._begin(envelope, token, emit)
             record = False  # the last tool batch's record is still to be written
             while True:
@@ -360,7 +365,7 @@ class AgentActor:
                 raise error
             case loop.HandoffTo(target=target):
                 await fire(hooks, "on_handoff", ctx, self.agent, self.graph[target])
-                state = self.toolbox.handoff(state, target)
+                state = tracing.ended(self.toolbox.handoff(state, target))
                 state = await self.writer.save(state, "running", emit)
                 tracing.event("raygents.handoff", {"raygents.to_agent": target})
                 self._emit(emit, state, "handoff", to_agent=target)
@@ -502,6 +507,7 @@ class AgentActor:
         tracing.event(
             "raygents.suspend", {"raygents.status": status, "raygents.cause": cause or ""}
         )
+        state = tracing.ended(state)
         try:
             state = await self.writer.save(state, status, emit, cause=cause, durable=True)
         except (CheckpointError, ray.exceptions.RayError) as exc:

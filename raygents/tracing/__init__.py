@@ -35,12 +35,15 @@ if TYPE_CHECKING:
 __all__ = [
     "agent_done",
     "agent_span",
+    "begun",
     "bind",
     "chat_done",
     "chat_span",
     "child_trace",
+    "ended",
     "event",
     "flush",
+    "lost",
     "run_end",
     "tool_done",
     "tool_span",
@@ -116,6 +119,31 @@ def agent_span(state: RunState, agent: str, *, resumed: bool) -> AbstractContext
     if t is None or state.trace is None:
         return _OFF
     return t.agent_span(state, agent, resumed=resumed)
+
+
+def begun(state: RunState, span: Any) -> RunState:
+    """``state`` naming the agent span of the activation under way (``span``), so that a
+    recovery that finds it in a record knows the activation was lost."""
+    if span is None or _tracer is None or state.trace is None:
+        return state
+    return _tracer.begun(state, span)
+
+
+def ended(state: RunState) -> RunState:
+    """``state`` without its activation's span: the activation ends (a handoff, a halt)."""
+    if state.trace is None or not state.trace.activation:
+        return state
+    return state.evolve(trace=state.trace.model_copy(update={"activation": "", "activation_ns": 0}))
+
+
+def lost(state: RunState) -> None:
+    """Export the agent span of the activation that a run coming back from a checkpoint
+    lost, if its record names one (that activation's process died before the span ended)."""
+    if state.trace is None or not state.trace.activation:
+        return
+    t = tracer()
+    if t is not None:
+        t.lost(state, state.agent_name)
 
 
 def agent_done(span: Any, first: RunState, state: RunState, outcome: str) -> None:

@@ -36,21 +36,23 @@ EXPORT_DELAY_MS = 500
 """How often a process exports its spans unless ``OTEL_BSP_SCHEDULE_DELAY`` says otherwise
 (the SDK's default is 5 s): Ray ends idle tool workers, and agent actors at shutdown, without
 running exit handlers, so a process's last spans must not wait long."""
-_ROOT_IDS: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
-    "raygents_root_ids", default=None
+_PRESET_IDS: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "raygents_preset_ids", default=None
 )
-"""The trace and span id the next span made in this context must have (a run's root)."""
+"""The trace and span id the next span made in this context must have (a run's root, or a
+lost activation's span)."""
 
 
 class _Ids(RandomIdGenerator):
-    """Random ids, except for a run's root span, whose ids follow from its run id."""
+    """Random ids, except for the spans raygents makes with ids known before (a run's root,
+    whose ids follow from its run id; a lost activation's span)."""
 
     def generate_span_id(self) -> int:
-        preset = _ROOT_IDS.get()
+        preset = _PRESET_IDS.get()
         return preset[1] if preset is not None else super().generate_span_id()
 
     def generate_trace_id(self) -> int:
-        preset = _ROOT_IDS.get()
+        preset = _PRESET_IDS.get()
         return preset[0] if preset is not None else super().generate_trace_id()
 
 
@@ -215,6 +217,41 @@ class Tracing:
         ) as span:
             yield span
 
+    def begun(self, state: RunState, span: Span) -> RunState:
+        """``state`` naming ``span`` as its activation's (see ``TraceContext.activation``)."""
+        assert state.trace is not None
+        trace_ctx = state.trace.model_copy(
+            update={
+                "activation": f"{span.get_span_context().span_id:016x}",
+                "activation_ns": time.time_ns(),
+            }
+        )
+        return state.evolve(trace=trace_ctx)
+
+    def lost(self, state: RunState, agent: str) -> None:
+        """Export the agent span of the activation a recovered run lost (its process died
+        before the span ended), from its start to now, marked failed."""
+        assert state.trace is not None
+        parent = _PROPAGATOR.extract({"traceparent": state.trace.traceparent})
+        trace_id = trace.get_current_span(parent).get_span_context().trace_id
+        token = _PRESET_IDS.set((trace_id, int(state.trace.activation, 16)))
+        try:
+            span = self.tracer.start_span(
+                f"invoke_agent {agent}",
+                context=parent,
+                start_time=state.trace.activation_ns or None,
+                attributes={
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": agent,
+                    "raygents.run_id": state.run_id,
+                    "raygents.outcome": "lost",
+                },
+            )
+        finally:
+            _PRESET_IDS.reset(token)
+        span.set_status(Status(StatusCode.ERROR, "the process running it was lost"))
+        span.end()
+
     def tool_failed(self, span: Span, content: str) -> None:
         """Mark a tool call's span failed (its result is an error)."""
         span.set_status(Status(StatusCode.ERROR, content[:200]))
@@ -224,7 +261,7 @@ class Tracing:
         """Export a top-level run's root span, with the ids its trace context names."""
         assert state.trace is not None
         _, trace_hex, span_hex, _ = state.trace.traceparent.split("-")
-        token = _ROOT_IDS.set((int(trace_hex, 16), int(span_hex, 16)))
+        token = _PRESET_IDS.set((int(trace_hex, 16), int(span_hex, 16)))
         try:
             span = self.tracer.start_span(
                 f"invoke_workflow {start_agent}",
@@ -242,7 +279,7 @@ class Tracing:
                 },
             )
         finally:
-            _ROOT_IDS.reset(token)
+            _PRESET_IDS.reset(token)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error[:200]))
         span.end()
