@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_process import driver_process, ready_json
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,27 +37,8 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     store = f"file://{tmp_path_factory.mktemp('cli') / 'store'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OPENAI_"))}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()}
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "cli_head.py"), NAMESPACE, store],
-        cwd=HERE,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line, "the head exited before it was ready"
-        yield Head(json.loads(line)["address"], store, env)
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()  # the head shuts raygents and Ray down and exits
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+    with driver_process([str(HERE / "cli_head.py"), NAMESPACE, store], cwd=HERE, env=env) as proc:
+        yield Head(ready_json(proc, "the head")["address"], store, env)
 
 
 def cli(head: Head, *args: str, cluster: bool = True) -> subprocess.CompletedProcess[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_process import driver_process, ready_json
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -71,19 +72,8 @@ def test_completed_runs_keep_their_results_through_a_restart_of_ray(tmp_path: Pa
     rows = {r["run_id"]: r["status"] for r in _cli(env, "runs", "--store", store, "--json")}
     assert rows == {"kept-geo": "completed", "kept-quick": "completed"}
 
-    head = subprocess.Popen(
-        [sys.executable, DRIVER, "head", store],
-        cwd=HERE,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert head.stdout is not None
-        line = head.stdout.readline()
-        assert line, "the second driver exited before it was ready"
-        found = json.loads(line)
+    with driver_process([DRIVER, "head", store], cwd=HERE, env=env) as head:
+        found = ready_json(head, "the second driver")
         assert found["runs"]["kept-geo"] == ["completed", "geo", geo_turns]
         assert found["runs"]["kept-quick"] == ["completed", "quick", 1]
         untyped, typed = found["untyped"], found["typed"]
@@ -113,11 +103,3 @@ def test_completed_runs_keep_their_results_through_a_restart_of_ray(tmp_path: Pa
         left = list(runs_dir.iterdir()) if runs_dir.exists() else []
         assert left == [], "their records and kept results are gone"
         assert _cli(on_cluster, "runs", "--json", *ns) == []
-    finally:
-        assert head.stdin is not None
-        head.stdin.close()
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-            head.wait(timeout=30)
