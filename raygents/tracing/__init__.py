@@ -15,7 +15,8 @@ state, so whichever process ends the run can make it). Each agent's part of the 
 (``execute_tool <tool>``) are its children, and an agent-as-tool child run's agent spans are
 children of the tool call that started it. The context travels in :attr:`RunState.trace
 <raygents.envelope.RunState.trace>` (so in checkpoints: a recovered or resumed run continues its
-trace) and with each tool task.
+trace) and with each tool task. It also names the agent span of the activation under way, so that
+a run recovered after its actor died exports that span, which its dead process never ended.
 """
 
 from __future__ import annotations
