@@ -336,6 +336,33 @@ def ratelimit(w: dict[str, Any]) -> list[str]:
     return out
 
 
+def tracing(w: dict[str, Any]) -> list[str]:
+    spans, runs = w["spans_us_per_turn"], w["runs_ms"]
+    out = [
+        "An agent actor's spans per turn, in one process (on: the SDK with an exporter that "
+        "drops every span behind its batch processor):",
+        "",
+        "| per turn | off p50 us | on p50 us | on p99 us | tool task span p50 us |",
+        "|---|---|---|---|---|",
+    ]
+    for k in ("k=1", "k=4"):
+        off, on = spans.get(f"off {k}", {}), spans.get(f"on_drop {k}", {})
+        out.append(
+            f"| {k} tool calls | {_f(off.get('turn_p50_us'))} | {_f(on.get('turn_p50_us'))} | "
+            f"{_f(on.get('turn_p99_us'))} | {_f(on.get('task_p50_us'))} |"
+        )
+    out += [
+        "",
+        "2-turn runs with 4 tool tasks on Ray, half the traces sampled where tracing is on:",
+        "",
+        "| instance | runs | p50 ms | p99 ms |",
+        "|---|---|---|---|",
+    ]
+    for name, r in runs.items():
+        out.append(f"| {name} | {r['n']} | {_f(r['p50_ms'], 2)} | {_f(r['p99_ms'], 2)} |")
+    return out
+
+
 SECTIONS = (
     ("overhead", "1. Single-run overhead (2-turn run, K tool calls)", overhead),
     (
@@ -350,6 +377,7 @@ SECTIONS = (
     ("coordinator", "7. One coordinator's ceiling (synthetic runs, memory store)", coordinator),
     ("batch", "8. Batch jobs (`run_batch`, 100 ms model, 4 tools in the actor)", batch),
     ("ratelimit", "9. A cluster-wide model rate limit (local server enforcing it)", ratelimit),
+    ("tracing", "10. Tracing overhead (OpenTelemetry spans)", tracing),
 )
 
 
