@@ -9,29 +9,28 @@ import os
 import time
 import traceback
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from typing_extensions import assert_never
 
-from raygents import checkpoint, logs, loop, metrics, tracing
+from raygents import logs, loop, metrics, tracing
 from raygents.agent import Agent
-from raygents.envelope import Envelope, Outcome, OutcomeKind, RunState
-from raygents.errors import CANCEL, CheckpointError, RaygentsError, RunCancelled
-from raygents.events import RunEvent
+from raygents.envelope import Envelope, Outcome, RunState
+from raygents.errors import CANCEL, RaygentsError, RunCancelled
 from raygents.guardrails import run_input_guardrails, run_output_guardrails
 from raygents.hooks import fire
 from raygents.messages import ModelRequest, ModelResponse
 from raygents.models.base import Model, resolve_model
 from raygents.runtime.directory import Directory
 from raygents.runtime.drive import SuspendToken
-from raygents.runtime.liveness import Beater
+from raygents.runtime.liveness import Beater, watch_coordinator
 from raygents.runtime.modelcall import call_model
 from raygents.runtime.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
 from raygents.runtime.process import tune_collector
 from raygents.runtime.runsession import open_session, resume_session, save_run_session
+from raygents.runtime.stops import Emit, Stops, send_event
 from raygents.runtime.toolbox import Toolbox
 from raygents.runtime.toolcalls import ToolCalls
 from raygents.runtime.writer import RecordWriter
@@ -42,7 +41,6 @@ __all__ = ["AgentActor"]
 log = logging.getLogger("raygents")
 _exit_actor: Any = ray.actor.exit_actor
 
-Emit = Callable[[RunEvent], None]
 _RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
 
 
@@ -94,7 +92,8 @@ class AgentActor:
         self.graph_fp = graph_fp
         self._model: Model | None = None
         self.toolbox = Toolbox(self.agent)
-        self.writer = RecordWriter(self.directory, self._checkpointed)
+        self.stops = Stops(self.agent)
+        self.writer = self.stops.writer = RecordWriter(self.directory, self.stops.checkpointed)
         self.calls = ToolCalls(
             self.agent, self.toolbox, self.directory, self.writer, self._emit, self._children
         )
@@ -217,31 +216,13 @@ class AgentActor:
             return None
         coordinator = self.directory.coordinator()
         every = self.directory.cached_settings().recovery.heartbeat_s
-        self._watch = asyncio.ensure_future(self._watch_coordinator(coordinator))
+        self._watch = asyncio.ensure_future(watch_coordinator(coordinator, every, self.agent.name))
         return Beater(
             asyncio.get_running_loop(),
             lambda lag: coordinator.beat.remote(actor_id, lag),
             every,
             lambda: bool(self._active),
         ).start()
-
-    async def _watch_coordinator(self, coordinator: Any) -> None:
-        """Exit once the coordinator is gone for good (its driver ended without closing
-        raygents, or it was removed): agent actors are detached, so that they keep running
-        while it restarts, and nothing else would stop them. Their runs are recovered by
-        whoever dispatched them, with the coordinator that takes over, as when an actor dies."""
-        every = self.directory.cached_settings().recovery.heartbeat_s
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await coordinator.__ray_ready__.remote()
-            except ray.exceptions.ActorDiedError:
-                break
-            except ray.exceptions.RayError:
-                continue  # (restarting, or a hiccup: it answers again later)
-        log.warning("agent %r: its coordinator is gone for good; this actor exits", self.agent.name)
-        tracing.flush()
-        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def _children(self, run_id: str) -> dict[str, SuspendToken] | None:
         active = self._active.get(run_id)
@@ -269,7 +250,7 @@ class AgentActor:
         state = envelope.state
         try:
             if token.cause == CANCEL:
-                return await self._cancelled(state)
+                return await self.stops.cancelled(state)
             drive = asyncio.ensure_future(self._drive(envelope, token, emit))
             active = self._active.get(state.run_id)
             if active is not None:
@@ -279,9 +260,9 @@ class AgentActor:
             except asyncio.CancelledError:
                 if token.cause != CANCEL or not drive.cancelled():
                     raise
-                return await self._cancelled(state)
+                return await self.stops.cancelled(state)
         except RaygentsError as exc:
-            return await self._fail(state, exc.with_run_id(state.run_id))
+            return await self.stops.fail(state, exc.with_run_id(state.run_id))
         except Exception as exc:
             log.exception("run %s failed inside agent %r", state.run_id, self.agent.name)
             error = RaygentsError(
@@ -289,7 +270,7 @@ class AgentActor:
                 + traceback.format_exc(limit=5),
                 run_id=state.run_id,
             )
-            return await self._fail(state, error)
+            return await self.stops.fail(state, error)
         finally:
             self._active.pop(state.run_id, None)
             self.writer.forget(state.run_id)
@@ -340,7 +321,7 @@ class AgentActor:
         if token.cause is not None and isinstance(action, (loop.CallModel, loop.RunTools)):
             # a safe point: before a model call, or before a batch none of which runs yet
             # (the suspend's record holds the model's reply, and a resume runs the batch)
-            halted = await self._halt(state, "suspended", emit, cause=token.cause)
+            halted = await self.stops.halt(state, "suspended", emit, cause=token.cause)
             return halted, state, action, False
         hooks = self.agent.hooks
         ctx = self._run_context(state, envelope.context)
@@ -412,7 +393,7 @@ class AgentActor:
         except asyncio.CancelledError:
             if not reply.cancelled() or token.cause in (None, CANCEL):
                 raise
-            halted = await self._halt(state, "suspended", emit, cause=token.cause)
+            halted = await self.stops.halt(state, "suspended", emit, cause=token.cause)
             return halted, state, call, False
         metrics.turn(self.agent.name)
         state, action = loop.on_response(state, view, response)
@@ -471,7 +452,7 @@ class AgentActor:
         needs = await self.calls.needs_approval(state, batch, envelope.context)
         state, gated = loop.gate(state, batch, needs, self.agent.name)
         if isinstance(gated, loop.Interrupt):
-            return await self._halt(state, "awaiting_approval", emit), state, batch, False
+            return await self.stops.halt(state, "awaiting_approval", emit), state, batch, False
         if not state.journal:
             state = await self.writer.save(state, "running", emit)  # the intent: never ask again
         results, state, halts, journaled = await self.calls.run_batch(state, envelope, gated, emit)
@@ -479,63 +460,12 @@ class AgentActor:
             pending = tuple(p for h in halts if h.kind == "interrupted" for p in h.state.pending)
             if pending:
                 state = state.evolve(pending=pending)
-                return await self._halt(state, "awaiting_approval", emit), state, batch, False
+                return await self.stops.halt(state, "awaiting_approval", emit), state, batch, False
             cause = next(h.cause for h in halts if h.kind == "suspended")
-            return await self._halt(state, "suspended", emit, cause=cause), state, batch, False
+            return await self.stops.halt(state, "suspended", emit, cause=cause), state, batch, False
         state, action = loop.on_results(state, view, gated, [r.result for r in results])
         # (a handoff writes its own record)
         return None, state, action, isinstance(action, loop.CallModel) and not journaled
-
-    # --- checkpoints --------------------------------------------------------------------
-    async def _checkpointed(
-        self, state: RunState, status: checkpoint.Status, emit: Emit | None
-    ) -> None:
-        """Report a written record: the ``checkpoint`` event and the ``on_checkpoint`` hook."""
-        tracing.event("raygents.checkpoint", {"raygents.seq": state.seq, "raygents.status": status})
-        if emit is not None:
-            self._emit(emit, state, "checkpoint", data={"seq": state.seq, "status": status})
-        ctx = RunContext(state.run_id, self.agent.name, None, state.turns, state.usage)
-        await fire(self.agent.hooks, "on_checkpoint", ctx, self.agent, state.seq, status)
-
-    async def _halt(
-        self, state: RunState, status: checkpoint.Status, emit: Emit, *, cause: str | None = None
-    ) -> Outcome:
-        """Stop the run with a durable checkpoint (suspend or approval interrupt)."""
-        kind: OutcomeKind = "suspended" if status == "suspended" else "interrupted"
-        if kind == "suspended":
-            metrics.suspended(self.agent.name)
-        tracing.event(
-            "raygents.suspend", {"raygents.status": status, "raygents.cause": cause or ""}
-        )
-        state = tracing.ended(state)
-        try:
-            state = await self.writer.save(state, status, emit, cause=cause, durable=True)
-        except (CheckpointError, ray.exceptions.RayError) as exc:
-            log.error("run %s: cannot store its %s checkpoint: %s", state.run_id, status, exc)
-            return Outcome(kind, state, cause=cause, checkpoint_error=str(exc))
-        return Outcome(kind, state, cause=cause)
-
-    async def _fail(
-        self, state: RunState, error: RaygentsError, status: checkpoint.Status = "failed"
-    ) -> Outcome:
-        """Store the run's failure (or cancel) at its next free seq: after the newest record
-        this activation wrote, if it wrote any (``state`` is the one it started from)."""
-        newest = self.writer.newest(state.run_id)
-        if newest is not None and newest.seq > state.seq:
-            state = newest
-        try:
-            state = await self.writer.save(
-                state, status, None, error=str(error)[:2000], durable=True
-            )
-        except Exception as exc:  # the failure itself is what the caller must see
-            log.warning("run %s: cannot store its %s checkpoint: %s", state.run_id, status, exc)
-        return Outcome("failed", state, error=error)
-
-    async def _cancelled(self, state: RunState) -> Outcome:
-        """The run was cancelled: store that (its records stay) and end it with RunCancelled."""
-        log.info("run %s cancelled in agent %r", state.run_id, self.agent.name)
-        error = RunCancelled("run cancelled", run_id=state.run_id)
-        return await self._fail(state, error, "cancelled")
 
     # --- model calls, guardrails, events ------------------------------------------------
     async def _call_model(
@@ -574,12 +504,4 @@ class AgentActor:
         return RunContext(state.run_id, self.agent.name, context, state.turns, state.usage)
 
     def _emit(self, emit: Emit, state: RunState, kind: Any, **fields: Any) -> None:
-        emit(
-            RunEvent(
-                type=kind,
-                run_id=state.run_id,
-                agent_name=self.agent.name,
-                path=state.path,
-                **fields,
-            )
-        )
+        send_event(emit, state, self.agent.name, kind, **fields)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,11 @@ from typing import Any
 
 import ray
 
-__all__ = ["Beater", "Beats"]
+from raygents import tracing
+
+__all__ = ["Beater", "Beats", "watch_coordinator"]
+
+log = logging.getLogger("raygents")
 
 _FORGET_AFTER_S = 600.0  # the beats of an actor that stopped beating this long ago are dropped
 
@@ -124,3 +129,21 @@ class Beats:
     def forget(self, actor_id: str) -> None:
         """The actor was replaced or retired."""
         self._newest.pop(actor_id, None)
+
+
+async def watch_coordinator(coordinator: Any, every_s: float, agent_name: str) -> None:
+    """Exit this agent actor once the coordinator is gone for good (its driver ended without
+    closing raygents, or it was removed): agent actors are detached, so that they keep running
+    while it restarts, and nothing else would stop them. Their runs are recovered by whoever
+    dispatched them, with the coordinator that takes over, as when an actor dies."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await coordinator.__ray_ready__.remote()
+        except ray.exceptions.ActorDiedError:
+            break
+        except ray.exceptions.RayError:
+            continue  # (restarting, or a hiccup: it answers again later)
+    log.warning("agent %r: its coordinator is gone for good; this actor exits", agent_name)
+    tracing.flush()
+    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
