@@ -116,6 +116,9 @@ class RunState(BaseModel):
     rewritten: bool = False
     """A handoff's ``input_filter`` rewrote the history: the session save replaces the
     conversation with the run's instead of appending the run's new messages to it."""
+    started_at: float | None = None
+    """When the run started (``time.time()`` where it was made); a record without it (from
+    before) reads as None."""
     trace: TraceContext | None = None
     """The run's trace context, when tracing was on as it started; a record without it (from
     before, or untraced) reads as None, and a top-level run then gets one on its next

@@ -415,7 +415,7 @@ async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(
     else:
         actor.writer.use_store(None)
     _, epoch = await coord.claim("r1", "driver", "marking")
-    state = _state("r1").evolve(agent_name="marking", turns=0, epoch=epoch)
+    state = _state("r1").evolve(agent_name="marking", turns=0, epoch=epoch, started_at=1234.5)
     outcome = await actor._run(Envelope(state, "fp"), SuspendToken("r1"), lambda e: None)
     assert outcome.kind == "completed" and outcome.state.seq >= 1
     # the coordinator crashes now: the outcome never reached it (no driver here), so its
@@ -425,6 +425,7 @@ async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(
     rebuilt = Coordinator("test", Settings(store=url))
     assert await rebuilt.records.rebuilt(timeout_s=10.0)
     assert rebuilt.table.runs["r1"].status == "completed"
+    assert rebuilt.table.runs["r1"].started_at == 1234.5  # (the marker keeps when it started)
     with pytest.raises(UserError, match="'r1' already completed"):
         await rebuilt.claim_and_load("r1", "driver-2")
     info, result = await rebuilt.wait("r1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -127,6 +128,7 @@ async def run_child(
             max_tokens=spend,
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
+            started_at=time.time(),
         )
     _, epoch = await directory.claim(child_id, child.agent_name)
     # (its agent spans go under this call's span, a resumed child's too)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -138,6 +139,7 @@ def start(
         session_id=session_id,
         start_agent=agent.name,
         tenant=tenant,
+        started_at=time.time(),
     )
     envelope = Envelope(state, fp, context, stream=_stream)
     relay = HookRelay(hooks, graph, context) if hooks is not None else None

@@ -275,6 +275,7 @@ class RecordWriter:
             state.agent_name,
             state.turns,
             seq=state.seq,
+            started_at=state.started_at,
             parent=state.parent_run_id,
         )
         result = RunSummary(
