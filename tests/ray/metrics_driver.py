@@ -79,7 +79,10 @@ def _kill_agent_actor() -> None:
     raise LookupError("agent:metered")
 
 
-def _runs() -> None:
+def _runs(port: int) -> list[str]:
+    """Drive the runs; the endpoint's raygents lines before the agent actor is killed (Ray
+    stops serving a dead worker's metrics, and the kill takes the actor that counted the
+    suspend)."""
     agent = _agent()
     rg.start(agent, "go", run_id="m-plain").result(timeout_s=120)
     paused = rg.start(agent, "slow go", run_id="m-paused")
@@ -88,6 +91,7 @@ def _runs() -> None:
     with contextlib.suppress(rg.SuspendedError):
         paused.result(timeout_s=120)
     rg.resume("m-paused", agent=agent).result(timeout_s=120)
+    before_kill = scrape(port, time.monotonic() + 60, 'status="suspended"')
     lost = rg.start(agent, "slow go", run_id="m-lost")
     naps = (e for e in lost.events() if e.type == "tool_start" and e.tool_name == "nap")
     next(naps)
@@ -95,18 +99,23 @@ def _runs() -> None:
     time.sleep(0.3)
     _kill_agent_actor()
     lost.result(timeout_s=120)
+    return before_kill
 
 
-def scrape(port: int, deadline: float) -> list[str]:
-    """The endpoint's raygents lines, once every expected metric is there (or at the
-    deadline: what there is)."""
+def scrape(port: int, deadline: float, wanted: str = "") -> list[str]:
+    """The endpoint's raygents lines, once every expected metric is there (with ``wanted``:
+    once a line holds it), or at the deadline: what there is."""
     lines: list[str] = []
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             url = f"http://127.0.0.1:{port}/metrics"
             body = urllib.request.urlopen(url, timeout=10).read().decode()
             lines = [line for line in body.splitlines() if line.startswith("ray_raygents_")]
-            if all(any(line.startswith(f"ray_raygents_{e}") for line in lines) for e in EXPECTED):
+            if wanted and any(wanted in line for line in lines):
+                return lines
+            if not wanted and all(
+                any(line.startswith(f"ray_raygents_{e}") for line in lines) for e in EXPECTED
+            ):
                 return lines
         time.sleep(0.5)
     return lines
@@ -123,8 +132,10 @@ def main() -> None:
     )
     limits = {MODEL: rg.RateLimit(requests_per_minute=6000)}
     rg.init(store=store, handle_sigterm=False, rate_limits=limits, heartbeat_s=0.5)
-    _runs()
-    lines = scrape(port, time.monotonic() + 90)
+    before_kill = _runs(port)
+    after = scrape(port, time.monotonic() + 90)
+    series = {line.rpartition(" ")[0] for line in after}  # (a series the endpoint still serves)
+    lines = after + [line for line in before_kill if line.rpartition(" ")[0] not in series]
     print(json.dumps({"lines": lines}), flush=True)
     time.sleep(2)  # (the workers' last log lines reach this driver)
     rg.shutdown()
