@@ -32,7 +32,8 @@ NESTED = child_run_id(child_run_id("top", "c1"), "c2")
         (child_run_id("top", "c1"), {"top"}, "top"),
         (child_run_id("top", "c1"), set(), None),  # (its parent is not known)
         (NESTED, {"top", child_run_id("top", "c1")}, child_run_id("top", "c1")),
-        (child_run_id(LONG, "c1"), {LONG, "p" * 64 + "x"}, LONG),
+        (child_run_id(LONG, "c1"), {LONG, "q" * 100}, LONG),
+        (child_run_id(LONG, "c1"), {LONG, "p" * 64 + "x"}, None),  # (either may be its parent)
         ("top", {"top"}, None),
         ("job.retry", {"job"}, None),  # (a top-level id with a dot is no child's)
         ("job." + "a" * 23, {"job"}, None),

@@ -16,7 +16,7 @@ from raygents.runtime.handle import RunStatus
 from raygents.runtime.keptresult import FORMAT, dump_messages, fitted
 
 if TYPE_CHECKING:
-    from raygents.envelope import Outcome
+    from raygents.envelope import Outcome, RunState
     from raygents.messages import Message
 
 __all__ = [
@@ -26,9 +26,11 @@ __all__ = [
     "RunSummary",
     "TableStatus",
     "done_marker",
+    "ended_info",
     "outcome_entry",
     "outcome_status",
     "parent_of",
+    "run_summary",
     "table_status",
 ]
 
@@ -97,33 +99,41 @@ def outcome_status(outcome: Outcome) -> RunStatus:
     return _STATUS_OF.get(outcome.kind, "failed")
 
 
-def outcome_entry(outcome: Outcome, error: str | None = None) -> tuple[RunInfo, RunSummary | None]:
-    """The run table's entry for a run that ended with ``outcome``, and a completed run's
-    summary; ``error``: the text of the error its caller sees (default: the outcome's)."""
+def run_summary(outcome: Outcome) -> RunSummary:
+    """The summary the run table keeps of a completed run's result."""
     state = outcome.state
-    summary: RunSummary | None = None
-    if outcome.kind == "completed":
-        summary = {
-            "final_output": outcome.output or "",
-            "messages": state.messages,
-            "usage": state.usage,
-            "turns": state.turns,
-            "agent_name": state.agent_name,
-            "input_count": state.input_len,
-        }
-    if error is None and outcome.error is not None:
-        error = str(outcome.error)
-    info = RunInfo(
+    return {
+        "final_output": outcome.output or "",
+        "messages": state.messages,
+        "usage": state.usage,
+        "turns": state.turns,
+        "agent_name": state.agent_name,
+        "input_count": state.input_len,
+    }
+
+
+def ended_info(state: RunState, status: TableStatus, error: str | None = None) -> RunInfo:
+    """The run table's entry for the run of ``state`` once it ended with ``status``."""
+    return RunInfo(
         state.run_id,
-        outcome_status(outcome),
+        status,
         state.agent_name,
         state.turns,
         last_error=error,
         seq=state.seq,
         tenant=state.tenant,
+        started_at=state.started_at,
         parent=state.parent_run_id,
     )
-    return info, summary
+
+
+def outcome_entry(outcome: Outcome, error: str | None = None) -> tuple[RunInfo, RunSummary | None]:
+    """The run table's entry for a run that ended with ``outcome``, and a completed run's
+    summary; ``error``: the text of the error its caller sees (default: the outcome's)."""
+    summary = run_summary(outcome) if outcome.kind == "completed" else None
+    if error is None and outcome.error is not None:
+        error = str(outcome.error)
+    return ended_info(outcome.state, outcome_status(outcome), error), summary
 
 
 def table_status(value: str) -> TableStatus:
@@ -169,15 +179,15 @@ def parent_of(run_id: str, known: Collection[str]) -> str | None:
     """The parent of ``run_id`` among the ``known`` run ids when its id is an agent-as-tool
     child's (``<parent id, cut to 64>.<24 hex digits>``, see
     :func:`~raygents.runtime.children.child_run_id`), else None. ``known`` is looked in with
-    ``in`` first (a set or a dict is quick); a parent whose id was cut is found by a scan."""
+    ``in`` first (a set or a dict is quick); a parent whose id was cut is found by a scan, and
+    only when one known id begins with the cut id (the digits cannot tell two such ids apart)."""
     found = _CHILD_ID.fullmatch(run_id)
     if found is None:
         return None
     head = found[1]
     if head in known:
         return head
-    if len(head) == _PARENT_CUT:
-        for other in known:
-            if len(other) > _PARENT_CUT and other.startswith(head) and other != run_id:
-                return other
-    return None
+    if len(head) != _PARENT_CUT:
+        return None
+    longer = [o for o in known if len(o) > _PARENT_CUT and o.startswith(head) and o != run_id]
+    return longer[0] if len(longer) == 1 else None
