@@ -14,7 +14,7 @@ from typing import Any
 import ray
 
 from raygents.envelope import RunState
-from raygents.runtime.runinfo import Note, RunInfo
+from raygents.runtime.runinfo import Note, RunInfo, ended_info
 
 __all__ = ["Note", "Reports"]
 
@@ -46,15 +46,7 @@ class Reports:
     def child_ended(self, state: RunState) -> None:
         """An agent-as-tool child run completed: report its end with the next reports (its
         parent's journal record of the result is usually one of them)."""
-        info = RunInfo(
-            state.run_id,
-            "completed",
-            state.agent_name,
-            state.turns,
-            seq=state.seq,
-            parent=state.parent_run_id,
-        )
-        self._ends.append(info)
+        self._ends.append(ended_info(state, "completed"))
         self._soon()
 
     def drop(self, run_id: str) -> None:

@@ -29,7 +29,7 @@ from raygents.runtime import rebuild
 from raygents.runtime.directory import Directory
 from raygents.runtime.journal import Journal
 from raygents.runtime.reports import Reports
-from raygents.runtime.runinfo import RecordEntry, RunInfo, RunSummary, done_marker
+from raygents.runtime.runinfo import RecordEntry, done_marker, ended_info, run_summary
 from raygents.store import FileStore, Store, open_store
 
 __all__ = ["RecordWriter"]
@@ -269,24 +269,7 @@ class RecordWriter:
         settings = self.directory.cached_settings()
         if state.seq == 0 and not settings.store.startswith(_DURABLE):
             return
-        info = RunInfo(
-            state.run_id,
-            "completed",
-            state.agent_name,
-            state.turns,
-            seq=state.seq,
-            started_at=state.started_at,
-            parent=state.parent_run_id,
-        )
-        result = RunSummary(
-            final_output=outcome.output or "",
-            messages=state.messages,
-            usage=state.usage,
-            turns=state.turns,
-            agent_name=state.agent_name,
-            input_count=state.input_len,
-        )
-        done = done_marker(info, state.epoch, result)
+        done = done_marker(ended_info(state, "completed"), state.epoch, run_summary(outcome))
         key = rebuild.done_key(state.run_id, state.epoch)
         fence = checkpoint.fence_key(state.run_id, state.epoch + 1)
         try:
