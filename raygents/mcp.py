@@ -7,11 +7,14 @@ sent from the actor's event loop, so many runs can call one server concurrently.
 
 A server is not trusted: a call it leaves unanswered ends after the server's
 ``tool_timeout_s`` (:data:`MCP_TOOL_TIMEOUT_S` by default) as an error result; its tool list
-must come within :data:`_LIST_TIMEOUT_S` and in at most :data:`_MAX_LIST_PAGES` pages; a tool
-whose input schema cannot be used is left out with a warning; and a tool name that model APIs
-refuse is offered to the model under a name derived from it (see :func:`tool_name`).
+must come within :data:`_LIST_TIMEOUT_S` and in at most
+:data:`~raygents.mcp_connection.MAX_LIST_PAGES` pages; a tool whose input schema cannot be used
+is left out with a warning; and a tool name that model APIs refuse is offered to the model under
+a name derived from it (see :func:`tool_name`).
 
-Only this module imports the ``mcp`` SDK (version 2), and only when a server first connects.
+The connection itself (its owner task, time limits, tool listing) is in
+:mod:`raygents.mcp_connection`. Only these two modules import the ``mcp`` SDK (version 2), and
+only when a server first connects.
 """
 
 from __future__ import annotations
@@ -24,16 +27,23 @@ import logging
 import math
 import os
 import re
-import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from raygents.errors import RaygentsError, UserError
+from raygents.mcp_connection import (
+    Connection,
+    Late,
+    Streams,
+    describe,
+    is_disconnect,
+    list_all_tools,
+    require_mcp,
+    to_tool_result,
+    within,
+)
 from raygents.schema import excerpt
 from raygents.tools import Tool, ToolContext, ToolResult, parameters_problem, valid_tool_name
-
-if sys.version_info < (3, 11):
-    from exceptiongroup import BaseExceptionGroup
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -50,33 +60,15 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-_Streams = tuple[Any, Any]
-"""A transport's read and write streams."""
-
 logger = logging.getLogger(__name__)
 
-_CONNECT_TIMEOUT_S = 60.0
-"""How long a server may take to answer the MCP handshake; ``npx``/``uvx`` may first download."""
 _HTTP_TIMEOUT_S = 30.0
 _HTTP_READ_TIMEOUT_S = 300.0
 """A streamable-HTTP response may be an event stream that stays quiet for a while."""
-_SESSION_NOT_FOUND = -32001
 MCP_TOOL_TIMEOUT_S = 300.0
 """How long an MCP tool call may take when its server sets no ``tool_timeout_s``."""
 _LIST_TIMEOUT_S = 60.0
 """How long listing a server's tools may take, all pages together."""
-_MAX_LIST_PAGES = 100
-"""A server that sends more ``tools/list`` pages than this is taken to page forever."""
-
-
-def _require_mcp() -> None:
-    try:
-        import mcp.client.streamable_http  # noqa: F401
-    except ImportError as exc:
-        raise UserError(
-            f"MCP servers need the MCP SDK (mcp>=2.3), which cannot be imported ({exc}): "
-            "pip install 'raygents[mcp]'"
-        ) from exc
 
 
 class MCPServer:
@@ -110,7 +102,7 @@ class MCPServer:
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._tools: list[Tool] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connect_lock = asyncio.Lock()
@@ -141,18 +133,18 @@ class MCPServer:
                 answer within a minute, a cursor sent twice, more than 100 pages.
         """
         self._check_loop()
-        _require_mcp()
+        require_mcp()
         if self._tools is None:
             async with self._list_lock:
                 if self._tools is None:
                     try:
-                        infos = await _within(self._request(_list_all_tools), _LIST_TIMEOUT_S)
+                        infos = await within(self._request(list_all_tools), _LIST_TIMEOUT_S)
                     except Exception as exc:
-                        if isinstance(exc, _Late):
+                        if isinstance(exc, Late):
                             exc = TimeoutError(f"no answer to tools/list within {exc}s")
                         raise RaygentsError(
                             f'cannot list the tools of MCP server "{self.name}": '
-                            f"{excerpt(_describe(exc), 1000)}"
+                            f"{excerpt(describe(exc), 1000)}"
                         ) from exc
                     self._tools = _usable_tools(self, infos)
         return list(self._tools)
@@ -193,14 +185,14 @@ class MCPServer:
             return await session.call_tool(name, args)
 
         try:
-            result = await _within(self._request(call), limit)
-        except _Late:
+            result = await within(self._request(call), limit)
+        except Late:
             message = f'Error: cannot execute tool "{shown}": timed out after {limit} s'
             return ToolResult(message, is_error=True)
         except Exception as exc:
-            reason = excerpt(_describe(exc), 1000)
+            reason = excerpt(describe(exc), 1000)
             return ToolResult(f'Error: cannot execute tool "{shown}": {reason}', is_error=True)
-        return _to_tool_result(result)
+        return to_tool_result(result)
 
     async def close(self) -> None:
         """Close the connection (for stdio, stop the server process).
@@ -220,14 +212,14 @@ class MCPServer:
         try:
             return await op(conn.session)
         except Exception as exc:
-            if not _is_disconnect(exc) or closes != self._closes:
+            if not is_disconnect(exc) or closes != self._closes:
                 raise
             logger.info("MCP server %r: connection lost (%s); reconnecting", self.name, exc)
         await self._discard(conn)
         conn = await self._connection()
         return await op(conn.session)
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> Connection:
         conn = self._conn
         if conn is not None and conn.alive:
             return conn
@@ -237,7 +229,7 @@ class MCPServer:
             if self._conn is not None:
                 await self._conn.close()
             # Published before the handshake, so that close() can stop it midway.
-            self._conn = conn = _Connection(self)
+            self._conn = conn = Connection(self)
             try:
                 await conn.ready()
             except BaseException:
@@ -246,7 +238,7 @@ class MCPServer:
                 raise
             return conn
 
-    async def _discard(self, conn: _Connection) -> None:
+    async def _discard(self, conn: Connection) -> None:
         if self._conn is conn:
             self._conn = None
         await conn.close()
@@ -261,7 +253,7 @@ class MCPServer:
                 self._tools = tools
             self._loop = loop
 
-    async def _open(self, stack: contextlib.AsyncExitStack) -> _Streams:
+    async def _open(self, stack: contextlib.AsyncExitStack) -> Streams:
         """Enter the transport on ``stack`` and return its read and write streams."""
         raise NotImplementedError(f"{type(self).__name__} has no transport")
 
@@ -306,7 +298,7 @@ class MCPServerStdio(MCPServer):
     def __repr__(self) -> str:
         return f"MCPServerStdio({self.name!r}, command={self.command!r}, args={self.args!r})"
 
-    async def _open(self, stack: contextlib.AsyncExitStack) -> _Streams:
+    async def _open(self, stack: contextlib.AsyncExitStack) -> Streams:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         params = StdioServerParameters(
@@ -343,7 +335,7 @@ class MCPServerStreamableHTTP(MCPServer):
     def __repr__(self) -> str:
         return f"MCPServerStreamableHTTP({self.name!r}, url={self.url!r})"
 
-    async def _open(self, stack: contextlib.AsyncExitStack) -> _Streams:
+    async def _open(self, stack: contextlib.AsyncExitStack) -> Streams:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
@@ -468,170 +460,3 @@ def _usable_tools(server: MCPServer, infos: Sequence[MCPToolInfo]) -> list[Tool]
     return [built[i] for i in sorted(built)]
 
 
-class _Late(Exception):
-    """An awaitable had no outcome within its time limit (the limit is the message)."""
-
-
-async def _within(aw: Awaitable[T], limit: float) -> T:
-    """``await aw``, or raise :class:`_Late` after ``limit`` seconds and cancel it.
-
-    Unlike :func:`asyncio.wait_for`, a ``TimeoutError`` that ``aw`` raises itself stays what
-    it is, and a late awaitable is not waited for once cancelled: telling a hung server to
-    cancel must not hang too. Cancelling the caller cancels ``aw``.
-    """
-    task = asyncio.ensure_future(aw)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=limit)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if not done:
-        task.cancel()
-        task.add_done_callback(_forget)
-        raise _Late(f"{limit:g}")
-    return task.result()
-
-
-def _forget(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.debug("a late MCP request ended with %r", task.exception())
-
-
-class _Connection:
-    """One MCP session, entered and exited by its own asyncio task.
-
-    The SDK's transports and session are anyio task groups, whose cancel scopes must be
-    entered and left by one task. So a dedicated owner task enters them, publishes the
-    session, and waits to be told to stop. Requests go straight onto the session from any task
-    of the same loop: the session matches responses to requests by id and wakes every waiter
-    with "Connection closed" when the transport ends, whether by :meth:`close`, a crashed
-    transport, or a dead server process.
-    """
-
-    def __init__(self, server: MCPServer) -> None:
-        _require_mcp()
-        self.loop = asyncio.get_running_loop()
-        self._server = server
-        self._session: ClientSession | None = None
-        self._ready: asyncio.Future[None] = self.loop.create_future()
-        self._stop = asyncio.Event()
-        self._task = self.loop.create_task(self._run(), name=f"raygents-mcp-{server.name}")
-        self._task.add_done_callback(self._on_done)
-
-    @property
-    def session(self) -> ClientSession:
-        assert self._session is not None, "the connection is not ready"
-        return self._session
-
-    @property
-    def alive(self) -> bool:
-        """Ready, and neither closing nor ended (a dead server is found out by a request)."""
-        ready = self._ready.done() and not self._ready.cancelled() and not self._ready.exception()
-        return ready and not self._task.done() and not self._stop.is_set()
-
-    async def ready(self) -> None:
-        """Wait for the handshake; raise what made it fail, after the owner task ended."""
-        try:
-            await asyncio.shield(self._ready)
-        except asyncio.CancelledError:
-            await self.close()
-            raise
-
-    async def close(self) -> None:
-        """Leave the session and the transport, and wait until they are gone."""
-        self._stop.set()
-        if not self._ready.done():
-            self._task.cancel()  # still starting: do not wait for the handshake
-        await asyncio.wait({self._task})  # neither raises the task's outcome nor cancels it
-
-    async def _run(self) -> None:
-        import anyio
-        from mcp import ClientSession
-
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                read, write = await self._server._open(stack)
-                session = await stack.enter_async_context(ClientSession(read, write))
-                try:
-                    with anyio.fail_after(_CONNECT_TIMEOUT_S):
-                        await session.initialize()
-                except TimeoutError:
-                    limit = f"{_CONNECT_TIMEOUT_S:g}s"
-                    raise TimeoutError(f"no answer to the MCP handshake within {limit}") from None
-                self._session = session
-                self._ready.set_result(None)
-                await self._stop.wait()
-        except Exception as exc:
-            if not self._ready.done():
-                self._ready.set_exception(exc)
-            else:
-                logger.info("MCP server %r: connection ended: %s", self._server.name, exc)
-
-    def _on_done(self, task: asyncio.Task[None]) -> None:
-        # Also runs for a task cancelled before it started, which never entered _run's body.
-        if not self._ready.done():
-            self._ready.set_exception(ConnectionError("closed while connecting"))
-
-
-async def _list_all_tools(session: ClientSession) -> list[MCPToolInfo]:
-    """Page through ``tools/list`` until the server stops returning a cursor; at most
-    :data:`_MAX_LIST_PAGES` pages, each cursor once."""
-    from mcp.types import PaginatedRequestParams
-
-    tools: list[MCPToolInfo] = []
-    cursor: str | None = None
-    seen: set[str] = set()
-    for _ in range(_MAX_LIST_PAGES):
-        params = PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-        page = await session.list_tools(params=params)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
-            return tools
-        if cursor in seen:
-            raise RuntimeError(f"the server repeated the tools/list cursor {excerpt(cursor, 80)!r}")
-        seen.add(cursor)
-    raise RuntimeError(
-        f"the server sent more than {_MAX_LIST_PAGES} pages of tools/list, and a cursor for "
-        "one more; it seems to page forever"
-    )
-
-
-def _to_tool_result(result: CallToolResult) -> ToolResult:
-    """Text parts joined with newlines; without text, the structured content as JSON."""
-    from mcp.types import TextContent
-
-    texts = [part.text for part in result.content if isinstance(part, TextContent)]
-    if texts:
-        content = "\n".join(texts)
-    elif result.structured_content is not None:
-        content = json.dumps(result.structured_content, ensure_ascii=False)
-    else:
-        content = ""
-    return ToolResult(content, is_error=bool(result.is_error))
-
-
-def _is_disconnect(exc: BaseException) -> bool:
-    """Whether ``exc`` means the connection or the server process is gone."""
-    import anyio
-    from mcp import MCPError
-    from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST
-
-    if isinstance(exc, MCPError):
-        if exc.code == CONNECTION_CLOSED:
-            return True
-        # A restarted streamable-HTTP server answers 404 to the old session id, which the SDK
-        # reports as "Session terminated" or passes on as the server's own error ("Session
-        # not found" from the Python SDK with -32600, the TypeScript SDK's with -32001).
-        return exc.code in (INVALID_REQUEST, _SESSION_NOT_FOUND) and "session" in str(exc).lower()
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_is_disconnect(e) for e in exc.exceptions)
-    closed = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
-    return isinstance(exc, closed)
-
-
-def _describe(exc: BaseException) -> str:
-    """A one-line message, looking inside the exception groups that anyio task groups raise."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
-    return str(exc) or type(exc).__name__

@@ -318,7 +318,7 @@ async def test_stdio_that_cannot_start() -> None:
 
 
 async def test_server_that_never_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("raygents.mcp._CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("raygents.mcp_connection.CONNECT_TIMEOUT_S", 0.5)
     server = MCPServerStdio("mute", sys.executable, ["-c", "import sys; sys.stdin.read()"])
     with pytest.raises(RaygentsError, match=r"no answer to the MCP handshake within 0\.5s"):
         await server.list_tools()
