@@ -458,5 +458,3 @@ def _usable_tools(server: MCPServer, infos: Sequence[MCPToolInfo]) -> list[Tool]
         tool._checked_parameters = tool.parameters  # (just checked)
         built[i] = tool
     return [built[i] for i in sorted(built)]
-
-

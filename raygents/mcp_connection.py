@@ -72,7 +72,6 @@ def require_mcp() -> None:
         ) from exc
 
 
-
 class Late(Exception):
     """An awaitable had no outcome within its time limit (the limit is the message)."""
 

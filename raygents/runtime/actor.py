@@ -193,6 +193,10 @@ class AgentActor:
         """Liveness check; returns the actor's process id."""
         return os.getpid()
 
+    async def flush_spans(self) -> None:
+        """Export the spans this actor holds (before it is stopped)."""
+        await asyncio.to_thread(tracing.flush, 2.0)
+
     # --- the agent, as the loop sees it -------------------------------------------------
     def tools(self) -> dict[str, Tool]:
         """The agent's tools by name (handoff tools are not included)."""

@@ -202,9 +202,10 @@ class Runtime:
             asyncio.run_coroutine_threadsafe(wind_down(), self.loop).result(timeout=3)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
-        if release and self.created and not self.detached:
+        if self.created and not self.detached:  # (before ray.shutdown too: spans get out)
             with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
                 ray.get(self.coordinator.stop_agents.remote(), timeout=10.0)
+        if release and self.created and not self.detached:
             ray.kill(self.coordinator, no_restart=True)
             _wait_until_free(self.namespace, self.coordinator, timeout_s=10.0)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from raygents import logs
+from raygents import logs, tracing
 from raygents.envelope import Envelope
 from raygents.errors import CheckpointError
 from raygents.runtime import rebuild, retention
@@ -88,10 +88,12 @@ class Coordinator:
         """Stop handing out an unresponsive actor; the next lookup creates a fresh one."""
         self.registry.replace_actor(graph_fp, name, stale)
 
-    def stop_agents(self) -> None:
+    async def stop_agents(self) -> None:
         """Stop every agent actor created here, and the namespace's rate limiter (before this
-        coordinator is removed: they are detached, so that they outlive its restarts)."""
-        self.registry.stop_all()
+        coordinator is removed, or Ray shut down: they are detached, so that they outlive its
+        restarts); the actors and this coordinator export their spans first."""
+        await self.registry.stop_all()
+        await asyncio.to_thread(tracing.flush, 2.0)
         with contextlib.suppress(ValueError):  # (no limits: no limiter)
             ray.kill(ray.get_actor(LIMITER_NAME, namespace=self.namespace), no_restart=True)
 

@@ -3,6 +3,7 @@ their beats."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from raygents.runtime.liveness import Beats
 __all__ = ["ActorRegistry"]
 
 _MAX_CONCURRENCY = 10_000
+_FLUSH_S = 3.0
+"""How long stopping the agent actors waits for their spans to be exported."""
 
 
 @dataclass
@@ -90,11 +93,16 @@ class ActorRegistry:
             fresh.append(self._create(graph, graph_fp, name, f"r{os.urandom(3).hex()}"))
         self.actors[(graph_fp, name)] = fresh
 
-    def stop_all(self) -> None:
-        """Stop every agent actor this coordinator knows (it is going away for good)."""
-        for handles in self.actors.values():
-            for handle in handles:
-                ray.kill(handle, no_restart=True)
+    async def stop_all(self) -> None:
+        """Stop every agent actor this coordinator knows (it is going away for good), once
+        each has exported the spans it holds (``ray.kill`` runs no exit handler), or after
+        :data:`_FLUSH_S`."""
+        handles = [handle for known in self.actors.values() for handle in known]
+        if handles:
+            flushed = [asyncio.ensure_future(h.flush_spans.remote()) for h in handles]
+            await asyncio.wait(flushed, timeout=_FLUSH_S)
+        for handle in handles:
+            ray.kill(handle, no_restart=True)
         self.actors.clear()
 
     def _create(self, graph: _Graph, graph_fp: str, name: str, index: int | str) -> Any:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_process import driver_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ITEMS = 48
@@ -54,15 +54,8 @@ def job_server(tmp_path: Path) -> Iterator[Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OPENAI_"))}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     env["RAY_JOB_STOP_WAIT_TIME_S"] = "60"  # (a stopped driver suspends its runs first)
-    head = subprocess.Popen(
-        [sys.executable, "-c", _HEAD, str(port), str(free_port())],  # (ports of its own)
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    args = ["-c", _HEAD, str(port), str(free_port())]  # (ports of its own)
+    with driver_process(args, cwd=tmp_path, env=env) as head:
         assert head.stdout is not None and head.stdout.readline().strip() == "READY"
         client = None
         for _ in range(120):  # (the job server answers a little after ray.init returns)
@@ -75,14 +68,6 @@ def job_server(tmp_path: Path) -> Iterator[Any]:
                 time.sleep(0.5)
         assert client is not None, "the job server did not answer"
         yield client
-    finally:
-        if head.stdin is not None:
-            head.stdin.close()
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-            head.wait()
 
 
 def submit(client: Any, **options: Any) -> str:

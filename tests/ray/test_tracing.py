@@ -6,10 +6,7 @@ process gets their spans, and the test checks each run's tree."""
 from __future__ import annotations
 
 import gzip
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_process import driver_process, ready_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -199,21 +197,9 @@ def test_a_runs_spans_make_one_tree_across_actors_tasks_children_and_recovery(
         "OTEL_SERVICE_NAME": "raygents-test",
         "PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
     }
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "trace_driver.py"), f"file://{tmp_path / 'store'}"],
-        cwd=HERE,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        while line and not line.startswith("{"):  # (Ray's own lines)
-            line = proc.stdout.readline()
-        assert line, "the driver failed before its runs ended"
-        runs = json.loads(line)
+    store = f"file://{tmp_path / 'store'}"
+    with driver_process([str(HERE / "trace_driver.py"), store], cwd=HERE, env=env) as proc:
+        runs = ready_json(proc, "the driver")
         fanned = _wait_for(
             receiver,
             runs["fanned"],
@@ -229,11 +215,29 @@ def test_a_runs_spans_make_one_tree_across_actors_tasks_children_and_recovery(
             lambda spans: _named(spans, "invoke_workflow stepper"),
         )
         check_recovery(recovered, runs["recovered"])
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+
+
+_BRIEF = """
+import sys
+import raygents as rg
+from raygents.testing import FunctionModel, text
+rg.init(store=sys.argv[1])
+rg.run(rg.Agent("brief", model=FunctionModel(lambda req: text("done"))), "hi", run_id="brief")
+rg.shutdown()
+"""
+
+
+def test_a_script_that_shuts_down_right_after_its_run_leaves_no_span_behind(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OTEL_"))}
+    env |= {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "600000",  # (nothing is exported on a schedule)
+    }
+    with driver_process(["-c", _BRIEF, f"file://{tmp_path / 'store'}"], cwd=HERE, env=env) as p:
+        assert p.wait(timeout=120) == 0
+    spans = _wait_for(receiver, "brief", lambda spans: _named(spans, "invoke_workflow brief"), 10)
+    root = _only(spans, "invoke_workflow brief")
+    agent = _only(spans, "invoke_agent brief")
+    assert agent.parent == root.span_id and agent.attributes.get("raygents.outcome") == "completed"
