@@ -125,6 +125,14 @@ def _wait_for(receiver: Receiver, run_id: str, ready: Any, timeout_s: float = 60
         time.sleep(0.2)
 
 
+def _driver_env(receiver: Receiver, schedule_delay_ms: int) -> dict[str, str]:
+    """The environment of a driver whose processes export their spans to ``receiver``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OTEL_"))}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+    env["OTEL_BSP_SCHEDULE_DELAY"] = str(schedule_delay_ms)
+    return env
+
+
 def _named(spans: list[Span], name: str) -> list[Span]:
     return [s for s in spans if s.name == name]
 
@@ -190,10 +198,8 @@ def check_recovery(spans: list[Span], run_id: str) -> None:
 def test_a_runs_spans_make_one_tree_across_actors_tasks_children_and_recovery(
     receiver: Receiver, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OTEL_"))}
+    env = _driver_env(receiver, schedule_delay_ms=100)
     env |= {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
         "OTEL_SERVICE_NAME": "raygents-test",
         "PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
     }
@@ -230,11 +236,7 @@ rg.shutdown()
 def test_a_script_that_shuts_down_right_after_its_run_leaves_no_span_behind(
     receiver: Receiver, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OTEL_"))}
-    env |= {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-        "OTEL_BSP_SCHEDULE_DELAY": "600000",  # (nothing is exported on a schedule)
-    }
+    env = _driver_env(receiver, schedule_delay_ms=600_000)  # (nothing exported on a schedule)
     with driver_process(["-c", _BRIEF, f"file://{tmp_path / 'store'}"], cwd=HERE, env=env) as p:
         assert p.wait(timeout=120) == 0
     spans = _wait_for(receiver, "brief", lambda spans: _named(spans, "invoke_workflow brief"), 10)
