@@ -205,9 +205,9 @@ class Runtime:
         if self.created and not self.detached:  # (before ray.shutdown too: spans get out)
             with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
                 ray.get(self.coordinator.stop_agents.remote(), timeout=10.0)
-        if release and self.created and not self.detached:
-            ray.kill(self.coordinator, no_restart=True)
-            _wait_until_free(self.namespace, self.coordinator, timeout_s=10.0)
+            if release:
+                ray.kill(self.coordinator, no_restart=True)
+                _wait_until_free(self.namespace, self.coordinator, timeout_s=10.0)
 
     async def ensure_graph(self, fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         """Tell the coordinator about a graph snapshot once per process."""
