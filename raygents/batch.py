@@ -31,7 +31,7 @@ from raygents.batchitem import (
 )
 from raygents.batchoutput import Shards, is_marked, mark, open_ledger, open_output
 from raygents.batchprogress import BatchProgress, Display, open_display
-from raygents.batchruns import JobRuns
+from raygents.batchruns import GroupedStarts, JobRuns
 from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
 from raygents.ids import validate_id
 from raygents.messages import Usage
@@ -281,6 +281,7 @@ class BatchHandle:
     async def _drive(self) -> None:
         loop = asyncio.get_running_loop()
         pool = concurrent.futures.ThreadPoolExecutor(_LAUNCHERS, f"batch-{self.job_id}")
+        self._starts = GroupedStarts(self._runs, loop, pool)
         try:
             await loop.run_in_executor(pool, self._read_job)
             ticker = loop.create_task(self._tick(loop, pool))
@@ -395,7 +396,12 @@ class BatchHandle:
     ) -> BatchItem:
         skipped = False
         try:
-            handle, skipped = await loop.run_in_executor(pool, self._runs.launch, run_id, raw)
+            status = self._runs.status(run_id)
+            if status in (None, "failed"):
+                handle, skipped = await self._starts.start(run_id, raw)
+            else:
+                launch = self._runs.launch
+                handle, skipped = await loop.run_in_executor(pool, launch, run_id, raw, status)
             with self._lock:
                 self._running[run_id] = handle
                 stopping = self._stopped is not None

@@ -213,6 +213,28 @@ async def test_a_rebuilt_run_keeps_its_tenant_and_its_resume_takes_that_tenants_
         await rebuilt.claim_and_load("r1", "driver")
 
 
+async def test_claims_in_one_call_are_answered_in_order_and_a_refusal_is_its_own(
+    tmp_path: Any,
+) -> None:
+    coord = Coordinator("test", Settings(store=f"file://{tmp_path}", max_concurrent_runs=2))
+    assert await coord.claim("busy", "driver-1", "agent") == (None, 1)
+    answers = await coord.claim_runs(
+        [
+            ("job.0", "driver-2", "agent", None),
+            ("busy", "driver-2", "agent", None),
+            ("job.1", "driver-2", "agent", None),  # (the default tenant's 2 slots are taken)
+            ("job.2", "driver-2", "agent", "acme"),
+        ]
+    )
+    assert answers[0] == (None, 1)
+    taken, epoch = answers[1]  # type: ignore[misc]
+    assert taken is not None and (taken.owner, epoch) == ("driver-1", 0)
+    assert isinstance(answers[2], TooManyRuns) and answers[2].tenant == "default"
+    assert answers[3] == (None, 1)
+    assert "job.1" not in coord.table.runs  # (nothing of a refused claim stays)
+    assert coord.table.runs["job.2"].owner == "driver-2"
+
+
 async def _until(check: Any, timeout_s: float = 10.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

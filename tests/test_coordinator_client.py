@@ -9,7 +9,7 @@ import pytest
 import ray.exceptions
 from fakes import FakeHandle
 
-from raygents.errors import RunNotFound
+from raygents.errors import RunNotFound, TooManyRuns
 from raygents.runtime.coordinator_client import CoordinatorClient
 from raygents.runtime.settings import Settings
 
@@ -37,6 +37,9 @@ class _Coordinator:
     def claim_many(self, claims: list[tuple[str, str, str, bool]]) -> list[list[Any]]:
         return [[None, i + 1] for i, _ in enumerate(claims)]  # (Ray may answer lists)
 
+    def claim_runs(self, claims: list[tuple[str, str, str, str | None]]) -> list[Any]:
+        return [[None, 1], TooManyRuns(tenant="acme", limit=2)]
+
     def load(self, run_id: str) -> tuple[bytes, ...]:
         return (b"a", b"b")
 
@@ -56,6 +59,8 @@ async def test_each_call_answers_in_its_own_types() -> None:
         (None, 1),
         (None, 2),
     ]
+    first, refused = await client.claim_runs([("a", "me", "x", None), ("b", "me", "x", "acme")])
+    assert first == (None, 1) and isinstance(refused, TooManyRuns) and refused.tenant == "acme"
     assert await client.load("r1") == [b"a", b"b"]
     assert handle.calls["claim"] == [("r1", "me", "agent", False, None)]
 

@@ -17,7 +17,7 @@ import ray
 
 from raygents import logs, tracing
 from raygents.envelope import Envelope
-from raygents.errors import CheckpointError
+from raygents.errors import CheckpointError, TooManyRuns
 from raygents.runtime import rebuild, retention
 from raygents.runtime.cleanup import Cleaner
 from raygents.runtime.detached import DetachedRuns
@@ -212,6 +212,17 @@ class Coordinator:
             TooManyRuns: ``tenant`` has ``max_concurrent_runs`` runs in flight.
         """
         await self.records.known(run_id, look=not force)
+        return await self._claim_known(run_id, owner, agent_name, force, tenant)
+
+    async def _claim_known(
+        self,
+        run_id: str,
+        owner: str,
+        agent_name: str,
+        force: bool = False,
+        tenant: str | None = None,
+    ) -> tuple[RunInfo | None, int]:
+        """:meth:`claim` once the table has what the store says of the run."""
         info = self.table.get(run_id)
         if not force and info is not None and info.status == "completed":
             return info, 0  # (a completed run is never run again)
@@ -226,6 +237,22 @@ class Coordinator:
         for args in claims:
             answers.append(await self.claim(*args))
             self.table.adopt(args[0])
+        return answers
+
+    async def claim_runs(
+        self, claims: list[tuple[str, str, str, str | None]]
+    ) -> list[tuple[RunInfo | None, int] | TooManyRuns]:
+        """:meth:`claim` for each ``(run_id, owner, agent_name, tenant)``, in order, in one
+        call (the next items of a batch job): per claim its answer, or the ``TooManyRuns``
+        that refused it (the others still go on). The store is read for every run not in the
+        table at once, not one after the other."""
+        await asyncio.gather(*(self.records.known(c[0], look=True) for c in claims))
+        answers: list[tuple[RunInfo | None, int] | TooManyRuns] = []
+        for run_id, owner, agent_name, tenant in claims:
+            try:
+                answers.append(await self._claim_known(run_id, owner, agent_name, tenant=tenant))
+            except TooManyRuns as refused:
+                answers.append(refused)
         return answers
 
     async def claim_and_load(

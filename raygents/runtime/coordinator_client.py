@@ -10,7 +10,7 @@ import ray
 import ray.exceptions
 
 from raygents import checkpoint
-from raygents.errors import RaygentsError, UserError
+from raygents.errors import RaygentsError, TooManyRuns, UserError
 from raygents.runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -111,6 +111,16 @@ class CoordinatorClient:
     ) -> list[tuple[RunInfo | None, int]]:
         """Several claims ``(run_id, owner, agent_name, force)`` in one call."""
         return [(info, int(epoch)) for info, epoch in await self._call("claim_many", claims)]
+
+    async def claim_runs(
+        self, claims: list[tuple[str, str, str, str | None]]
+    ) -> list[tuple[RunInfo | None, int] | TooManyRuns]:
+        """Several claims ``(run_id, owner, agent_name, tenant)`` in one call: per claim its
+        answer, or the ``TooManyRuns`` that refused it."""
+        return [
+            answer if isinstance(answer, TooManyRuns) else (answer[0], int(answer[1]))
+            for answer in await self._call("claim_runs", claims)
+        ]
 
     async def claim_and_load(
         self, run_id: str, owner: str

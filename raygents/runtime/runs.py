@@ -33,12 +33,12 @@ from raygents.result import RunResult, TypedResult, parse_output
 from raygents.runtime.client import Runtime, current
 from raygents.runtime.drive import SuspendToken, drive
 from raygents.runtime.handle import RunHandle, RunStatus
-from raygents.runtime.runinfo import outcome_entry, outcome_status
+from raygents.runtime.runinfo import RunInfo, outcome_entry, outcome_status
 from raygents.runtime.snapshot import snapshot
 from raygents.schema import type_name, type_schema
 from raygents.sessions import validate_session_id
 
-__all__ = ["resume", "run", "run_streamed", "run_typed", "start"]
+__all__ = ["resume", "run", "run_streamed", "run_typed", "start", "start_each"]
 
 T = TypeVar("T")
 RunInput = str | Sequence[Message | Mapping[str, Any]]
@@ -114,6 +114,113 @@ def start(
     Raises:
         TooManyRuns: the tenant already has ``max_concurrent_runs`` runs in flight.
     """
+    ready = _prepare(
+        agent,
+        input,
+        context=context,
+        run_id=run_id,
+        session_id=session_id,
+        timeout_s=timeout_s,
+        max_turns=max_turns,
+        max_tokens=max_tokens,
+        tenant=tenant,
+        hooks=hooks,
+        _stream=_stream,
+        _response_format=_response_format,
+        _output_type=_output_type,
+    )
+    return ready.launch(fresh_id=run_id is None)
+
+
+def start_each(
+    agent: Agent, items: Sequence[tuple[str, RunInput, Any]], **options: Any
+) -> list[RunHandle | RaygentsError]:
+    """:func:`start` of each ``(run_id, input, context)``, with every given id claimed in one
+    coordinator call: per item, its handle or the error :func:`start` would have raised.
+
+    Takes the options of :func:`start` (``run_id`` and ``context`` come with each item).
+    """
+    _check_options("start_each", options)
+    ready: list[_Start | RaygentsError] = []
+    for run_id, run_input, context in items:
+        try:
+            ready.append(_prepare(agent, run_input, context=context, run_id=run_id, **options))
+        except RaygentsError as exc:
+            ready.append(exc)
+    starts = [r for r in ready if isinstance(r, _Start)]
+    if not starts:
+        return [r for r in ready if not isinstance(r, _Start)]
+    rt = starts[0].rt
+    if rt.directory.cached_settings().max_concurrent_runs is not None or any(
+        rt.has_notes(s.envelope.state.run_id) for s in starts
+    ):
+        rt.send_notes()  # (as in _launch: ends noted here reach the coordinator first)
+    claims = [
+        (s.envelope.state.run_id, rt.owner, s.envelope.state.agent_name, s.envelope.state.tenant)
+        for s in starts
+    ]
+    answers = iter(rt.ask(rt.directory.client.claim_runs(claims)))
+    handles: list[RunHandle | RaygentsError] = []
+    for r in ready:
+        if not isinstance(r, _Start):
+            handles.append(r)
+            continue
+        answer = next(answers)
+        try:
+            if isinstance(answer, RaygentsError):
+                raise answer
+            handles.append(r.launch(claim=answer))
+        except RaygentsError as exc:
+            handles.append(exc)
+    return handles
+
+
+@dataclasses.dataclass
+class _Start:
+    """A run :func:`start` made ready, to launch once its id is claimed."""
+
+    rt: Runtime
+    envelope: Envelope
+    graph: dict[str, Agent]
+    blob: bytes
+    timeout_s: float | None
+    ending: _Ending
+
+    def launch(
+        self, fresh_id: bool = False, claim: tuple[RunInfo | None, int] | None = None
+    ) -> RunHandle:
+        """Launch it: a ``fresh_id`` is claimed with the run, a ``claim`` made already (its
+        answer from the coordinator) is checked, else the given id is claimed now."""
+        envelope = self.envelope if claim is None else _claimed(self.envelope, *claim)
+        return _launch(
+            self.rt,
+            envelope,
+            self.graph,
+            self.blob,
+            self.timeout_s,
+            fresh_id=fresh_id,
+            claimed=claim is not None,
+            ending=self.ending,
+        )
+
+
+def _prepare(
+    agent: Agent,
+    input: RunInput,
+    *,
+    context: Any = None,
+    run_id: str | None = None,
+    session_id: str | None = None,
+    timeout_s: float | None = None,
+    max_turns: int | None = None,
+    max_tokens: int | None = None,
+    tenant: str | None = None,
+    hooks: RunHooks | Sequence[RunHooks] | None = None,
+    _stream: bool = False,
+    _response_format: dict[str, Any] | None = None,
+    _output_type: Any = None,
+) -> _Start:
+    """Check :func:`start`'s arguments and build its run, not launched yet."""
     _check_run_args(agent, timeout_s, max_turns, max_tokens)
     messages = _input_messages(input)
     if session_id is not None:
@@ -145,15 +252,7 @@ def start(
     relay = HookRelay(hooks, graph, context) if hooks is not None else None
     if relay is not None:
         relay.run_started(state.run_id, agent, messages)
-    return _launch(
-        rt,
-        envelope,
-        graph,
-        blob,
-        timeout_s,
-        fresh_id=run_id is None,
-        ending=_Ending(graph, _output_type, relay),
-    )
+    return _Start(rt, envelope, graph, blob, timeout_s, _Ending(graph, _output_type, relay))
 
 
 def _launch(
@@ -186,14 +285,8 @@ def _launch(
         if limited or rt.has_notes(run_id):  # (runs that ended here give their slots back
             rt.send_notes()  # first; or a run of this id just ended here)
         agent_name, tenant = envelope.state.agent_name, envelope.state.tenant
-        taken, epoch = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name, tenant))
-        if taken is not None:
-            if envelope.resumed:
-                raise UserError(
-                    f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id
-                )
-            raise UserError(f"run id {run_id!r} is already in use ({taken.status}); pick another")
-        envelope = dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
+        claim = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name, tenant))
+        envelope = _claimed(envelope, *claim)
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
     ending = ending or _Ending(graph)
     if ending.relay is not None:
@@ -202,6 +295,22 @@ def _launch(
     replicas = {name: a.replicas for name, a in graph.items()}
     rt.submit(_drive_root(rt, handle, envelope, blob, replicas, ending, timeout_s, fresh_id))
     return handle
+
+
+def _claimed(envelope: Envelope, taken: RunInfo | None, epoch: int) -> Envelope:
+    """The envelope of a run its driver claimed, at the claim's epoch.
+
+    Raises:
+        UserError: ``taken``: another owner runs it, or it completed.
+    """
+    run_id = envelope.state.run_id
+    if taken is not None:
+        if envelope.resumed:
+            raise UserError(
+                f"run {run_id!r} is already running elsewhere; use attach()", run_id=run_id
+            )
+        raise UserError(f"run id {run_id!r} is already in use ({taken.status}); pick another")
+    return dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
 
 
 async def _drive_root(

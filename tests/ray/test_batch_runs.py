@@ -80,6 +80,35 @@ def test_inputs_are_read_lazily_with_at_most_concurrency_in_flight() -> None:
     assert handle.progress().done == 150 and handle.progress().pending is None
 
 
+def test_items_started_together_are_claimed_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raygents.runtime.coordinator_client import CoordinatorClient
+
+    groups: list[list[str]] = []
+    single = []
+    claim_runs, claim = CoordinatorClient.claim_runs, CoordinatorClient.claim
+
+    async def claim_runs_counted(self: Any, claims: Any) -> Any:
+        groups.append([run_id for run_id, *_ in claims])
+        return await claim_runs(self, claims)
+
+    async def claim_counted(self: Any, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        single.append(run_id)
+        return await claim(self, run_id, *args, **kwargs)
+
+    monkeypatch.setattr(CoordinatorClient, "claim_runs", claim_runs_counted)
+    monkeypatch.setattr(CoordinatorClient, "claim", claim_counted)
+    agent = rg.Agent("batch-grouped", model=echo_model())
+    result = rg.run_batch(
+        agent, (f"q{i}" for i in range(60)), job_id="grouped", concurrency=20, progress=False
+    )
+    assert result.completed == 60
+    assert single == []
+    assert sorted(run_id for group in groups for run_id in group) == sorted(
+        f"grouped.{i}" for i in range(60)
+    )
+    assert len(groups) < 60 and max(len(group) for group in groups) > 1, groups
+
+
 def test_an_invalid_item_fails_alone() -> None:
     agent = rg.Agent("batch-invalid", model=echo_model())
     result = rg.run_batch(

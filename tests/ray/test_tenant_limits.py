@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,28 @@ def test_a_tenant_past_its_limit_is_refused_and_another_is_not_starved(
     again = [rg.start(agent, f"again{i}", tenant="acme") for i in range(LIMIT)]
     assert [h.result(timeout_s=60).final_output for h in again] == ["done"] * LIMIT
     assert not [info for info in rg.runs() if "over" in info.run_id]
+
+
+def test_batch_items_past_the_limit_fail_alone_and_leave_no_slot_taken(
+    limited: None, tmp_path: Path
+) -> None:
+    gate = tmp_path / "open"
+    agent = _gated(gate)
+    handle = rg.start_batch(
+        agent, [f"i{i}" for i in range(6)], job_id="limited", concurrency=6, progress=False
+    )
+    deadline = time.monotonic() + 60
+    while handle.progress().failed < 6 - LIMIT:  # (the admitted ones wait at the gate)
+        assert time.monotonic() < deadline, handle.progress()
+        time.sleep(0.05)
+    gate.touch()
+    result = handle.result(timeout_s=60)
+    assert (result.completed, result.failed) == (LIMIT, 6 - LIMIT)
+    for item in result.items:
+        if item.status == "failed":
+            assert "max_concurrent_runs" in (item.error or ""), item
+    again = [rg.start(agent, f"after{i}") for i in range(LIMIT)]
+    assert [h.result(timeout_s=60).final_output for h in again] == ["done"] * LIMIT
 
 
 def test_runs_without_a_tenant_share_the_default_one(limited: None, tmp_path: Path) -> None:
