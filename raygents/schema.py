@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import re
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, create_model
@@ -23,6 +26,7 @@ __all__ = [
     "strict_schema",
     "type_name",
     "type_schema",
+    "unbounded_patterns",
 ]
 
 
@@ -183,6 +187,15 @@ def type_name(tp: Any) -> str:
     return name.lower()
 
 
+PATTERN_BUDGET_S = 0.25
+"""How long the patterns of a schema may take, in all, to match one value checked against it.
+A model's output is hostile input, and a pattern that backtracks (``^(a|aa)+$``) would hold
+the checking process for hours on a few dozen characters: past the budget the value is
+refused (:func:`schema_errors` says so), the process goes on."""
+
+_budget = threading.local()
+"""The monotonic time at which this thread's current check runs out of pattern time."""
+
 _VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
 """Validators of recently used schemas, by the schema's id (the entry keeps it alive)."""
 _MAX_VALIDATORS = 256
@@ -198,19 +211,170 @@ def schema_errors(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
     if cached is not None and cached[0] is schema:
         validator = cached[1]
     else:
-        import jsonschema  # (on first use: Ray workers that only run tools never need it)
         import referencing
 
         # An empty registry: a $ref outside the schema is an error, never fetched.
-        validator = jsonschema.Draft202012Validator(schema, registry=referencing.Registry())
+        validator = _validator_class()(schema, registry=referencing.Registry())
         if len(_VALIDATORS) >= _MAX_VALIDATORS:
             _VALIDATORS.pop(next(iter(_VALIDATORS)), None)
         _VALIDATORS[id(schema)] = (schema, validator)
     out = []
-    for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
+    _budget.ends = time.monotonic() + PATTERN_BUDGET_S
+    try:
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    finally:
+        del _budget.ends
+    for err in errors:
         path = "/" + "/".join(str(p) for p in err.absolute_path)
         out.append((path, err.message))
     return out
+
+
+@functools.cache
+def _validator_class() -> Any:
+    """JSON Schema 2020-12, with every pattern matched in bounded time (see
+    :data:`PATTERN_BUDGET_S`): ``pattern``, ``patternProperties`` and ``additionalProperties``
+    (which matches ``patternProperties``) match with the ``regex`` module and a timeout.
+    (``unevaluatedProperties`` next to ``patternProperties`` would match with ``re``: tools
+    with such parameters are refused, see :func:`unbounded_patterns`.)"""
+    import jsonschema  # (on first use: Ray workers that only run tools never need it)
+
+    keywords = {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    }
+    validators: Any = jsonschema.validators  # (its extend() is untyped)
+    return validators.extend(jsonschema.Draft202012Validator, keywords)
+
+
+class _Spent(TimeoutError):
+    """The check's pattern time ran out before this match: the match that used it up was
+    refused already, and so is the value."""
+
+
+def _search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text``.
+
+    Raises:
+        TimeoutError: the check's pattern time ran out during this match (``_Spent``: before).
+    """
+    import regex
+
+    left = getattr(_budget, "ends", time.monotonic() + PATTERN_BUDGET_S) - time.monotonic()
+    if left <= 0:
+        raise _Spent
+    return regex.search(pattern, text, timeout=left) is not None
+
+
+def _too_slow(pattern: str, what: str = "the value") -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    return ValidationError(
+        f"{what} took more than {PATTERN_BUDGET_S} s to match the pattern "
+        f"{excerpt(pattern, 80)!r}, and is refused: send a shorter or simpler one"
+    )
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        if not _search(pattern, instance):
+            yield ValidationError(f"{excerpt(instance)!r} does not match {excerpt(pattern, 80)!r}")
+    except _Spent:
+        return
+    except TimeoutError:
+        yield _too_slow(pattern)
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            try:
+                matches = _search(pattern, key)
+            except _Spent:
+                return
+            except TimeoutError:
+                yield _too_slow(pattern, f"the property name {excerpt(key, 40)!r}")
+                return
+            if matches:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: dict[str, Any]
+) -> Iterator[Any]:
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    named, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    extras = []
+    for key in instance:
+        try:
+            if key not in named and not any(_search(p, key) for p in patterns):
+                extras.append(key)
+        except _Spent:
+            return
+        except TimeoutError:
+            yield ValidationError(
+                f"the property name {excerpt(key, 40)!r} took more than {PATTERN_BUDGET_S} s "
+                "to match the patterns of patternProperties, and is refused: send a shorter "
+                "or simpler one"
+            )
+            return
+    if validator.is_type(additional, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], additional, path=key)
+    elif additional is False and extras:
+        shown = ", ".join(repr(excerpt(key, 40)) for key in extras[:5])
+        more = f" and {len(extras) - 5} more" if len(extras) > 5 else ""
+        yield ValidationError(f"additional properties are not allowed ({shown}{more} unexpected)")
+
+
+def unbounded_patterns(schema: Any) -> str | None:
+    """Why checking values against ``schema`` could take unbounded time, or None.
+
+    ``unevaluatedProperties`` next to ``patternProperties`` (anywhere in the schema) matches
+    the patterns outside raygents' bounded matcher; and a pattern the ``regex`` module cannot
+    compile could not be matched at all. Data keywords (``enum``, ``default``, ...) are walked
+    too, as by :func:`raygents.tools.parameters_problem`'s walk of ``$ref``.
+    """
+    import regex
+
+    stack: list[Any] = [schema]
+    unevaluated = with_patterns = False
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        unevaluated = unevaluated or "unevaluatedProperties" in node
+        found = node.get("patternProperties")
+        keys = list(found) if isinstance(found, dict) else []
+        with_patterns = with_patterns or bool(keys)
+        pattern = node.get("pattern")
+        for text in [*keys, *([pattern] if isinstance(pattern, str) else [])]:
+            try:
+                regex.compile(text)
+            except Exception as exc:
+                return f"the pattern {excerpt(text, 80)!r} cannot be used: {excerpt(str(exc))}"
+        stack.extend(node.values())
+    if unevaluated and with_patterns:
+        return (
+            "unevaluatedProperties next to patternProperties is not supported (raygents "
+            "matches patterns against a model's output in bounded time, and cannot there)"
+        )
+    return None
 
 
 EXCERPT = 200

@@ -14,7 +14,14 @@ from pydantic import BaseModel, ValidationError
 
 from raygents.errors import UserError
 from raygents.messages import ToolCall, ToolResult, ToolSpec, Usage
-from raygents.schema import EXCERPT, args_model, drop_defaulted_nulls, excerpt, function_parameters
+from raygents.schema import (
+    EXCERPT,
+    args_model,
+    drop_defaulted_nulls,
+    excerpt,
+    function_parameters,
+    unbounded_patterns,
+)
 from raygents.toolcall import ToolContext, result_text
 
 if TYPE_CHECKING:
@@ -333,7 +340,9 @@ def parameters_problem(schema: object) -> str | None:
     dialect arguments are checked with) and under the dialect its ``$schema`` names, with
     patterns that compile, and with every ``$ref`` pointing inside the schema and resolving:
     a reference to a URL is never fetched. Checking a model's arguments against such a schema
-    raises nothing, however deep or odd the arguments.
+    raises nothing, however deep or odd the arguments, and takes bounded time (patterns are
+    matched within :data:`~raygents.schema.PATTERN_BUDGET_S`; see
+    :func:`~raygents.schema.unbounded_patterns` for what that refuses).
     """
     if not isinstance(schema, dict):
         return f"they are a {type(schema).__name__}, not a JSON schema object"
@@ -372,7 +381,7 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
             resolver.lookup(ref)
         except referencing.exceptions.Unresolvable:
             return f"$ref {excerpt(ref, 80)!r} does not resolve"
-    return None
+    return unbounded_patterns(schema)
 
 
 def _refs(schema: dict[str, Any]) -> Iterator[str]:

@@ -12,6 +12,7 @@ import http.server
 import importlib
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -191,6 +192,89 @@ def test_deeply_nested_arguments_are_an_error_result_not_an_exception() -> None:
     result = take.parse_arguments("[" * 100_000 + "]" * 100_000)
     assert isinstance(result, ToolResult) and result.is_error
     assert result.content == 'Invalid parameters for tool "take": nested too deeply'
+
+
+BACKTRACKS = "^(a|aa)+$"
+"""A pattern Python's ``re`` takes 20 s to fail on 41 characters (and doubling with each)."""
+
+HOSTILE = "a" * 60 + "!"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("schema", "arguments", "refusal"),
+    [
+        (
+            {"type": "object", "properties": {"x": {"type": "string", "pattern": BACKTRACKS}}},
+            {"x": HOSTILE},
+            r"/x: the value took more than 0.25 s to match the pattern '\^\(a\|aa\)\+\$'",
+        ),
+        (
+            {"type": "object", "patternProperties": {BACKTRACKS: {"type": "integer"}}},
+            {HOSTILE: 1},
+            r"/: the property name 'a+\.\.\. \(21 more characters\)' took more than 0.25 s",
+        ),
+        (
+            {  # (checked in this order: additionalProperties matches the patterns first)
+                "type": "object",
+                "additionalProperties": False,
+                "patternProperties": {BACKTRACKS: {}},
+            },
+            {"x": 1, HOSTILE: 1},
+            r"/: the property name 'a+\.\.\. \(21 more characters\)' took more than 0.25 s "
+            "to match the patterns of patternProperties",
+        ),
+        (  # every string of an array: the budget is the whole check's, not each match's
+            {
+                "type": "object",
+                "properties": {
+                    "xs": {"type": "array", "items": {"type": "string", "pattern": BACKTRACKS}}
+                },
+            },
+            {"xs": [HOSTILE] * 200},
+            r"/xs/0: the value took more than 0.25 s",
+        ),
+    ],
+)
+def test_a_pattern_that_backtracks_refuses_the_argument_in_bounded_time(
+    schema: dict[str, Any], arguments: dict[str, Any], refusal: str
+) -> None:
+    assert parameters_problem(schema) is None
+    spec = HandWritten(schema).spec()
+    error = loop.argument_error(spec, json.dumps(arguments))
+    assert error is not None and re.search(refusal, error), error
+    assert error.count("took more than") == 1, error
+
+
+def test_patterns_still_check_arguments() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "string", "pattern": "^[a-z]+$"}},
+        "patternProperties": {"^n_": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    spec = HandWritten(schema).spec()
+    assert loop.argument_error(spec, json.dumps({"x": "abc", "n_1": 2})) is None
+    assert loop.argument_error(spec, json.dumps({"x": "ABC"})) == (
+        "Invalid parameters for tool \"hand_written\": /x: 'ABC' does not match '^[a-z]+$'"
+    )
+    assert loop.argument_error(spec, json.dumps({"n_1": "two"})) == (
+        "Invalid parameters for tool \"hand_written\": /n_1: 'two' is not of type 'integer'"
+    )
+    assert loop.argument_error(spec, json.dumps({"y": 1, "z": 2})) == (
+        'Invalid parameters for tool "hand_written": /: additional properties are not allowed '
+        "('y', 'z' unexpected)"
+    )
+
+
+def test_parameters_whose_patterns_cannot_be_matched_in_bounded_time_are_refused() -> None:
+    schema = {
+        "type": "object",
+        "patternProperties": {"^n_": {"type": "integer"}},
+        "unevaluatedProperties": False,
+    }
+    with pytest.raises(UserError, match="unevaluatedProperties next to patternProperties"):
+        HandWritten(schema).spec()
 
 
 def _state() -> RunState:
