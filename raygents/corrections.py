@@ -1,4 +1,6 @@
-"""Corrections for malformed model output, and the error once a run has used them all.
+"""What the loop tells a model (or a run) about what the model sent: corrections for malformed
+output and the error once a run has used them all, argument errors, structured output checked
+against its schema, and tool call ids made unique.
 
 The loop answers malformed output (tool arguments that are not a JSON object) with a short
 correction and lets the model try again. Each model reply that needs a correction counts once
@@ -8,21 +10,30 @@ past that fails the run with :class:`~raygents.errors.ModelOutputError`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raygents.errors import ModelOutputError
-from raygents.schema import excerpt, parse_json
+from raygents.errors import ModelOutputError, OutputValidationError
+from raygents.messages import Message, ToolSpec
+from raygents.schema import bounded_errors, excerpt, parse_json
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_RETRIES",
+    "MAX_CALL_ID",
+    "argument_error",
     "correction",
     "exhausted",
+    "output_error",
     "parse_arguments",
+    "schema_error",
     "shown_excerpt",
+    "unique_call_ids",
 ]
 
 DEFAULT_MAX_OUTPUT_RETRIES = 3
 """Corrections of malformed model output a run gets, unless its agents say otherwise."""
+MAX_CALL_ID = 128
+"""Longer call ids are replaced (they travel in every record, key and event of the call)."""
 _SCANNED = 1024
 """Characters of the output looked at for credentials before an excerpt of it is shown."""
 
@@ -78,3 +89,78 @@ def shown_excerpt(text: str) -> str:
     if kinds:
         return f"<{len(text)} characters withheld: they look like credentials ({', '.join(kinds)})>"
     return repr(cut)
+
+
+def argument_error(spec: ToolSpec, arguments: str) -> str | None:
+    """A message for the model when ``arguments`` do not fit the tool's schema, else None."""
+    value, malformed = parse_arguments(arguments)
+    if malformed is not None:
+        return correction(spec.name, malformed, arguments)
+    return schema_error(spec, value or {})
+
+
+def schema_error(spec: ToolSpec, value: dict[str, Any]) -> str | None:
+    """A message for the model when an arguments object does not fit the tool's schema."""
+    errors = bounded_errors(spec.parameters, value) if spec.parameters else []
+    if not errors:
+        return None
+    detail = "; ".join(f"{path}: {msg}" for path, msg in errors[:5])
+    return f'Invalid parameters for tool "{spec.name}": {detail}'
+
+
+def unique_call_ids(message: Message, history: Sequence[Message] = ()) -> Message:
+    """``message`` with each tool call id made unique within the run.
+
+    A call whose id is empty, longer than :data:`MAX_CALL_ID`, or already taken (earlier in the
+    message or by a call in ``history``) gets ``<id>~<n>``, the first free ``n`` from its
+    position. Renaming (not rejecting) keeps every call the model asked for, and the renamed
+    id is what the model sees answered, so each id it is shown has exactly one tool message.
+    """
+    if not message.tool_calls:
+        return message
+    taken = {c.id for m in history if m.tool_calls for c in m.tool_calls}
+    ids = [c.id for c in message.tool_calls]
+    if len(set(ids)) == len(ids) and taken.isdisjoint(ids) and all(_fit_id(i) for i in ids):
+        return message
+    sent = set(ids)
+    out = []
+    for i, c in enumerate(message.tool_calls):
+        new = c.id
+        if not _fit_id(new) or new in taken:
+            base = (new[:64] if new.strip() else "") or "call"
+            n = i + 1
+            while f"{base}~{n}" in taken or f"{base}~{n}" in sent:
+                n += 1
+            new = f"{base}~{n}"
+            c = c.model_copy(update={"id": new})
+        taken.add(new)
+        out.append(c)
+    return message.model_copy(update={"tool_calls": tuple(out)})
+
+
+def _fit_id(call_id: str) -> bool:
+    return 0 < len(call_id) <= MAX_CALL_ID and bool(call_id.strip())
+
+
+def output_error(run_id: str, schema: Mapping[str, Any], text: str) -> OutputValidationError | None:
+    """Validate structured output text against ``{"name", "schema"}``; the error, or None."""
+    try:
+        value = parse_json(text)
+    except ValueError as exc:
+        reason = excerpt(str(exc))
+        return OutputValidationError(
+            f"output is not valid JSON ({reason}): {excerpt(text)!r}",
+            run_id=run_id,
+            errors=[("/", f"not valid JSON: {reason}")],
+            output=text[:2000],
+        )
+    errors = bounded_errors(dict(schema["schema"]), value)
+    if not errors:
+        return None
+    detail = "; ".join(f"{path}: {msg}" for path, msg in errors[:5])
+    return OutputValidationError(
+        f"output does not match schema {schema.get('name')!r}: {detail}",
+        run_id=run_id,
+        errors=errors,
+        output=text[:2000],
+    )

@@ -13,12 +13,19 @@ from typing import Any, Literal
 
 from typing_extensions import assert_never
 
-from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES, correction, exhausted, parse_arguments
+from raygents.corrections import (
+    DEFAULT_MAX_OUTPUT_RETRIES,
+    correction,
+    exhausted,
+    output_error,
+    parse_arguments,
+    schema_error,
+    unique_call_ids,
+)
 from raygents.envelope import RunState
 from raygents.errors import (
     MaxTurnsExceeded,
     ModelError,
-    OutputValidationError,
     RaygentsError,
     ToolNotFound,
     UsageLimitExceeded,
@@ -33,7 +40,7 @@ from raygents.messages import (
     ToolSpec,
     Usage,
 )
-from raygents.schema import bounded_errors, excerpt, parse_json
+from raygents.schema import excerpt
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
@@ -70,8 +77,6 @@ DEFAULT_MAX_TOOL_CALLS_PER_TURN = 128
 """Tool calls of one model reply that are run, unless an agent says otherwise."""
 DEFAULT_MAX_MODEL_CALLS = 1000
 """Model calls of a run, its agent-as-tool runs included, unless its agents say otherwise."""
-MAX_CALL_ID = 128
-"""Longer call ids are replaced (they travel in every record, key and event of the call)."""
 
 
 @dataclass(frozen=True)
@@ -344,64 +349,6 @@ def _on_stop(state: RunState, view: AgentView, message: Message) -> tuple[RunSta
     return state, Finish(message.text)
 
 
-def unique_call_ids(message: Message, history: Sequence[Message] = ()) -> Message:
-    """``message`` with each tool call id made unique within the run.
-
-    A call whose id is empty, longer than :data:`MAX_CALL_ID`, or already taken (earlier in the
-    message or by a call in ``history``) gets ``<id>~<n>``, the first free ``n`` from its
-    position. Renaming (not rejecting) keeps every call the model asked for, and the renamed
-    id is what the model sees answered, so each id it is shown has exactly one tool message.
-    """
-    if not message.tool_calls:
-        return message
-    taken = {c.id for m in history if m.tool_calls for c in m.tool_calls}
-    ids = [c.id for c in message.tool_calls]
-    if len(set(ids)) == len(ids) and taken.isdisjoint(ids) and all(_fit_id(i) for i in ids):
-        return message
-    sent = set(ids)
-    out = []
-    for i, c in enumerate(message.tool_calls):
-        new = c.id
-        if not _fit_id(new) or new in taken:
-            base = (new[:64] if new.strip() else "") or "call"
-            n = i + 1
-            while f"{base}~{n}" in taken or f"{base}~{n}" in sent:
-                n += 1
-            new = f"{base}~{n}"
-            c = c.model_copy(update={"id": new})
-        taken.add(new)
-        out.append(c)
-    return message.model_copy(update={"tool_calls": tuple(out)})
-
-
-def _fit_id(call_id: str) -> bool:
-    return 0 < len(call_id) <= MAX_CALL_ID and bool(call_id.strip())
-
-
-def output_error(run_id: str, schema: Mapping[str, Any], text: str) -> OutputValidationError | None:
-    """Validate structured output text against ``{"name", "schema"}``; the error, or None."""
-    try:
-        value = parse_json(text)
-    except ValueError as exc:
-        reason = excerpt(str(exc))
-        return OutputValidationError(
-            f"output is not valid JSON ({reason}): {excerpt(text)!r}",
-            run_id=run_id,
-            errors=[("/", f"not valid JSON: {reason}")],
-            output=text[:2000],
-        )
-    errors = bounded_errors(dict(schema["schema"]), value)
-    if not errors:
-        return None
-    detail = "; ".join(f"{path}: {msg}" for path, msg in errors[:5])
-    return OutputValidationError(
-        f"output does not match schema {schema.get('name')!r}: {detail}",
-        run_id=run_id,
-        errors=errors,
-        output=text[:2000],
-    )
-
-
 def count_corrections(
     state: RunState, view: AgentView, plan: RunTools | Fail
 ) -> tuple[RunState, RunTools | Fail]:
@@ -468,24 +415,8 @@ def _check_call(spec: ToolSpec, call: ToolCall) -> Execute | Reject:
     value, malformed = parse_arguments(call.arguments)
     if malformed is not None:
         return Reject(call, correction(spec.name, malformed, call.arguments), malformed)
-    problem = _schema_error(spec, value or {})
+    problem = schema_error(spec, value or {})
     return Reject(call, problem) if problem else Execute(call)
-
-
-def argument_error(spec: ToolSpec, arguments: str) -> str | None:
-    """A message for the model when ``arguments`` do not fit the tool's schema, else None."""
-    value, malformed = parse_arguments(arguments)
-    if malformed is not None:
-        return correction(spec.name, malformed, arguments)
-    return _schema_error(spec, value or {})
-
-
-def _schema_error(spec: ToolSpec, value: dict[str, Any]) -> str | None:
-    errors = bounded_errors(spec.parameters, value) if spec.parameters else []
-    if not errors:
-        return None
-    detail = "; ".join(f"{path}: {msg}" for path, msg in errors[:5])
-    return f'Invalid parameters for tool "{spec.name}": {detail}'
 
 
 def step_result(step: ToolStep) -> ToolResult | None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from raygents import loop
+from raygents import corrections, loop
 from raygents.envelope import RunState
 from raygents.errors import (
     LimitExceeded,
@@ -263,7 +263,7 @@ def test_on_results_checks_the_result_count() -> None:
 
 
 def test_output_error_accepts_valid_json() -> None:
-    assert loop.output_error("r", SCHEMA, json.dumps({"n": 1})) is None
+    assert corrections.output_error("r", SCHEMA, json.dumps({"n": 1})) is None
 
 
 def test_argument_errors_use_each_schema_as_it_is() -> None:
@@ -282,9 +282,9 @@ def test_argument_errors_use_each_schema_as_it_is() -> None:
         parameters={"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]},
     )
     for _ in range(2):
-        assert loop.argument_error(ints, '{"x": 1}') is None
-        assert "/x" in (loop.argument_error(strs, '{"x": 1}') or "")
-        assert loop.argument_error(strs, '{"x": "a"}') is None
+        assert corrections.argument_error(ints, '{"x": 1}') is None
+        assert "/x" in (corrections.argument_error(strs, '{"x": 1}') or "")
+        assert corrections.argument_error(strs, '{"x": "a"}') is None
     for n in range(schema._MAX_VALIDATORS + 10):  # the cache stays bounded
         assert schema.schema_errors({"type": "object", "maxProperties": n}, {}) == []
     assert len(schema._VALIDATORS) <= schema._MAX_VALIDATORS

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import raygents as rg
-from raygents import loop
+from raygents import corrections, loop
 from raygents.envelope import RunState
 from raygents.errors import OutputValidationError
 from raygents.messages import Message
@@ -156,8 +156,10 @@ def test_recursive_tool_argument_end_to_end() -> None:
 
     spec = count.spec()
     assert strict_problems(spec.parameters) == []
-    assert loop.argument_error(spec, json.dumps({"tree": TREE})) is None
-    problem = loop.argument_error(spec, json.dumps({"tree": {"name": "r", "children": [{}]}}))
+    assert corrections.argument_error(spec, json.dumps({"tree": TREE})) is None
+    problem = corrections.argument_error(
+        spec, json.dumps({"tree": {"name": "r", "children": [{}]}})
+    )
     assert problem is not None and "/tree/children/0" in problem
     ctx = ToolContext(run_id="r", call_id="c", tool_name="count", agent_name="a")
     result = asyncio.run(count.execute(ctx, json.dumps({"tree": deep_tree(40)})))

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from ray import cloudpickle
 
 import raygents as rg
-from raygents import loop
+from raygents import corrections, loop
 from raygents.envelope import RunState
 from raygents.errors import ToolNotFound, UserError
 from raygents.messages import Message, ToolSpec
@@ -241,7 +241,7 @@ def test_a_pattern_that_backtracks_refuses_the_argument_in_bounded_time(
 ) -> None:
     assert parameters_problem(schema) is None
     spec = HandWritten(schema).spec()
-    error = loop.argument_error(spec, json.dumps(arguments))
+    error = corrections.argument_error(spec, json.dumps(arguments))
     assert error is not None and re.search(refusal, error), error
     assert error.count("took more than") == 1, error
 
@@ -254,14 +254,14 @@ def test_patterns_still_check_arguments() -> None:
         "additionalProperties": False,
     }
     spec = HandWritten(schema).spec()
-    assert loop.argument_error(spec, json.dumps({"x": "abc", "n_1": 2})) is None
-    assert loop.argument_error(spec, json.dumps({"x": "ABC"})) == (
+    assert corrections.argument_error(spec, json.dumps({"x": "abc", "n_1": 2})) is None
+    assert corrections.argument_error(spec, json.dumps({"x": "ABC"})) == (
         "Invalid parameters for tool \"hand_written\": /x: 'ABC' does not match '^[a-z]+$'"
     )
-    assert loop.argument_error(spec, json.dumps({"n_1": "two"})) == (
+    assert corrections.argument_error(spec, json.dumps({"n_1": "two"})) == (
         "Invalid parameters for tool \"hand_written\": /n_1: 'two' is not of type 'integer'"
     )
-    assert loop.argument_error(spec, json.dumps({"y": 1, "z": 2})) == (
+    assert corrections.argument_error(spec, json.dumps({"y": 1, "z": 2})) == (
         'Invalid parameters for tool "hand_written": /: additional properties are not allowed '
         "('y', 'z' unexpected)"
     )
@@ -401,7 +401,8 @@ DYNAMIC = {
 """Callables that look names up or run code at run time."""
 
 DISPATCH = {
-    "loop.py": ("plan_tools", "argument_error", "step_result", "pending_batch", "gate"),
+    "loop.py": ("plan_tools", "_check_call", "step_result", "pending_batch", "gate"),
+    "corrections.py": ("parse_arguments", "argument_error", "schema_error"),
     "runtime/toolcalls.py": ("run_step", "needs_approval", "run_batch"),
     "runtime/toolbox.py": ("tools", "resolve_tools"),
     "runtime/tasks.py": ("run_tool", "remote_tool", "task_body", "submit_tool"),
