@@ -212,20 +212,6 @@ class Coordinator:
             TooManyRuns: ``tenant`` has ``max_concurrent_runs`` runs in flight.
         """
         await self.records.known(run_id, look=not force)
-        return await self._claim_known(run_id, owner, agent_name, force, tenant)
-
-    async def _claim_known(
-        self,
-        run_id: str,
-        owner: str,
-        agent_name: str,
-        force: bool = False,
-        tenant: str | None = None,
-    ) -> tuple[RunInfo | None, int]:
-        """:meth:`claim` once the table has what the store says of the run."""
-        info = self.table.get(run_id)
-        if not force and info is not None and info.status == "completed":
-            return info, 0  # (a completed run is never run again)
         return await self._dispatch(run_id, owner, agent_name, force, tenant)
 
     async def claim_many(
@@ -250,7 +236,7 @@ class Coordinator:
         answers: list[tuple[RunInfo | None, int] | TooManyRuns] = []
         for run_id, owner, agent_name, tenant in claims:
             try:
-                answers.append(await self._claim_known(run_id, owner, agent_name, tenant=tenant))
+                answers.append(await self._dispatch(run_id, owner, agent_name, tenant=tenant))
             except TooManyRuns as refused:
                 answers.append(refused)
         return answers
@@ -305,7 +291,10 @@ class Coordinator:
         force: bool = False,
         tenant: str | None = None,
     ) -> tuple[RunInfo | None, int]:
-        """:meth:`claim` of a run whose entry is known (and not completed unless ``force``)."""
+        """:meth:`claim` of a run whose entry is known (the table has what the store says)."""
+        info = self.table.get(run_id)
+        if not force and info is not None and info.status == "completed":
+            return info, 0  # (a completed run is never run again)
         taken, epoch = self.table.claim(run_id, owner, agent_name, force, tenant)
         if taken is not None:
             return taken, epoch
