@@ -144,7 +144,9 @@ def start_each(
     ready: list[_Start | RaygentsError] = []
     for run_id, run_input, context in items:
         try:
-            ready.append(_prepare(agent, run_input, context=context, run_id=run_id, **options))
+            prepared = _prepare(agent, run_input, context=context, run_id=run_id, **options)
+            _not_running_here(prepared.rt, run_id)  # (before its claim fences that run)
+            ready.append(prepared)
         except RaygentsError as exc:
             ready.append(exc)
     starts = [r for r in ready if isinstance(r, _Start)]
@@ -275,9 +277,7 @@ def _launch(
     set the epoch).
     """
     run_id = envelope.state.run_id
-    known = rt.handles.get(run_id)
-    if known is not None and not known.done():
-        raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
+    _not_running_here(rt, run_id)
     limited = rt.directory.cached_settings().max_concurrent_runs is not None
     if fresh_id and limited:
         fresh_id = False
@@ -295,6 +295,13 @@ def _launch(
     replicas = {name: a.replicas for name, a in graph.items()}
     rt.submit(_drive_root(rt, handle, envelope, blob, replicas, ending, timeout_s, fresh_id))
     return handle
+
+
+def _not_running_here(rt: Runtime, run_id: str) -> None:
+    """Raises: UserError: a run of this id is running in this driver."""
+    known = rt.handles.get(run_id)
+    if known is not None and not known.done():
+        raise UserError(f"run {run_id!r} is already running in this driver; use attach()")
 
 
 def _claimed(envelope: Envelope, taken: RunInfo | None, epoch: int) -> Envelope:

@@ -3,6 +3,7 @@ output shards, and a re-run that finds its completed items in the store only."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -107,6 +108,32 @@ def test_items_started_together_are_claimed_in_one_call(monkeypatch: pytest.Monk
         f"grouped.{i}" for i in range(60)
     )
     assert len(groups) < 60 and max(len(group) for group in groups) > 1, groups
+
+
+def test_a_run_id_running_in_this_driver_is_refused_before_its_claim(tmp_path: Path) -> None:
+    from raygents.runtime.runs import start_each
+
+    gate = tmp_path / "open"
+
+    async def reply(request: rg.ModelRequest) -> rg.ModelResponse:
+        if request.messages[-1].role == "tool":
+            return text("done")
+        while not gate.exists():
+            await asyncio.sleep(0.02)
+        return calls(("noop", {}))  # (its record comes after the claim: a fenced one fails)
+
+    def noop() -> str:
+        """Does nothing."""
+        return "ok"
+
+    agent = rg.Agent("batch-held", model=FunctionModel(reply), tools=[rg.tool(noop)])
+    running = rg.start(agent, "first", run_id="held.0")
+    refused, started = start_each(agent, [("held.0", "again", None), ("held.1", "other", None)])
+    assert isinstance(refused, rg.UserError) and "already running in this driver" in str(refused)
+    assert isinstance(started, rg.RunHandle)
+    gate.touch()
+    assert running.result(timeout_s=60).final_output == "done"  # (not fenced by a claim)
+    assert started.result(timeout_s=60).final_output == "done"
 
 
 def test_an_invalid_item_fails_alone() -> None:
