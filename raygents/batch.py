@@ -4,7 +4,8 @@ and the input's index, so that running a job again continues it.
 A job has no coordinator of its own: what it did is in the checkpoint store, in its items'
 runs and in its ledger of completed items (``jobs/<job_id>/``). Running a job again skips
 the items the ledger holds, resumes the suspended ones from their checkpoints, follows those
-running elsewhere, and starts the rest afresh (:mod:`raygents.batchruns`).
+running elsewhere, and starts the rest afresh (:mod:`raygents.batchruns`), claiming their run
+ids in groups: one coordinator call per group, not per item.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ __all__ = [
     "start_batch",
 ]
 
-_LAUNCHERS = 4  # threads that start, resume or look up runs (each a coordinator round trip)
+_LAUNCHERS = 4  # threads that start groups of items, resume or look up runs (round trips)
 _TICK_S = 1.0  # how often the progress display is refreshed without an item ending
 _FLUSH_S = 2.0  # how often the ledger (and output in a store) puts what it has
 
