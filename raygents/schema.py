@@ -264,7 +264,12 @@ def _search(pattern: str, text: str) -> bool:
     left = getattr(_budget, "ends", time.monotonic() + PATTERN_BUDGET_S) - time.monotonic()
     if left <= 0:
         raise _Spent
-    return regex.search(pattern, text, timeout=left) is not None
+    try:
+        return regex.search(pattern, text, timeout=left) is not None
+    except TimeoutError:
+        if hasattr(_budget, "ends"):  # spent (its timer may stop a moment early): the
+            _budget.ends = 0.0  # matches after this one are refused with it
+        raise
 
 
 def _too_slow(pattern: str, what: str = "the value") -> Any:
