@@ -152,10 +152,13 @@ class RunTable:
                 tenant=info.tenant or old.tenant,
                 started_at=old.started_at if old.started_at is not None else info.started_at,
                 parent=info.parent or old.parent,
+                updated_at=time.time(),
             )
-        elif self.unread:  # news of a run not read yet: newer than its records
-            self.unread.pop(info.run_id, None)
-        self.runs[info.run_id] = info = replace(info, updated_at=time.time())
+        else:
+            if self.unread:  # news of a run not read yet: newer than its records
+                self.unread.pop(info.run_id, None)
+            info = replace(info, updated_at=time.time())
+        self.runs[info.run_id] = info
         if info.status not in _IN_FLIGHT:
             self.admission.release(info.run_id)
         if old is None or old.status != info.status:
