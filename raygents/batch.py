@@ -402,7 +402,7 @@ class BatchHandle:
                 handle, skipped = await self._starts.start(run_id, raw)
             else:
                 launch = self._runs.launch
-                handle, skipped = await loop.run_in_executor(pool, launch, run_id, raw, status)
+                handle, skipped = await loop.run_in_executor(pool, launch, run_id, raw)
             with self._lock:
                 self._running[run_id] = handle
                 stopping = self._stopped is not None

@@ -52,16 +52,12 @@ class JobRuns:
         its launch goes by it)."""
         return self._statuses.pop(run_id, None)
 
-    def launch(self, run_id: str, raw: Any, status: str | None) -> tuple[RunHandle, bool]:
-        """The run of an item whose run had ``status``: started, resumed, or (completed or
-        running) attached to. Returns the handle and whether the run had completed before."""
+    def launch(self, run_id: str, raw: Any) -> Launched:
+        """The run of an item the coordinator knew as suspended, awaiting approval, running or
+        completed: resumed, or attached to (those not run or failed go to
+        :meth:`start_each`). Returns the handle and whether the run had completed before."""
         from raygents.runtime.attach import attach
 
-        if status in (None, "failed"):
-            [started] = self.start_each([(run_id, raw)])
-            if isinstance(started, BaseException):
-                raise started
-            return started
         run_input, context = self._split(raw)
         return self._go_on(attach(run_id), run_id, run_input, context)
 
