@@ -4,7 +4,7 @@
     python benchmarks/tools/phases.py --durability exit # without the run's checkpoint records
 
 The two sides run alternately in one process, as in ``ab.py --workload single``. raygents'
-moments come from a Ray worker setup hook that wraps, in every worker, ``AgentActor.start`` (the
+moments come from a Ray worker setup hook that wraps, in every worker, ``Relay.__init__`` (the
 actor takes the run) and ``FunctionModel.respond`` (a model call starts and returns), and from
 the driver (``start()`` called, the result back); the floor's from the same moments in its actor
 (``rayfloor.marked_turns``). Prints the median of each phase on both sides and the difference.
@@ -46,7 +46,7 @@ def _mark_worker() -> None:
     import os
     import time
 
-    from raygents.runtime.actor import AgentActor
+    from raygents.runtime import outbox
     from raygents.testing import FunctionModel
 
     path = os.path.join(os.environ["RG_PHASES_DIR"], f"{os.getpid()}.log")
@@ -55,11 +55,11 @@ def _mark_worker() -> None:
     def mark(label: str) -> None:
         os.write(fd, f"{time.time():.6f} {label}\n".encode())
 
-    start, respond = AgentActor.start, FunctionModel.respond
+    relay, respond = outbox.Relay.__init__, FunctionModel.respond
 
-    async def marked_start(self: Any, envelopes: Any, caller: str) -> str:
+    def marked_relay(self: Any, *args: Any) -> None:
         mark("actor_start")
-        return await start(self, envelopes, caller)
+        relay(self, *args)
 
     async def marked_respond(self: Any, request: Any) -> Any:
         mark("model_in")
@@ -68,7 +68,7 @@ def _mark_worker() -> None:
         finally:
             mark("model_out")
 
-    AgentActor.start = marked_start  # type: ignore[method-assign]
+    outbox.Relay.__init__ = marked_relay  # type: ignore[method-assign]
     FunctionModel.respond = marked_respond  # type: ignore[method-assign]
 
 
