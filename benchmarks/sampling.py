@@ -26,6 +26,7 @@ def role(cmdline: str, name: str, me: int, pid: int) -> str:
         ("ray::Coordinator", "ray::Coordinator"),
         ("ray::AgentActor", "ray::AgentActor"),
         ("ray::FloorAgent", "ray::FloorAgent"),
+        ("ray::MarkedFloor", "ray::FloorAgent"),  # (tools/phases.py)
         ("ray::_ScriptStore", "ray::_ScriptStore"),
         ("ray::tool:", "ray::tool worker"),
         ("ray::IDLE", "ray::IDLE worker"),

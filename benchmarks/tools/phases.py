@@ -2,13 +2,20 @@
 
     python benchmarks/tools/phases.py                 # K=4 tool tasks, 100 ms model, 40 runs
     python benchmarks/tools/phases.py --durability exit # without the run's checkpoint records
+    python benchmarks/tools/phases.py --cpu 40          # and the CPU of a run, process by process
 
 The two sides run alternately in one process, as in ``ab.py --workload single``. raygents'
 moments come from a Ray worker setup hook that wraps, in every worker, ``Relay.__init__`` (the
-actor takes the run) and ``FunctionModel.respond`` (a model call starts and returns), and from
-the driver (``start()`` called, the result back); the floor's from the same moments in its actor
-(``rayfloor.marked_turns``). Prints the median of each phase on both sides and the difference.
-Clocks are ``time.time()``, one clock for every process of this machine.
+actor takes the run), ``FunctionModel.respond`` (a model call starts and returns),
+``RecordWriter._mark_done`` (the completion marker) and the packing of a take's reply, and from
+the driver (``start()`` called, ``_launch``, the mailbox's start, the result back); the floor's
+from the same moments in its actor (``rayfloor.marked_turns``). Prints the median of each phase
+on both sides and the difference, then raygents' run step by step. Clocks are ``time.time()``,
+one clock for every process of this machine.
+
+``--cpu N`` then runs N runs of each side, one side after the other, with a sampler process
+(``sampling.Sampler``) reading the CPU time of every process, and prints the CPU per run by
+process role.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ import fakes  # noqa: E402
 import machine  # noqa: E402
 import rayfloor  # noqa: E402
 
-PHASES = (
+Chain = tuple[tuple[str, str, str], ...]
+PHASES: Chain = (
     ("driver_start", "actor_start", "start() to the actor having the run"),
     ("actor_start", "model_in", "the actor: run taken to model call 1"),
     ("model_in", "model_out", "model call 1 (the fake model's sleep)"),
@@ -38,6 +46,21 @@ PHASES = (
     ("model_in", "model_out", "model call 2"),
     ("model_out", "driver_end", "model reply 2 to the result in the driver"),
 )
+STEPS: Chain = (
+    ("driver_start", "launch", "start() to _launch (input checked, graph snapshot)"),
+    ("launch", "mailbox_start", "_launch to the mailbox's start (the driver's loop)"),
+    ("mailbox_start", "actor_start", "the start call to the actor having the run"),
+    ("actor_start", "model_in", "the actor: run taken to model call 1"),
+    ("model_in", "model_out", "model call 1"),
+    ("model_out", "model_in", "the tool turn"),
+    ("model_in", "model_out", "model call 2"),
+    ("model_out", "marker_in", "model reply 2 to the completion marker"),
+    ("marker_in", "marker_out", "the completion marker (built and stored)"),
+    ("marker_out", "pack_in", "the marker to packing the outcome's take"),
+    ("pack_in", "pack_out", "packing the take's reply"),
+    ("pack_out", "driver_end", "the take's reply to the result in the driver"),
+)
+"""raygents' run step by step (the floor has no such steps)."""
 
 
 def _mark_worker() -> None:
@@ -47,6 +70,7 @@ def _mark_worker() -> None:
     import time
 
     from raygents.runtime import outbox
+    from raygents.runtime.writer import RecordWriter
     from raygents.testing import FunctionModel
 
     path = os.path.join(os.environ["RG_PHASES_DIR"], f"{os.getpid()}.log")
@@ -55,7 +79,12 @@ def _mark_worker() -> None:
     def mark(label: str) -> None:
         os.write(fd, f"{time.time():.6f} {label}\n".encode())
 
-    relay, respond = outbox.Relay.__init__, FunctionModel.respond
+    relay, respond, mark_done, pack = (
+        outbox.Relay.__init__,
+        FunctionModel.respond,
+        RecordWriter._mark_done,
+        outbox.pack,
+    )
 
     def marked_relay(self: Any, *args: Any) -> None:
         mark("actor_start")
@@ -68,15 +97,31 @@ def _mark_worker() -> None:
         finally:
             mark("model_out")
 
+    async def marked_mark_done(self: Any, outcome: Any) -> None:
+        mark("marker_in")
+        try:
+            await mark_done(self, outcome)
+        finally:
+            mark("marker_out")
+
+    def marked_pack(items: Any) -> bytes:
+        mark("pack_in")
+        try:
+            return pack(items)
+        finally:
+            mark("pack_out")
+
     outbox.Relay.__init__ = marked_relay  # type: ignore[method-assign]
     FunctionModel.respond = marked_respond  # type: ignore[method-assign]
+    RecordWriter._mark_done = marked_mark_done  # type: ignore[method-assign]
+    outbox.pack = marked_pack
 
 
-def _phases(marks: list[tuple[str, float]]) -> list[float] | None:
+def _phases(marks: list[tuple[str, float]], chain: Chain = PHASES) -> list[float] | None:
     """The phases of one run (ms), from its marks in time order; None if any is missing."""
     out: list[float] = []
     at = 0
-    for first, then, _ in PHASES:
+    for first, then, _ in chain:
         try:
             i = next(j for j in range(at, len(marks)) if marks[j][0] == first)
             k = next(j for j in range(i + 1, len(marks)) if marks[j][0] == then)
@@ -102,14 +147,19 @@ def _report(
     driver: list[tuple[float, float]],
     floor_runs: list[list[tuple[str, float]]],
     folder: str,
+    driver_marks: list[tuple[float, str]],
 ) -> None:
-    found = _worker_marks(folder)
+    found = sorted(_worker_marks(folder) + driver_marks)
     sides: dict[str, list[list[float]]] = {"raygents": [], "ray_floor": []}
+    steps: list[list[float]] = []
     for began, ended in driver:
         marks = [(label, when) for when, label in found if began <= when <= ended]
-        phases = _phases([("driver_start", began), *marks, ("driver_end", ended)])
+        run = [("driver_start", began), *marks, ("driver_end", ended)]
+        phases, by_step = _phases(run), _phases(run, STEPS)
         if phases is not None:
             sides["raygents"].append(phases)
+        if by_step is not None:
+            steps.append(by_step)
     for marks in floor_runs:
         phases = _phases(marks)
         if phases is not None:
@@ -124,7 +174,32 @@ def _report(
         print(f"{name:50s} {mine:9.2f} {base:9.2f} {mine - base:+7.2f}")
     mine, base = (statistics.median(totals[s]) for s in ("raygents", "ray_floor"))
     print(f"{'the run (driver to driver)':50s} {mine:9.2f} {base:9.2f} {mine - base:+7.2f}")
+    print(f"\nraygents step by step ({len(steps)} runs)")
+    for i, (_, _, name) in enumerate(STEPS):
+        print(f"{name:50s} {statistics.median(p[i] for p in steps):9.2f}")
     print(f"load {os.getloadavg()}")
+
+
+def _cpu_per_run(sides: dict[str, Any], n: int) -> None:
+    """Run ``n`` runs of each side under a sampler; print each role's CPU ms per run."""
+    import sampling
+
+    got: dict[str, dict[str, float]] = {}
+    for name, run in sides.items():
+        with sampling.Sampler(interval_s=0.2, pss=False) as sampler:
+            for _ in range(n):
+                run()
+        roles = sampler.report.get("by_role") or {}
+        got[name] = {role: 1000 * v["cpu_s"] / n for role, v in roles.items()}
+        got[name]["all processes"] = 1000 * sampler.report.get("cpu_s_total", 0.0) / n
+    names = list(got)
+    roles = sorted({r for per in got.values() for r in per}, key=lambda r: -got[names[0]].get(r, 0))
+    print(f"\nCPU ms per run ({n} runs a side, one side after the other; a worker's role is")
+    print("its title when sampled: a tool or task worker between tasks counts as IDLE)")
+    print(f"{'role':50s} " + " ".join(f"{name:>9s}" for name in names))
+    for role in roles:
+        if max(got[name].get(role, 0.0) for name in names) >= 0.05:
+            print(f"{role:50s} " + " ".join(f"{got[name].get(role, 0.0):9.2f}" for name in names))
 
 
 def main() -> None:
@@ -133,12 +208,13 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.1)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
+    ap.add_argument("--cpu", type=int, default=0, help="runs a side for the CPU per run (0: none)")
     args = ap.parse_args()
 
     import ray
 
     import raygents as rg
-    from raygents.runtime import runs
+    from raygents.runtime import mailbox, runs
 
     folder = tempfile.mkdtemp(prefix="rg-phases-")
     machine.init_raygents(
@@ -170,6 +246,19 @@ def main() -> None:
         return start(*a, **kw)
 
     runs.start = marked_start  # type: ignore[assignment]
+    driver_marks: list[tuple[float, str]] = []  # the driver's own steps (see STEPS)
+    launch, mailbox_start = runs._launch, mailbox.Mailboxes.start
+
+    def marked_launch(*a: Any, **kw: Any) -> Any:
+        driver_marks.append((time.time(), "launch"))
+        return launch(*a, **kw)
+
+    async def marked_mailbox_start(self: Any, *a: Any) -> str:
+        driver_marks.append((time.time(), "mailbox_start"))
+        return await mailbox_start(self, *a)
+
+    runs._launch = marked_launch  # type: ignore[assignment]
+    mailbox.Mailboxes.start = marked_mailbox_start  # type: ignore[method-assign]
 
     def raygents_run() -> None:
         rg.run(agent, f"k={args.k}")
@@ -189,10 +278,14 @@ def main() -> None:
     for rep in range(args.n):
         for side in (raygents_run, floor_run)[:: 1 if rep % 2 else -1]:
             side()
+    measured = len(driver), len(floor_runs)
+    if args.cpu:
+        _cpu_per_run({"raygents": raygents_run, "ray_floor": floor_run}, args.cpu)
+    del driver[measured[0] :], floor_runs[measured[1] :]
     rg.shutdown()
     ray.shutdown()
 
-    _report(args, driver, floor_runs, folder)
+    _report(args, driver, floor_runs, folder, driver_marks)
     shutil.rmtree(folder, ignore_errors=True)
 
 
