@@ -64,8 +64,8 @@ STEPS: Chain = (
 
 
 def _mark_worker() -> None:
-    """Ray's worker setup hook: a line in this worker's file when an agent actor takes runs
-    and when a model call starts and returns."""
+    """Ray's worker setup hook: a line in this worker's file when an agent actor takes runs,
+    and as a model call, a completion marker and the packing of a take's reply begin and end."""
     import os
     import time
 
@@ -79,30 +79,21 @@ def _mark_worker() -> None:
     def mark(label: str) -> None:
         os.write(fd, f"{time.time():.6f} {label}\n".encode())
 
-    relay, respond, mark_done, pack = (
-        outbox.Relay.__init__,
-        FunctionModel.respond,
-        RecordWriter._mark_done,
-        outbox.pack,
-    )
+    def marked_async(method: Any, name: str) -> Any:
+        async def marked(*args: Any) -> Any:
+            mark(f"{name}_in")
+            try:
+                return await method(*args)
+            finally:
+                mark(f"{name}_out")
+
+        return marked
+
+    relay, pack = outbox.Relay.__init__, outbox.pack
 
     def marked_relay(self: Any, *args: Any) -> None:
         mark("actor_start")
         relay(self, *args)
-
-    async def marked_respond(self: Any, request: Any) -> Any:
-        mark("model_in")
-        try:
-            return await respond(self, request)
-        finally:
-            mark("model_out")
-
-    async def marked_mark_done(self: Any, outcome: Any) -> None:
-        mark("marker_in")
-        try:
-            await mark_done(self, outcome)
-        finally:
-            mark("marker_out")
 
     def marked_pack(items: Any) -> bytes:
         mark("pack_in")
@@ -112,9 +103,9 @@ def _mark_worker() -> None:
             mark("pack_out")
 
     outbox.Relay.__init__ = marked_relay  # type: ignore[method-assign]
-    FunctionModel.respond = marked_respond  # type: ignore[method-assign]
-    RecordWriter._mark_done = marked_mark_done  # type: ignore[method-assign]
     outbox.pack = marked_pack
+    FunctionModel.respond = marked_async(FunctionModel.respond, "model")  # type: ignore[method-assign]
+    RecordWriter._mark_done = marked_async(RecordWriter._mark_done, "marker")  # type: ignore[method-assign]
 
 
 def _phases(marks: list[tuple[str, float]], chain: Chain = PHASES) -> list[float] | None:
