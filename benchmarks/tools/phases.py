@@ -166,7 +166,7 @@ def _report(
     mine, base = (statistics.median(totals[s]) for s in ("raygents", "ray_floor"))
     print(f"{'the run (driver to driver)':50s} {mine:9.2f} {base:9.2f} {mine - base:+7.2f}")
     print(f"\nraygents step by step ({len(steps)} runs)")
-    for i, (_, _, name) in enumerate(STEPS):
+    for i, (_, _, name) in enumerate(STEPS if steps else ()):  # (none: a mark went missing)
         print(f"{name:50s} {statistics.median(p[i] for p in steps):9.2f}")
     print(f"load {os.getloadavg()}")
 
