@@ -308,6 +308,23 @@ def test_an_actor_write_finds_out_that_its_copy_of_the_run_is_fenced(tmp_path: A
     )
 
 
+@pytest.mark.parametrize("store", ["file", "memory"])
+async def test_in_exit_mode_actors_mark_completed_runs_and_a_new_dispatch_fences(
+    tmp_path: Any, store: str
+) -> None:
+    """``exit`` durability: no running records, but agent actors store completed runs' markers
+    in a durable store themselves (not through this coordinator), so a recovery's dispatch
+    marks the store for the lost copy's marker to be refused."""
+    url = f"file://{tmp_path}" if store == "file" else f"memory://exit-{tmp_path.name}"
+    coord = Coordinator("test", Settings(store=url, durability="exit"))
+    assert coord.settings().direct is (store == "file")
+    _, first = await coord.claim("r1", "driver", "agent")
+    _, second = await coord.claim("r1", "driver", "agent", True)  # recovery
+    assert (first, second) == (1, 2)
+    fenced = coord.store.get(checkpoint.fence_key("r1", 2))
+    assert fenced == (b"" if store == "file" else None)
+
+
 async def test_resuming_a_run_whose_copy_stopped_here_needs_no_fence_mark(tmp_path: Any) -> None:
     coord = _file_coordinator(tmp_path)
     await coord.claim("r1", "driver", "agent")

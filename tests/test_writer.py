@@ -27,14 +27,15 @@ from raygents.tools import ToolResult
 
 
 class _Coordinator:
-    def __init__(self, durability: str) -> None:
+    def __init__(self, durability: str, store: str = "memory://") -> None:
         self.durability = durability
+        self.store = store
         self.reported: list[tuple[list[Any], list[Any]]] = []
         self.saved: list[tuple[Any, ...]] = []
         self.discarded: list[tuple[str, str]] = []
 
     def settings(self) -> Settings:
-        return Settings(durability=self.durability)
+        return Settings(store=self.store, durability=self.durability)  # type: ignore[arg-type]
 
     def noted(self, notes: list[Any], ends: list[Any]) -> None:
         self.reported.append((list(notes), list(ends)))
@@ -60,9 +61,11 @@ class _Written:
 
 
 async def _writer(
-    store: Store | None, durability: str = "sync"
+    store: Store | None, durability: str = "sync", url: str = "memory://"
 ) -> tuple[RecordWriter, _Coordinator, _Written]:
-    coordinator = _Coordinator(durability)
+    """A writer that writes to ``store`` (None: through the fake coordinator), whose
+    coordinator names the store ``url``."""
+    coordinator = _Coordinator(durability, url)
     directory = Directory("ns", FakeHandle(coordinator), owner="test")
     await directory.settings()
     written = _Written()
@@ -445,6 +448,22 @@ async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(
         await asyncio.sleep(0.02)
     assert coord.store.list("runs/r1/") == [f"runs/r1/done.{epoch}"]
     assert coord.store.get(f"runs/r1/done.{epoch}") == marked
+
+
+async def test_in_exit_mode_the_actor_marks_a_completed_run_itself_unless_fenced(
+    tmp_path: Path,
+) -> None:
+    """``exit`` durability writes no running record, but a completed run's marker is stored
+    by its agent actor (no coordinator call on the run's path), fenced like a record."""
+    store = FileStore(tmp_path / "store")
+    writer, coordinator, _ = await _writer(store, "exit", url=store.url)
+    ran = await writer.save(_state("ran"), "running", None)
+    assert ran.seq == 0 and store.list() == [], "no running record"
+    await writer.finish(Outcome("completed", ran, output="ok"))
+    store.put(checkpoint.fence_key("stale", 2), b"")  # the run was dispatched again
+    await writer.finish(Outcome("completed", _state("stale"), output="stale"))
+    assert [k for k in store.list("runs/") if "/done." in k] == ["runs/ran/done.1"]
+    assert coordinator.saved == [] and coordinator.notes() == []
 
 
 async def test_only_a_completed_run_with_records_of_an_unfenced_copy_is_marked(

@@ -48,11 +48,11 @@ class Coordinator:
         settings = settings or Settings()
         self.namespace = namespace
         self.store: Store = open_store(settings.store)
-        direct = settings.durability != "exit" and isinstance(self.store, (FileStore, S3Store))
+        direct = isinstance(self.store, (FileStore, S3Store))
         self._settings = replace(settings, store=self.store.url, direct=direct, node=_node_id())
-        """Its settings as it answers them: agent actors write running runs' records to an S3
-        store, or a file store on its node, themselves (``sync``: the run waits for the put;
-        ``async``: it does not)."""
+        """Its settings as it answers them: agent actors write running runs' records
+        (``sync``: the run waits for the put; ``async``: it does not) and completed runs'
+        markers (every mode) to an S3 store, or a file store on its node, themselves."""
         self.direct = direct
         key, durability = settings.key, settings.durability
         self.table = RunTable(self._forgotten, settings.max_concurrent_runs)

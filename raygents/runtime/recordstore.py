@@ -52,7 +52,8 @@ class RecordStore:
 
     Args:
         durability: ``sync``, ``async`` (writes that are not ``durable`` go behind) or ``exit``.
-        direct: agent actors write running runs' records to the store themselves.
+        direct: agent actors write to the store themselves (running runs' records in
+            ``sync`` and ``async`` mode, completed runs' markers).
     """
 
     def __init__(

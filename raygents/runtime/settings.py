@@ -54,8 +54,9 @@ class Settings:
     creator: str = ""
     """The driver that created the coordinator (it removes it when it closes)."""
     direct: bool = False
-    """Agent actors write running runs' records to the store themselves (an S3 store from
-    any node, a ``file://`` store on ``node``)."""
+    """Agent actors write to the store themselves (an S3 store from any node, a ``file://``
+    store on ``node``): running runs' records (``sync``, ``async``) and completed runs'
+    markers."""
     node: str = ""
     """The coordinator's node (where a ``file://`` store's records are; agent actors on
     other nodes refuse to run with one)."""

@@ -85,9 +85,10 @@ class RecordWriter:
 
     # --- the store ----------------------------------------------------------------------
     def store(self) -> Store | None:
-        """The store, if this actor writes running runs' records to it itself: a ``sync`` or
-        ``async`` S3 store, or file store on this node (the coordinator says so in its
-        settings). ``async`` records go to worker threads: the run never waits for them."""
+        """The store, if this actor writes to it itself (running runs' records in ``sync`` and
+        ``async`` mode, completed runs' markers in every mode): an S3 store, or a file store
+        on this node (the coordinator says so in its settings). ``async`` records go to
+        worker threads: the run never waits for them."""
         if not self._store_known:
             settings = self.directory.cached_settings()
             if settings.direct:
