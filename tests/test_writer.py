@@ -466,6 +466,18 @@ async def test_in_exit_mode_the_actor_marks_a_completed_run_itself_unless_fenced
     assert coordinator.saved == [] and coordinator.notes() == []
 
 
+async def test_a_copy_that_ends_after_the_next_dispatch_completed_marks_nothing(
+    tmp_path: Path,
+) -> None:
+    """A copy stalled past its recovery ends after the recovered dispatch completed and its
+    clean-up took the fence mark: the newer marker fences it."""
+    store = FileStore(tmp_path / "store")
+    writer, _, _ = await _writer(store, "exit", url=store.url)
+    store.put("runs/late/done.2", b"the recovered dispatch's result")
+    await writer.finish(Outcome("completed", _state("late"), output="stale"))
+    assert store.list("runs/") == ["runs/late/done.2"]
+
+
 async def test_only_a_completed_run_with_records_of_an_unfenced_copy_is_marked(
     tmp_path: Path,
 ) -> None:

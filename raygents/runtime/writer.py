@@ -271,15 +271,13 @@ class RecordWriter:
         if state.seq == 0 and not settings.store.startswith(_DURABLE):
             return
         done = done_marker(ended_info(state, "completed"), state.epoch, run_summary(outcome))
-        key = rebuild.done_key(state.run_id, state.epoch)
-        fence = checkpoint.fence_key(state.run_id, state.epoch + 1)
         try:
             data = codec.encode(done, key=settings.key)
             if store is None:  # the coordinator writes this run's records: it marks it too
                 marking = self.directory.coordinator().mark_done.remote
                 await marking(state.run_id, state.epoch, data)
             else:
-                await asyncio.to_thread(_put_marker, store, key, data, fence)
+                await asyncio.to_thread(_put_marker, store, state.run_id, state.epoch, data)
         except (CheckpointError, ray.exceptions.RayError) as exc:  # (its clean-up writes it)
             log.warning("run %s: cannot store its completion marker: %s", state.run_id, exc)
 
@@ -445,11 +443,13 @@ _DURABLE = ("file://", "s3://")
 """Stores whose markers outlive Ray (a ``memory://`` store's go with its process)."""
 
 
-def _put_marker(store: Store, key: str, data: bytes, fence: str) -> None:
-    """Put a completion marker, unless the run was dispatched again (``fence``): a fenced
-    copy's completion is not the run's."""
-    if not store.has(fence):
-        store.put(key, data)
+def _put_marker(store: Store, run_id: str, epoch: int, data: bytes) -> None:
+    """Put the completion marker of dispatch ``epoch`` of a run, unless a later dispatch left
+    a key in the store: its fence mark or a record, or, once it completed and its clean-up
+    took those, its own marker (a fenced copy's completion is not the run's)."""
+    keys = store.list(checkpoint.run_prefix(run_id))
+    if rebuild.listing(run_id, keys).epoch <= epoch:
+        store.put(rebuild.done_key(run_id, epoch), data)
 
 
 def _make_dir(store: Store, prefix: str) -> None:

@@ -15,7 +15,8 @@ import raygents as rg
 
 @pytest.fixture
 def faulty(ray_session: None, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """raygents on a fresh namespace and file store, with quick heartbeats and recovery."""
+    """raygents on a fresh namespace and file store, with quick heartbeats and recovery;
+    ``sync`` durability unless the test parametrizes this fixture with another mode."""
 
     from ray import cloudpickle
 
@@ -26,6 +27,7 @@ def faulty(ray_session: None, request: pytest.FixtureRequest, tmp_path: Path) ->
     rg.init(
         namespace=f"faults-{os.urandom(3).hex()}",
         store=url,
+        durability=getattr(request, "param", "sync"),
         heartbeat_s=0.5,
         stale_after_s=5.0,
         max_attempts=5,
