@@ -112,17 +112,15 @@ class MotoServer:
         self.stop()
 
 
-@functools.cache
-def _dispatcher_class() -> type:
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+def _moto_app() -> Any:
+    """moto's WSGI application (every service; the tests use S3), whose dispatcher finds the
+    backend for each request's host once per host: moto's own scans its package directory
+    for every request, a third of its work per S3 request."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
     class S3Dispatcher(DomainDispatcherApplication):
-        """moto's dispatcher, which finds the backend for each request's host: here it does
-        so once per host (moto scans its package directory for every request, a third of its
-        work per S3 request)."""
-
-        def __init__(self, create_app: Any) -> None:
-            super().__init__(create_app)
+        def __init__(self) -> None:
+            super().__init__(create_backend_app)
             self._backends: dict[str | None, Any] = {}
 
         def get_backend_for_host(self, host: str | None) -> Any:
@@ -130,14 +128,7 @@ def _dispatcher_class() -> type:
                 self._backends[host] = super().get_backend_for_host(host)
             return self._backends[host]
 
-    return S3Dispatcher
-
-
-def _moto_app() -> Any:
-    """moto's WSGI application (every service; the tests use S3)."""
-    from moto.moto_server.werkzeug_app import create_backend_app
-
-    return _dispatcher_class()(create_backend_app)
+    return S3Dispatcher()
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ class _Coordinator:
         self.discarded: list[tuple[str, str]] = []
 
     def settings(self) -> Settings:
-        return Settings(store=self.store, durability=self.durability)  # type: ignore[arg-type]
+        return Settings(store=self.store, durability=self.durability)
 
     def noted(self, notes: list[Any], ends: list[Any]) -> None:
         self.reported.append((list(notes), list(ends)))
