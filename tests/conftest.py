@@ -1,9 +1,16 @@
-"""Shared fixtures: one private local Ray instance per test session, started on demand."""
+"""Shared fixtures: one private local Ray instance per test session, started on demand.
+
+The suite runs in two pytest-xdist workers (``addopts`` in ``pyproject.toml``), each with its
+own Ray instance: a test file goes to one worker whole (its module fixtures start once), and
+the fault and load tests go to one worker, one after the other (see
+:func:`pytest_xdist_make_scheduler`).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -11,6 +18,28 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # Tests never reach a real provider.
 for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS"):
     os.environ.pop(_name, None)
+
+
+HEAVY = ("faults", "load")
+"""The test folders whose tests start clusters, kill processes or load the machine: they run
+in one xdist worker, one file after the other, beside the rest rather than beside each other."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile``, xdist's file scheduling with the files of :data:`HEAVY`
+    folders as one unit of work."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            parts = path.split("/")
+            return "heavy" if len(parts) > 2 and parts[1] in HEAVY else path
+
+    return Scheduling(config, log)
 
 
 @pytest.fixture(scope="session")
