@@ -1,8 +1,8 @@
 """Shared fixtures: one private local Ray instance per test session, started on demand.
 
 The suite runs in two pytest-xdist workers (``addopts`` in ``pyproject.toml``), each with its
-own Ray instance: a test file goes to one worker whole (its module fixtures start once), and
-the fault and load tests go to one worker, one after the other (see
+own Ray instance: a test file goes to one worker whole (its module fixtures start once); the
+fault tests go to one worker together, and so do the load tests, last (see
 :func:`pytest_xdist_make_scheduler`).
 """
 
@@ -21,23 +21,35 @@ for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS"):
 
 
 HEAVY = ("faults", "load")
-"""The test folders whose tests start clusters, kill processes or load the machine: they run
-in one xdist worker, one file after the other, beside the rest rather than beside each other."""
+"""Test folders whose tests start clusters, kill processes or load the machine: each runs in
+one xdist worker, one file after the other."""
+
+
+def _folder(nodeid: str) -> str:
+    """The folder below ``tests/`` of a test (``""`` for a module of ``tests/`` itself)."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return parts[1] if len(parts) > 2 else ""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The load tests last: they keep both cores busy, and the other worker's tests slow
+    down beside them (new actors, which start processes, most), so they run once the rest
+    is handed out."""
+    items.sort(key=lambda item: _folder(item.nodeid) == "load")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadfile``, xdist's file scheduling with the files of :data:`HEAVY`
-    folders as one unit of work."""
+    """Under ``--dist loadfile``, xdist's file scheduling with each :data:`HEAVY` folder as
+    one unit of work (in collection order: the fault tests first, the load tests last)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            parts = path.split("/")
-            return "heavy" if len(parts) > 2 and parts[1] in HEAVY else path
+            folder = _folder(nodeid)
+            return folder if folder in HEAVY else nodeid.split("::", 1)[0]
 
     return Scheduling(config, log)
 
