@@ -2,7 +2,7 @@
 
 The suite runs in two pytest-xdist workers (``addopts`` in ``pyproject.toml``), each with its
 own Ray instance: a test file goes to one worker whole (its module fixtures start once); the
-fault tests go to one worker together, and so do the load tests, last (see
+fault tests go to one worker together, and the load tests run last, alone (see
 :func:`pytest_xdist_make_scheduler`).
 """
 
@@ -23,6 +23,9 @@ for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS"):
 HEAVY = ("faults", "load")
 """Test folders whose tests start clusters, kill processes or load the machine: each runs in
 one xdist worker, one file after the other."""
+ALONE = "load"
+"""The folder whose tests run last, once every other test is done: they keep both cores busy,
+and tests beside them slow down many times over (those that start actors most)."""
 
 
 def _folder(nodeid: str) -> str:
@@ -32,16 +35,15 @@ def _folder(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The load tests last: they keep both cores busy, and the other worker's tests slow
-    down beside them (new actors, which start processes, most), so they run once the rest
-    is handed out."""
-    items.sort(key=lambda item: _folder(item.nodeid) == "load")
+    """The tests of :data:`ALONE` last."""
+    items.sort(key=lambda item: _folder(item.nodeid) == ALONE)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadfile``, xdist's file scheduling with each :data:`HEAVY` folder as
-    one unit of work (in collection order: the fault tests first, the load tests last)."""
+    """Under ``--dist loadfile``, xdist's file scheduling in collection order, with each
+    :data:`HEAVY` folder as one unit of work, and the :data:`ALONE` one handed out only
+    once every worker is done with the rest."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -51,6 +53,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             folder = _folder(nodeid)
             return folder if folder in HEAVY else nodeid.split("::", 1)[0]
 
+        def _reschedule(self, node: Any) -> None:
+            # A worker runs the last test it was sent once it gets more or is told to stop:
+            # done with the rest, each has one test left.
+            if next(iter(self.workqueue), None) == ALONE:
+                if any(self._pending_of(work) > 1 for work in self.assigned_work.values()):
+                    return  # (the last worker to finish the rest takes it)
+                for other in self.assigned_work:
+                    if other is not node and not other.shutting_down:
+                        other.shutdown()
+            super()._reschedule(node)
+
+    config.option.loadscopereorder = False  # (collection order: the fault tests first)
     return Scheduling(config, log)
 
 

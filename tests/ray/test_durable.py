@@ -692,24 +692,30 @@ def test_a_suspend_during_a_model_call_keeps_the_batch_it_asks_for(
     assert roles == ["user", "assistant", "tool", "assistant"], "the model was not asked again"
 
 
-def test_many_runs_suspended_at_once_all_stop_and_resume(store: str) -> None:
-    agent = rg.Agent(
-        "many",
-        tools=[quick],
-        model=FunctionModel(
-            lambda req: (
-                text("ok")
-                if any(m.role == "tool" for m in req.messages)
-                else calls(call("quick", {"n": 1}, id="q"))
-            ),
-            latency_s=0.3,
-        ),
-    )
+def _held_first_call(gate: str) -> Any:
+    """A model whose first call of each run waits until the file ``gate`` exists, then asks
+    for a tool call; once the tool answered, it answers."""
+
+    async def reply(request: Any) -> Any:
+        if any(m.role == "tool" for m in request.messages):
+            return text("ok")
+        while not os.path.exists(gate):
+            await asyncio.sleep(0.02)
+        return calls(call("quick", {"n": 1}, id="q"))
+
+    return FunctionModel(reply)
+
+
+def test_many_runs_suspended_at_once_all_stop_and_resume(store: str, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    agent = rg.Agent("many", tools=[quick], model=_held_first_call(str(gate)))
     handles = [rg.start(agent, f"go {i}") for i in range(40)]
-    for h in handles:  # every run is in its first model call
+    for h in handles:  # every run is in its first model call, held there
         next(e for e in h.events() if e.type == "agent_start")
     for h in handles:
         h.suspend()
+    time.sleep(1.0)  # (the requests reach the actor while every run is held)
+    gate.touch()
     for h in handles:
         with pytest.raises(rg.SuspendedError):
             h.result(timeout_s=60)
