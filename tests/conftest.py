@@ -1,10 +1,9 @@
 """Shared fixtures: one private local Ray instance per test session, started on demand.
 
-``python -m pytest -n 2 --dist loadfile`` runs the suite in two pytest-xdist workers, each with
-its own Ray instance: a test file goes to one worker whole (its module fixtures start once); the
+The suite runs in two pytest-xdist workers (``addopts`` in ``pyproject.toml``), each with its
+own Ray instance: a test file goes to one worker whole (its module fixtures start once); the
 fault tests go to one worker together, and the load tests run last, alone (see
-:func:`pytest_xdist_make_scheduler`). Not the default: a job test's driver has failed to reach
-its own head's GCS beside the other worker's Ray instances.
+:func:`pytest_xdist_make_scheduler`).
 """
 
 from __future__ import annotations

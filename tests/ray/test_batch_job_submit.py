@@ -3,18 +3,24 @@ midway (``stop_job``), submitted again with the same job id: every item complete
 every tool effect happens once per idempotency key.
 
 The head runs in a subprocess this test starts and ends itself (by closing its stdin, then by
-its pid); nothing here runs ``ray start`` or ``ray stop``.
+its pid); nothing here runs ``ray start`` or ``ray stop``. It has a Ray temp directory of its
+own: Ray's job server starts each driver at the address it reads from its temp directory's
+current-cluster file, which in the shared default directory names whichever cluster on the
+machine started last.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +32,13 @@ ITEMS = 48
 
 _HEAD = """
 import sys
+import ray
 from ray.cluster_utils import Cluster
-port, agent_port = int(sys.argv[1]), int(sys.argv[2])
+port, agent_port, temp_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 head = Cluster(initialize_head=True, head_node_args={
     "num_cpus": 2, "include_dashboard": True, "dashboard_host": "127.0.0.1",
-    "dashboard_port": port, "dashboard_agent_listen_port": agent_port})
+    "dashboard_port": port, "dashboard_agent_listen_port": agent_port, "temp_dir": temp_dir})
+ray._private.utils.write_ray_address(head.gcs_address, temp_dir)  # (what the job server reads)
 print("READY", flush=True)
 sys.stdin.read()
 head.shutdown()
@@ -54,8 +62,11 @@ def job_server(tmp_path: Path) -> Iterator[Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OPENAI_"))}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     env["RAY_JOB_STOP_WAIT_TIME_S"] = "60"  # (a stopped driver suspends its runs first)
-    args = ["-c", _HEAD, str(port), str(free_port())]  # (ports of its own)
-    with driver_process(args, cwd=tmp_path, env=env) as head:
+    temp_dir = tempfile.mkdtemp(prefix="rg-head-")  # (short: Ray's socket paths live in it)
+    args = ["-c", _HEAD, str(port), str(free_port()), temp_dir]  # (ports of its own)
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, temp_dir, ignore_errors=True)
+        head = stack.enter_context(driver_process(args, cwd=tmp_path, env=env))
         assert head.stdout is not None and head.stdout.readline().strip() == "READY"
         client = None
         for _ in range(120):  # (the job server answers a little after ray.init returns)
