@@ -3,10 +3,11 @@ midway (``stop_job``), submitted again with the same job id: every item complete
 every tool effect happens once per idempotency key.
 
 The head runs in a subprocess this test starts and ends itself (by closing its stdin, then by
-its pid); nothing here runs ``ray start`` or ``ray stop``. It has a Ray temp directory of its
-own: Ray's job server starts each driver at the address it reads from its temp directory's
-current-cluster file, which in the shared default directory names whichever cluster on the
-machine started last.
+its pid); nothing here runs ``ray start`` or ``ray stop``.
+
+The head has a Ray temp directory of its own: Ray's job server starts each driver at the
+address it reads from its temp directory's current-cluster file, which in the shared default
+directory names whichever cluster on the machine started last.
 """
 
 from __future__ import annotations
