@@ -4,10 +4,12 @@
     ├── UserError                  bad input or configuration from the caller
     ├── LimitExceeded              a run reached a limit (``limit``, ``value``)
     │   ├── MaxTurnsExceeded       its turn limit, or its model-call budget
-    │   └── MaxToolDepthExceeded   agent-as-tool nesting reached its depth limit
+    │   ├── MaxToolDepthExceeded   agent-as-tool nesting reached its depth limit
+    │   └── UsageLimitExceeded     its token budget (``run(max_tokens=)``)
     ├── InputGuardrailTripped      an input guardrail stopped the run
     ├── OutputGuardrailTripped     an output guardrail rejected the final message
     ├── SuspendedError             the run suspended gracefully; resume it later
+    ├── RunCancelled               the run was cancelled; it cannot be resumed
     ├── RunInterrupted             the run waits for approval of tool calls
     ├── ApprovalDecisionsMismatch  approval decisions do not cover the pending set
     ├── ToolNotFound               the model called a tool the agent does not have

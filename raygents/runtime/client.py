@@ -329,6 +329,7 @@ def init(
         detached: the coordinator and agent actors outlive this driver.
         handle_sigterm: on SIGTERM, suspend this driver's runs (waiting up to
             ``sigterm_grace_s`` for their checkpoints), then exit.
+        sigterm_grace_s: how long a SIGTERM waits for the suspended runs' checkpoints.
         max_attempts: how often a run whose agent actor died (or went stale) is dispatched
             again from its newest checkpoint before it fails.
         heartbeat_s: how often drivers and actors ping the agent actors their runs are on
@@ -349,6 +350,11 @@ def init(
             ``Retry-After`` holds every call of that model back. The coordinator's creator
             sets them for every driver of the namespace: another driver that asks for other
             limits gets a ``UserError``.
+        retention: how long ended runs (completed, failed, cancelled) keep their records and
+            kept results in the store, counted from their end: a ``datetime.timedelta`` or
+            seconds (> 0); the coordinator removes them in the background. None (the
+            default) keeps them until ``raygents gc``. The coordinator's creator sets it for
+            every driver of the namespace.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
             a process asks for one new worker at a time per two CPUs (Ray's default: ten);
