@@ -22,7 +22,7 @@ from raygents.schema import (
     function_parameters,
     unbounded_patterns,
 )
-from raygents.toolcall import ToolContext, result_text
+from raygents.toolcall import ToolContext, result_text, split_arguments
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
@@ -158,6 +158,10 @@ class FunctionTool(Tool):
         check_needs_approval(self.name, options.needs_approval)
         params = list(inspect.signature(fn).parameters.values())
         self.takes_context = bool(params) and _is_context_param(fn, params[0])
+        self.positional = tuple(
+            p.name for p in params[1 if self.takes_context else 0 :] if p.kind is p.POSITIONAL_ONLY
+        )
+        """The parameters the function takes by position only (its calls pass them so)."""
         try:
             schema, model, fields, docs = function_parameters(fn, skip_first=self.takes_context)
         except Exception as exc:
@@ -204,8 +208,8 @@ class FunctionTool(Tool):
         kwargs = self.parse_arguments(arguments)
         if isinstance(kwargs, ToolResult):
             return kwargs
-        args = (ctx,) if self.takes_context else ()
-        out = self.fn(*args, **kwargs)
+        args, keywords = split_arguments(kwargs, self.positional)
+        out = self.fn(*([ctx] if self.takes_context else []), *args, **keywords)
         if inspect.isawaitable(out):
             out = await out
         return to_tool_result(out)

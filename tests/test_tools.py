@@ -226,3 +226,21 @@ def test_agent_tool_schema() -> None:
     assert isinstance(tool, AgentTool)
     assert tool.name == "research_bot" and tool.description == "Finds things."
     assert tool.parameters["required"] == ["input"]
+
+
+@rg.tool
+def scale(ctx: rg.ToolContext, value: int, /, factor: int = 2, *, unit: str = "") -> str:
+    """Scale a value.
+
+    Args:
+        value: what to scale.
+    """
+    return f"{value * factor}{unit} {ctx.run_id}"
+
+
+def test_positional_only_parameters_are_passed_by_position() -> None:
+    assert scale.parameters["required"] == ["value", "factor", "unit"]
+    assert scale.parameters["properties"]["value"]["description"] == "what to scale."
+    args = json.dumps({"value": 3, "factor": None, "unit": "m"})
+    result = asyncio.run(scale.execute(CTX, args))
+    assert (result.content, result.is_error) == ("6m r", False)
