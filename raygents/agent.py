@@ -22,6 +22,7 @@ from raygents.tools import (
     _sanitise,
     check_is_enabled,
     check_needs_approval,
+    check_options,
 )
 
 if TYPE_CHECKING:
@@ -253,7 +254,7 @@ class Agent:
                     f"agent.as_tool()), got {t!r}"
                 )
             check_needs_approval(t.name, t.needs_approval)
-            check_is_enabled(f"tool {t.name!r}", t.is_enabled)
+            check_options(f"tool {t.name!r}", t.options())
         for h in self.handoffs:
             if not isinstance(h, Agent | Handoff):
                 raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -228,6 +229,65 @@ def _is_context_param(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
     if annotation is ToolContext or annotation == "ToolContext":
         return True
     return param.name == "ctx" and annotation is inspect.Parameter.empty
+
+
+def check_options(owner: str, options: ExecutionOptions) -> None:
+    """Check a tool's execution options, as Ray and the agent actor will use them.
+
+    Raises:
+        UserError: one is not what :func:`tool` takes, naming its owner (the tool) and it.
+    """
+    for field in ("num_cpus", "num_gpus"):
+        value = getattr(options, field)
+        if value is not None and not _amount(value):
+            raise UserError(
+                f"{owner}: {field} must be a number >= 0, got {excerpt(repr(value), 80)}"
+            )
+    _check_resources(owner, options.resources)
+    retries = options.max_retries
+    if retries is not None and (type(retries) is not int or retries < 0):
+        raise UserError(
+            f"{owner}: max_retries must be an int >= 0, got {excerpt(repr(retries), 80)}"
+        )
+    timeout = options.timeout_s
+    if timeout is not None and not (_amount(timeout) and timeout > 0):
+        raise UserError(
+            f"{owner}: timeout_s must be a positive number of seconds, "
+            f"got {excerpt(repr(timeout), 80)}"
+        )
+    if not isinstance(options.remote, bool):
+        raise UserError(
+            f"{owner}: remote must be True or False, got {excerpt(repr(options.remote), 80)}"
+        )
+    check_is_enabled(owner, options.is_enabled)
+
+
+def _amount(value: object) -> bool:
+    """Whether ``value`` is a finite number >= 0 (not a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _check_resources(owner: str, resources: object) -> None:
+    if resources is None:
+        return
+    if not isinstance(resources, Mapping):
+        raise UserError(
+            f"{owner}: resources must be a mapping of resource names to amounts, "
+            f"got {excerpt(repr(resources), 80)}"
+        )
+    for key, amount in resources.items():
+        if key in ("CPU", "GPU"):
+            raise UserError(f"{owner}: resources: use num_cpus and num_gpus, not {key!r}")
+        if not isinstance(key, str) or not _amount(amount):
+            raise UserError(
+                f"{owner}: resources must map names (str) to numbers >= 0, "
+                f"got {excerpt(repr(key), 80)}: {excerpt(repr(amount), 80)}"
+            )
 
 
 def check_needs_approval(name: str, value: object) -> None:
@@ -470,10 +530,10 @@ def tool(
             ``(ctx, agent) -> bool`` (sync or async) asked in the agent actor each time the
             agent becomes active.
     """
-    if timeout_s is not None and timeout_s <= 0:
-        raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
-    if max_retries is not None and max_retries < 0:
-        raise UserError(f"max_retries must be >= 0, got {max_retries!r}")
+    owner = f"tool {name!r}" if name else "@tool"
+    if description is not None and not isinstance(description, str):
+        raise UserError(f"{owner}: description must be a str, got {excerpt(repr(description), 80)}")
+    _check_resources(owner, resources)
     options = ExecutionOptions(
         num_cpus=num_cpus,
         num_gpus=num_gpus,
@@ -484,7 +544,7 @@ def tool(
         remote=remote,
         is_enabled=is_enabled,
     )
-    check_is_enabled(f"tool {name!r}" if name else "@tool", is_enabled)
+    check_options(owner, options)
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
         return FunctionTool(f, name=name, description=description, options=options)

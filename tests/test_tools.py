@@ -111,13 +111,47 @@ def test_unserialisable_return_values_become_error_results() -> None:
     ("kwargs", "match"),
     [
         ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": "5"}, "timeout_s must be a positive number of seconds, got '5'"),
+        ({"timeout_s": float("nan")}, "timeout_s"),
+        ({"timeout_s": True}, "timeout_s"),
         ({"max_retries": -1}, "max_retries"),
+        ({"max_retries": 1.5}, "max_retries must be an int >= 0, got 1.5"),
+        ({"max_retries": "3"}, "max_retries"),
+        ({"num_cpus": -1}, "num_cpus must be a number >= 0, got -1"),
+        ({"num_cpus": "2"}, "num_cpus"),
+        ({"num_gpus": -0.5}, "num_gpus"),
+        ({"num_gpus": float("inf")}, "num_gpus"),
+        ({"resources": ["accelerator"]}, "resources must be a mapping"),
+        ({"resources": {"accelerator": -1}}, "resources"),
+        ({"resources": {"accelerator": "1"}}, "resources"),
+        ({"resources": {"CPU": 1}}, "num_cpus and num_gpus"),
+        ({"remote": "no"}, "remote must be True or False, got 'no'"),
+        ({"description": 3}, "description must be a str"),
         ({"name": "bad name"}, "invalid"),
     ],
 )
 def test_bad_tool_options_fail_fast(kwargs: dict, match: str) -> None:
+    def echo(x: int) -> int:
+        return x
+
     with pytest.raises(rg.UserError, match=match):
-        rg.tool(**kwargs)(lambda x: x)  # type: ignore[arg-type]
+        rg.tool(**kwargs)(echo)
+
+
+class Heavy(rg.Tool):
+    name = "heavy"
+    num_gpus = -1
+
+
+def test_bad_options_of_a_custom_tool_are_refused_by_its_agent() -> None:
+    with pytest.raises(rg.UserError, match="tool 'heavy': num_gpus must be a number >= 0"):
+        rg.Agent("a", tools=[Heavy()])
+
+    def light(x: int) -> int:
+        return x
+
+    good = rg.tool(num_cpus=0.5, num_gpus=0, resources={"accelerator": 1}, timeout_s=2)(light)
+    assert rg.Agent("a", tools=[good]).tools == [good]
 
 
 def test_var_args_are_refused() -> None:
