@@ -19,10 +19,12 @@ __all__ = [
     "args_model",
     "bounded_errors",
     "excerpt",
+    "function_name",
     "function_parameters",
     "parse_docstring",
     "parse_json",
     "schema_errors",
+    "signature",
     "strict_schema",
     "type_name",
     "type_schema",
@@ -493,28 +495,46 @@ def function_parameters(
         fields)``), its fields, and the description taken from the docstring (under key ``""``)
         with the per-argument descriptions.
     """
-    sig = inspect.signature(fn)
-    try:
-        hints = inspect.get_annotations(fn, eval_str=True)
-    except Exception:  # annotations that cannot be evaluated: fall back to raw ones
-        hints = inspect.get_annotations(fn)
-    description, arg_docs = parse_docstring(fn.__doc__)
+    name = function_name(fn) or "tool"
+    description, arg_docs = parse_docstring(_unwrapped(fn).__doc__)
     fields: ArgFields = {}
-    params = list(sig.parameters.values())[1 if skip_first else 0 :]
+    params = list(signature(fn).parameters.values())[1 if skip_first else 0 :]
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise TypeError(f"tool {fn.__name__!r} cannot take *args or **kwargs ({p.name!r})")
-        annotation = hints.get(p.name, Any)
+            raise TypeError(f"tool {name!r} cannot take *args or **kwargs ({p.name!r})")
+        annotation = Any if p.annotation is inspect.Parameter.empty else p.annotation
         default = ... if p.default is inspect.Parameter.empty else p.default
         annotation, default, described = _explicit_field(annotation, default)
         fields[p.name] = (annotation, default, described or arg_docs.get(p.name))
-    model = args_model(f"{fn.__name__}_args", fields)
+    model = args_model(f"{name}_args", fields)
     schema = strict_schema(model.model_json_schema())
     for name, prop in schema.get("properties", {}).items():
         if prop.get("description") is None:
             prop.pop("description", None)
         _ = name
     return schema, model, fields, {"": description, **arg_docs}
+
+
+def signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature, with string annotations evaluated where they can be (those that
+    cannot stay strings). Partials and callable objects give the parameters a call takes."""
+    try:
+        return inspect.signature(fn, eval_str=True)
+    except Exception:  # annotations that cannot be evaluated: fall back to raw ones
+        return inspect.signature(fn)
+
+
+def function_name(fn: Callable[..., Any]) -> str | None:
+    """``fn``'s ``__name__`` (a partial's function's), or None when it has none."""
+    name = getattr(_unwrapped(fn), "__name__", None)
+    return name if isinstance(name, str) else None
+
+
+def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function a (nested) ``functools.partial`` calls, or ``fn``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
 
 
 def _explicit_field(annotation: Any, default: Any) -> tuple[Any, Any, str | None]:

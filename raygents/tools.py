@@ -20,7 +20,9 @@ from raygents.schema import (
     args_model,
     drop_defaulted_nulls,
     excerpt,
+    function_name,
     function_parameters,
+    signature,
     unbounded_patterns,
 )
 from raygents.toolcall import ToolContext, result_text, split_arguments
@@ -154,11 +156,14 @@ class FunctionTool(Tool):
         if not callable(fn):
             raise UserError(f"@tool needs a function, got {type(fn).__name__!r}")
         self.fn = fn
-        self.name = name or fn.__name__
+        default_name = function_name(fn)
+        if not name and default_name is None:
+            raise UserError(f"@tool: {excerpt(repr(fn), 80)} has no __name__: pass name=")
+        self.name = name or default_name or ""
         _check_tool_name(self.name)
         check_needs_approval(self.name, options.needs_approval)
-        params = list(inspect.signature(fn).parameters.values())
-        self.takes_context = bool(params) and _is_context_param(fn, params[0])
+        params = list(signature(fn).parameters.values())
+        self.takes_context = bool(params) and _is_context_param(params[0])
         self.positional = tuple(
             p.name for p in params[1 if self.takes_context else 0 :] if p.kind is p.POSITIONAL_ONLY
         )
@@ -180,7 +185,8 @@ class FunctionTool(Tool):
     def args_model(self) -> type[BaseModel]:
         """The pydantic model that parses the arguments."""
         if self._args_model is None:
-            self._args_model = args_model(f"{self.fn.__name__}_args", self._arg_fields)
+            name = function_name(self.fn) or "tool"  # (as function_parameters names it)
+            self._args_model = args_model(f"{name}_args", self._arg_fields)
         return self._args_model
 
     def __getstate__(self) -> dict[str, Any]:
@@ -220,12 +226,8 @@ class FunctionTool(Tool):
         return self.fn(*args, **kwargs)
 
 
-def _is_context_param(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
-    try:
-        hints = inspect.get_annotations(fn, eval_str=True)
-    except Exception:
-        hints = inspect.get_annotations(fn)
-    annotation = hints.get(param.name, param.annotation)
+def _is_context_param(param: inspect.Parameter) -> bool:
+    annotation = param.annotation
     if annotation is ToolContext or annotation == "ToolContext":
         return True
     return param.name == "ctx" and annotation is inspect.Parameter.empty

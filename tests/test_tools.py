@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Annotated
 
@@ -278,3 +279,34 @@ def test_positional_only_parameters_are_passed_by_position() -> None:
     args = json.dumps({"value": 3, "factor": None, "unit": "m"})
     result = asyncio.run(scale.execute(CTX, args))
     assert (result.content, result.is_error) == ("6m r", False)
+
+
+def _area(unit: str, at: Point, scale: int = 1) -> str:
+    """Area of a point's box.
+
+    Args:
+        at: the corner.
+    """
+    return f"{at.x * at.y * scale} {unit}"
+
+
+class Meter:
+    """Measures things."""
+
+    def __call__(self, at: Point) -> int:
+        return at.x
+
+
+def test_partials_and_callable_objects_get_their_parameters_types() -> None:
+    partial = rg.tool(functools.partial(_area, "m2"))
+    assert partial.name == "_area" and partial.description == "Area of a point's box."
+    assert partial.parameters["required"] == ["at", "scale"]
+    assert partial.parameters["properties"]["at"]["required"] == ["x", "y"]
+    out = asyncio.run(partial.execute(CTX, '{"at": {"x": 2, "y": 3}, "scale": null}'))
+    assert (out.content, out.is_error) == ("6 m2", False)
+    meter = rg.tool(name="meter")(Meter())
+    assert meter.parameters["properties"]["at"]["required"] == ["x", "y"]
+    assert meter.description == "Measures things."
+    assert asyncio.run(meter.execute(CTX, '{"at": {"x": 4, "y": null}}')).content == "4"
+    with pytest.raises(rg.UserError, match="has no __name__: pass name="):
+        rg.tool(Meter())
