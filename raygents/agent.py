@@ -13,6 +13,7 @@ from raygents.errors import UserError
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
+from raygents.schema import excerpt
 from raygents.tools import (
     AgentTool,
     IsEnabled,
@@ -23,6 +24,7 @@ from raygents.tools import (
     check_is_enabled,
     check_needs_approval,
     check_options,
+    valid_tool_name,
 )
 
 if TYPE_CHECKING:
@@ -103,16 +105,29 @@ def handoff(
     if not isinstance(agent, Agent):
         raise UserError(f"handoff() needs an Agent, got {type(agent).__name__!r}")
     check_is_enabled(f"handoff to {agent.name!r}", is_enabled)
+    name = tool_name or f"transfer_to_{_sanitise(agent.name)}"
+    _check_handoff_name(agent, name, given=bool(tool_name))
     description = f"Transfer the conversation to {agent.name}."
     if agent.handoff_description:
         description += " " + agent.handoff_description
     return Handoff(
         agent=agent,
-        tool_name=tool_name or f"transfer_to_{_sanitise(agent.name)}",
+        tool_name=name,
         tool_description=tool_description or description,
         input_filter=input_filter,
         on_handoff=on_handoff,
         is_enabled=is_enabled,
+    )
+
+
+def _check_handoff_name(agent: Agent, name: object, *, given: bool = True) -> None:
+    """Refuse a handoff tool name that model APIs would refuse (see ``valid_tool_name``)."""
+    if valid_tool_name(name):
+        return
+    hint = "" if given else " (made from the agent's name): pass tool_name="
+    raise UserError(
+        f"handoff to {agent.name!r}: tool name {excerpt(repr(name), 80)} is invalid: use 1-64 "
+        f"letters, digits, '_' or '-'{hint}"
     )
 
 
@@ -259,7 +274,10 @@ class Agent:
             if not isinstance(h, Agent | Handoff):
                 raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")
             if isinstance(h, Handoff):
+                _check_handoff_name(h.agent, h.tool_name)
                 check_is_enabled(f"handoff to {h.agent.name!r}", h.is_enabled)
+            else:
+                handoff(h)  # (its default tool name must be usable)
 
     def handoff_configs(self) -> list[Handoff]:
         """The handoffs as :class:`Handoff` configs (plain agents get the defaults)."""

@@ -245,6 +245,23 @@ def test_handoff_defaults_and_prompt_section() -> None:
     assert section.endswith("- x: Transfer the conversation to x.")
 
 
+def test_handoff_tool_names_a_model_refuses_are_refused() -> None:
+    with pytest.raises(rg.UserError, match="handoff to 'b': tool name 'bad name!' is invalid"):
+        rg.handoff(rg.Agent("b"), tool_name="bad name!")
+    with pytest.raises(rg.UserError, match="handoff to 'b': tool name 3 is invalid"):
+        rg.handoff(rg.Agent("b"), tool_name=3)  # type: ignore[arg-type]
+    long, cjk = rg.Agent("x" * 60), rg.Agent("日本")
+    for target in (long, cjk):
+        with pytest.raises(rg.UserError, match="pass tool_name="):
+            rg.handoff(target)
+        with pytest.raises(rg.UserError, match="pass tool_name="):
+            rg.Agent("a", handoffs=[target])
+    assert rg.handoff(long, tool_name="to_long").tool_name == "to_long"
+    direct = rg.Handoff(rg.Agent("b"), tool_name="to b", tool_description="")
+    with pytest.raises(rg.UserError, match="tool name 'to b' is invalid"):
+        rg.Agent("a", handoffs=[direct])
+
+
 def test_dynamic_instructions_and_clone() -> None:
     agent = rg.Agent("dyn", lambda ctx, agent: f"hello {ctx.context}", handoffs=[rg.Agent("h")])
     ctx = rg.RunContext(run_id="r", agent_name="dyn", context="ada")
