@@ -262,6 +262,10 @@ class Agent:
                 f"'stop_on_first_tool', StopAtTools(...) or a function (ctx, results), "
                 f"got {behavior!r}"
             )
+        self._check_tools()
+        self._check_handoffs()
+
+    def _check_tools(self) -> None:
         for t in self.tools:
             if not isinstance(t, Tool):
                 raise UserError(
@@ -270,14 +274,29 @@ class Agent:
                 )
             check_needs_approval(t.name, t.needs_approval)
             check_options(f"tool {t.name!r}", t.options())
+
+    def _check_handoffs(self) -> None:
+        """Each handoff, and the names of the tools and handoff tools the model is offered
+        (the agent actor refuses a name used twice; its MCP servers' tools it checks alone)."""
+        owners: dict[str, str] = {}
         for h in self.handoffs:
             if not isinstance(h, Agent | Handoff):
                 raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")
             if isinstance(h, Handoff):
                 _check_handoff_name(h.agent, h.tool_name)
                 check_is_enabled(f"handoff to {h.agent.name!r}", h.is_enabled)
-            else:
-                handoff(h)  # (its default tool name must be usable)
+            config = h if isinstance(h, Handoff) else handoff(h)
+            self._claim_name(owners, config.tool_name, f"the handoff to {config.agent.name!r}")
+        for t in self.tools:
+            self._claim_name(owners, t.name, "the agent's tools")
+
+    def _claim_name(self, owners: dict[str, str], name: str, owner: str) -> None:
+        known = owners.get(name)
+        if known is None:
+            owners[name] = owner
+            return
+        used = "used twice" if known == owner else f"used by {known} and by {owner}"
+        raise UserError(f"agent {self.name!r}: tool name {name!r} is {used}; rename one of them")
 
     def handoff_configs(self) -> list[Handoff]:
         """The handoffs as :class:`Handoff` configs (plain agents get the defaults)."""

@@ -262,6 +262,27 @@ def test_handoff_tool_names_a_model_refuses_are_refused() -> None:
         rg.Agent("a", handoffs=[direct])
 
 
+def test_a_tool_name_used_twice_is_refused_when_the_agent_is_built() -> None:
+    def lookup(key: str) -> str:
+        return key
+
+    first, second = rg.tool(lookup), rg.tool(name="lookup")(_area)
+    with pytest.raises(rg.UserError, match="agent 'a': tool name 'lookup' is used twice"):
+        rg.Agent("a", tools=[first, second])
+    with pytest.raises(rg.UserError, match="tool name 'lookup' is used twice"):
+        rg.Agent("a", tools=[first, first])
+    b = rg.Agent("b")
+    clash = rg.tool(name="transfer_to_b")(lookup)
+    with pytest.raises(rg.UserError, match="tool name 'transfer_to_b' is used by the handoff"):
+        rg.Agent("a", tools=[clash], handoffs=[b])
+    with pytest.raises(rg.UserError, match="'transfer_to_b' is used twice"):
+        rg.Agent("a", handoffs=[b, rg.handoff(b, tool_description="Again.")])
+    agent = rg.Agent("a", tools=[first])
+    agent.tools.append(second)  # (changed after it was built: checked when a run starts)
+    with pytest.raises(rg.UserError, match="used twice"):
+        agent_graph(agent)
+
+
 def test_dynamic_instructions_and_clone() -> None:
     agent = rg.Agent("dyn", lambda ctx, agent: f"hello {ctx.context}", handoffs=[rg.Agent("h")])
     ctx = rg.RunContext(run_id="r", agent_name="dyn", context="ada")
