@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.errors import UserError
+from raygents.guardrails import check_guardrails
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
-from raygents.schema import excerpt
+from raygents.schema import excerpt, output_type_problem
 from raygents.tools import (
     AgentTool,
     IsEnabled,
@@ -208,13 +209,13 @@ class Agent:
     ) -> None:
         self.name = name
         self.instructions = instructions
-        self.tools = list(tools)
-        self.handoffs = list(handoffs)
+        self.tools = _listed(tools)
+        self.handoffs = _listed(handoffs)
         self.model = model
         self.model_settings = model_settings or ModelSettings()
-        self.mcp_servers = list(mcp_servers)
-        self.input_guardrails = list(input_guardrails)
-        self.output_guardrails = list(output_guardrails)
+        self.mcp_servers = _listed(mcp_servers)
+        self.input_guardrails = _listed(input_guardrails)
+        self.output_guardrails = _listed(output_guardrails)
         self.approval = approval
         self.session = session
         self.output_type = output_type
@@ -262,8 +263,32 @@ class Agent:
                 f"'stop_on_first_tool', StopAtTools(...) or a function (ctx, results), "
                 f"got {behavior!r}"
             )
+        self._check_model()
+        for field in _LISTS:
+            value = getattr(self, field)
+            if not isinstance(value, list):
+                raise UserError(
+                    f"agent {self.name!r}: {field} must be a list, got {excerpt(repr(value), 80)}"
+                )
         self._check_tools()
         self._check_handoffs()
+        check_guardrails(f"agent {self.name!r}", self.input_guardrails, self.output_guardrails)
+
+    def _check_model(self) -> None:
+        model = self.model
+        if not (model is None or isinstance(model, str | Model)):
+            raise UserError(
+                f"agent {self.name!r}: model must be a model name (str) or a Model (with async "
+                f"respond(request)), got {excerpt(repr(model), 80)}"
+            )
+        if not isinstance(self.model_settings, ModelSettings):
+            raise UserError(
+                f"agent {self.name!r}: model_settings must be a ModelSettings, "
+                f"got {excerpt(repr(self.model_settings), 80)}"
+            )
+        problem = output_type_problem(self.output_type)
+        if problem is not None:
+            raise UserError(f"agent {self.name!r}: output_type {problem}")
 
     def _check_tools(self) -> None:
         for t in self.tools:
@@ -305,8 +330,8 @@ class Agent:
     def clone(self, **changes: Any) -> Agent:
         """A copy with ``changes`` applied; lists are copied, the original is unchanged."""
         new = copy.copy(self)
-        for field in ("tools", "handoffs", "mcp_servers", "input_guardrails", "output_guardrails"):
-            setattr(new, field, list(getattr(self, field)))
+        for field in _LISTS:
+            setattr(new, field, _listed(getattr(self, field)))
         for key, value in changes.items():
             if key not in self.__dict__:
                 raise UserError(f"Agent.clone() got an unknown option {key!r}")
@@ -365,6 +390,18 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
+
+
+_LISTS = ("tools", "handoffs", "mcp_servers", "input_guardrails", "output_guardrails")
+"""The options that are lists (copied by ``clone``)."""
+
+
+def _listed(value: Any) -> Any:
+    """A list option as a new list; a value that is not a collection of items (a single tool,
+    a string) as it is, for :meth:`Agent.validate` to refuse."""
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        return value
+    return list(value)
 
 
 def _is_function(value: object) -> bool:

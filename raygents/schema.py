@@ -21,6 +21,7 @@ __all__ = [
     "excerpt",
     "function_name",
     "function_parameters",
+    "output_type_problem",
     "parse_docstring",
     "parse_json",
     "schema_errors",
@@ -172,6 +173,28 @@ def type_schema(tp: Any) -> dict[str, Any]:
         "$defs": schema.pop("$defs", {}),
     }
     return strict_schema(wrapped)
+
+
+def output_type_problem(tp: Any) -> str | None:
+    """Why ``tp`` cannot be an agent's ``output_type`` (its strict schema cannot be made), or
+    None when it can (``None`` and ``str``, plain text, can). Types seen before are answered
+    from a cache: a run's start checks its agents."""
+    if tp is None or tp is str:
+        return None
+    try:
+        return _output_type_problem(tp)
+    except TypeError:  # (not hashable: not kept)
+        return _output_type_problem.__wrapped__(tp)
+
+
+@functools.lru_cache(maxsize=256)
+def _output_type_problem(tp: Any) -> str | None:
+    try:
+        type_schema(tp)
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"{excerpt(repr(tp), 80)} cannot be made into a JSON schema: {excerpt(first)}"
+    return None
 
 
 def type_is_wrapped(schema: dict[str, Any]) -> bool:

@@ -202,6 +202,10 @@ def test_strict_schema_keeps_properties_named_like_keywords() -> None:
     assert set(schema["properties"]) == {"title", "default"}
 
 
+class Outline:
+    """Not a type pydantic can describe."""
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -211,6 +215,17 @@ def test_strict_schema_keeps_properties_named_like_keywords() -> None:
         ({"tool_use_behavior": "sometimes"}, "tool_use_behavior"),
         ({"tools": ["not a tool"]}, "tools must be Tool"),
         ({"max_empty_output_retries": -1}, "max_empty_output_retries"),
+        ({"tools": place}, "tools must be a list, got <FunctionTool 'place'>"),
+        ({"handoffs": rg.Agent("b")}, "handoffs must be a list"),
+        ({"tools": "place"}, "tools must be a list"),
+        ({"input_guardrails": [lambda ctx, messages: None]}, "decorate it with @input_guardrail"),
+        ({"input_guardrails": [rg.output_guardrail(lambda c, m: None)]}, "is an output guardrail"),
+        ({"output_guardrails": [rg.input_guardrail(lambda c, m: None)]}, "is an input guardrail"),
+        ({"output_guardrails": ["no secrets"]}, "output_guardrails must be OutputGuardrail"),
+        ({"model": 3}, "model must be a model name"),
+        ({"model_settings": {"temperature": 0}}, "model_settings must be a ModelSettings"),
+        ({"output_type": Outline}, "output_type .* cannot be made into a JSON schema"),
+        ({"output_type": 3}, "output_type"),
     ],
 )
 def test_bad_agent_options_fail_fast(kwargs: dict, match: str) -> None:
