@@ -24,6 +24,7 @@ __all__ = [
     "output_type_problem",
     "parse_docstring",
     "parse_json",
+    "parsed_arguments",
     "schema_errors",
     "signature",
     "strict_schema",
@@ -497,11 +498,26 @@ ArgFields = dict[str, tuple[Any, Any, "str | None"]]
 
 
 def args_model(name: str, fields: ArgFields) -> type[BaseModel]:
-    """The pydantic model that parses arguments described by ``fields``."""
+    """The pydantic model that parses arguments described by ``fields``.
+
+    Its fields are named ``arg0``, ``arg1``... with the arguments' names as aliases (what its
+    schema shows and what it parses): an argument may then be named like an attribute of
+    pydantic's ``BaseModel`` (``schema``, ``json``, ``model_config``...) or start with ``_``.
+    :func:`parsed_arguments` gives the parsed values by the arguments' names.
+    """
     from pydantic import Field
 
-    specs = {n: (a, Field(default, description=doc)) for n, (a, default, doc) in fields.items()}
+    specs = {
+        f"arg{i}": (a, Field(default, alias=n, description=doc))
+        for i, (n, (a, default, doc)) in enumerate(fields.items())
+    }
     return create_model(name, **specs)  # type: ignore[call-overload,no-any-return]
+
+
+def parsed_arguments(parsed: BaseModel) -> dict[str, Any]:
+    """The values of an :func:`args_model` instance, by the arguments' names."""
+    fields = type(parsed).model_fields
+    return {field.alias or key: getattr(parsed, key) for key, field in fields.items()}
 
 
 def function_parameters(

@@ -22,6 +22,7 @@ from raygents.schema import (
     excerpt,
     function_name,
     function_parameters,
+    parsed_arguments,
     signature,
     unbounded_patterns,
 )
@@ -208,7 +209,7 @@ class FunctionTool(Tool):
             reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             message = f'Invalid parameters for tool "{self.name}": {excerpt(reason, 3 * EXCERPT)}'
             return ToolResult(message, is_error=True)
-        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        return parsed_arguments(parsed)
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
         """Parse the arguments, call the function, and turn its return value into a result."""

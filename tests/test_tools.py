@@ -363,3 +363,20 @@ def test_partials_and_callable_objects_get_their_parameters_types() -> None:
     assert asyncio.run(meter.execute(CTX, '{"at": {"x": 4, "y": null}}')).content == "4"
     with pytest.raises(rg.UserError, match="has no __name__: pass name="):
         rg.tool(Meter())
+
+
+def test_parameters_named_like_pydantic_model_attributes_work() -> None:
+    @rg.tool
+    def query(
+        sql: str, schema: str = "public", model_config: int = 0, model_dump: bool = False
+    ) -> str:
+        return f"{sql} {schema} {model_config} {model_dump}"
+
+    assert query.parameters["required"] == ["sql", "schema", "model_config", "model_dump"]
+    args = '{"sql": "q", "schema": "s", "model_config": 2, "model_dump": true}'
+    assert asyncio.run(query.execute(CTX, args)).content == "q s 2 True"
+    defaults = '{"sql": "q", "schema": null, "model_config": null, "model_dump": null}'
+    assert asyncio.run(query.execute(CTX, defaults)).content == "q public 0 False"
+    again = cloudpickle.loads(cloudpickle.dumps(query))
+    bad = asyncio.run(again.execute(CTX, '{"sql": "q", "schema": 3}'))
+    assert bad.is_error and "schema" in bad.content
