@@ -542,6 +542,12 @@ def function_parameters(
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise TypeError(f"tool {name!r} cannot take *args or **kwargs ({p.name!r})")
         annotation = Any if p.annotation is inspect.Parameter.empty else p.annotation
+        if isinstance(annotation, str):
+            raise TypeError(
+                f"cannot resolve the annotation {annotation!r} of parameter {p.name!r}: a type "
+                "named in a string annotation (or under `from __future__ import annotations`) "
+                "must be importable from the function's module, not local to a function"
+            )
         default = ... if p.default is inspect.Parameter.empty else p.default
         annotation, default, described = _explicit_field(annotation, default)
         fields[p.name] = (annotation, default, described or arg_docs.get(p.name))
@@ -559,8 +565,29 @@ def signature(fn: Callable[..., Any]) -> inspect.Signature:
     cannot stay strings). Partials and callable objects give the parameters a call takes."""
     try:
         return inspect.signature(fn, eval_str=True)
-    except Exception:  # annotations that cannot be evaluated: fall back to raw ones
-        return inspect.signature(fn)
+    except Exception:  # (one that cannot: evaluate the others one by one)
+        pass
+    sig = inspect.signature(fn)
+    target = _unwrapped(fn)
+    namespace = getattr(target, "__globals__", None)
+    if namespace is None:
+        call = vars(type(target)).get("__call__")  # (a callable object: its method's module)
+        namespace = getattr(call, "__globals__", {})
+    params = [
+        p.replace(annotation=_evaluated(p.annotation, namespace)) for p in sig.parameters.values()
+    ]
+    return sig.replace(parameters=params)
+
+
+def _evaluated(annotation: Any, namespace: dict[str, Any]) -> Any:
+    """A string annotation evaluated in ``namespace`` (as ``inspect.signature(eval_str=True)``
+    does), or left a string when it cannot be."""
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        return eval(annotation, namespace)  # (as eval_str=True does)
+    except Exception:
+        return annotation
 
 
 def function_name(fn: Callable[..., Any]) -> str | None:

@@ -380,3 +380,14 @@ def test_parameters_named_like_pydantic_model_attributes_work() -> None:
     again = cloudpickle.loads(cloudpickle.dumps(query))
     bad = asyncio.run(again.execute(CTX, '{"sql": "q", "schema": 3}'))
     assert bad.is_error and "schema" in bad.content
+
+
+def test_an_annotation_that_cannot_be_resolved_is_named() -> None:
+    class Local(BaseModel):  # (this module's annotations are strings: 'Local' is not global)
+        x: int
+
+    def uses_local(ctx: rg.ToolContext, n: int, p: Local) -> str:
+        return repr(p)
+
+    with pytest.raises(rg.UserError, match="cannot resolve the annotation 'Local' of param"):
+        rg.tool(uses_local)
