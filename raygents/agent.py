@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.errors import UserError
+from raygents.guardrails import check_guardrails
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
+from raygents.schema import excerpt, output_type_problem
 from raygents.tools import (
     AgentTool,
     IsEnabled,
@@ -22,6 +24,8 @@ from raygents.tools import (
     _sanitise,
     check_is_enabled,
     check_needs_approval,
+    check_options,
+    valid_tool_name,
 )
 
 if TYPE_CHECKING:
@@ -102,16 +106,29 @@ def handoff(
     if not isinstance(agent, Agent):
         raise UserError(f"handoff() needs an Agent, got {type(agent).__name__!r}")
     check_is_enabled(f"handoff to {agent.name!r}", is_enabled)
+    name = tool_name or f"transfer_to_{_sanitise(agent.name)}"
+    _check_handoff_name(agent, name, given=bool(tool_name))
     description = f"Transfer the conversation to {agent.name}."
     if agent.handoff_description:
         description += " " + agent.handoff_description
     return Handoff(
         agent=agent,
-        tool_name=tool_name or f"transfer_to_{_sanitise(agent.name)}",
+        tool_name=name,
         tool_description=tool_description or description,
         input_filter=input_filter,
         on_handoff=on_handoff,
         is_enabled=is_enabled,
+    )
+
+
+def _check_handoff_name(agent: Agent, name: object, *, given: bool = True) -> None:
+    """Refuse a handoff tool name that model APIs would refuse (see ``valid_tool_name``)."""
+    if valid_tool_name(name):
+        return
+    hint = "" if given else " (made from the agent's name): pass tool_name="
+    raise UserError(
+        f"handoff to {agent.name!r}: tool name {excerpt(repr(name), 80)} is invalid: use 1-64 "
+        f"letters, digits, '_' or '-'{hint}"
     )
 
 
@@ -192,13 +209,13 @@ class Agent:
     ) -> None:
         self.name = name
         self.instructions = instructions
-        self.tools = list(tools)
-        self.handoffs = list(handoffs)
+        self.tools = _listed(tools)
+        self.handoffs = _listed(handoffs)
         self.model = model
         self.model_settings = model_settings or ModelSettings()
-        self.mcp_servers = list(mcp_servers)
-        self.input_guardrails = list(input_guardrails)
-        self.output_guardrails = list(output_guardrails)
+        self.mcp_servers = _listed(mcp_servers)
+        self.input_guardrails = _listed(input_guardrails)
+        self.output_guardrails = _listed(output_guardrails)
         self.approval = approval
         self.session = session
         self.output_type = output_type
@@ -246,6 +263,34 @@ class Agent:
                 f"'stop_on_first_tool', StopAtTools(...) or a function (ctx, results), "
                 f"got {behavior!r}"
             )
+        self._check_model()
+        for field in _LISTS:
+            value = getattr(self, field)
+            if not isinstance(value, list):
+                raise UserError(
+                    f"agent {self.name!r}: {field} must be a list, got {excerpt(repr(value), 80)}"
+                )
+        self._check_tools()
+        self._check_handoffs()
+        check_guardrails(f"agent {self.name!r}", self.input_guardrails, self.output_guardrails)
+
+    def _check_model(self) -> None:
+        model = self.model
+        if not (model is None or isinstance(model, str | Model)):
+            raise UserError(
+                f"agent {self.name!r}: model must be a model name (str) or a Model (with async "
+                f"respond(request)), got {excerpt(repr(model), 80)}"
+            )
+        if not isinstance(self.model_settings, ModelSettings):
+            raise UserError(
+                f"agent {self.name!r}: model_settings must be a ModelSettings, "
+                f"got {excerpt(repr(self.model_settings), 80)}"
+            )
+        problem = output_type_problem(self.output_type)
+        if problem is not None:
+            raise UserError(f"agent {self.name!r}: output_type {problem}")
+
+    def _check_tools(self) -> None:
         for t in self.tools:
             if not isinstance(t, Tool):
                 raise UserError(
@@ -253,12 +298,30 @@ class Agent:
                     f"agent.as_tool()), got {t!r}"
                 )
             check_needs_approval(t.name, t.needs_approval)
-            check_is_enabled(f"tool {t.name!r}", t.is_enabled)
+            check_options(f"tool {t.name!r}", t.options())
+
+    def _check_handoffs(self) -> None:
+        """Each handoff, and the names of the tools and handoff tools the model is offered
+        (the agent actor refuses a name used twice; its MCP servers' tools it checks alone)."""
+        owners: dict[str, str] = {}
         for h in self.handoffs:
             if not isinstance(h, Agent | Handoff):
                 raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")
             if isinstance(h, Handoff):
+                _check_handoff_name(h.agent, h.tool_name)
                 check_is_enabled(f"handoff to {h.agent.name!r}", h.is_enabled)
+            config = h if isinstance(h, Handoff) else handoff(h)
+            self._claim_name(owners, config.tool_name, f"the handoff to {config.agent.name!r}")
+        for t in self.tools:
+            self._claim_name(owners, t.name, "the agent's tools")
+
+    def _claim_name(self, owners: dict[str, str], name: str, owner: str) -> None:
+        known = owners.get(name)
+        if known is None:
+            owners[name] = owner
+            return
+        used = "used twice" if known == owner else f"used by {known} and by {owner}"
+        raise UserError(f"agent {self.name!r}: tool name {name!r} is {used}; rename one of them")
 
     def handoff_configs(self) -> list[Handoff]:
         """The handoffs as :class:`Handoff` configs (plain agents get the defaults)."""
@@ -267,8 +330,8 @@ class Agent:
     def clone(self, **changes: Any) -> Agent:
         """A copy with ``changes`` applied; lists are copied, the original is unchanged."""
         new = copy.copy(self)
-        for field in ("tools", "handoffs", "mcp_servers", "input_guardrails", "output_guardrails"):
-            setattr(new, field, list(getattr(self, field)))
+        for field in _LISTS:
+            setattr(new, field, _listed(getattr(self, field)))
         for key, value in changes.items():
             if key not in self.__dict__:
                 raise UserError(f"Agent.clone() got an unknown option {key!r}")
@@ -327,6 +390,18 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
+
+
+_LISTS = ("tools", "handoffs", "mcp_servers", "input_guardrails", "output_guardrails")
+"""The options that are lists (copied by ``clone``)."""
+
+
+def _listed(value: Any) -> Any:
+    """A list option as a new list; a value that is not a collection of items (a single tool,
+    a string) as it is, for :meth:`Agent.validate` to refuse."""
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        return value
+    return list(value)
 
 
 def _is_function(value: object) -> bool:

@@ -28,6 +28,7 @@ __all__ = [
     "OutputGuardrail",
     "TripCallback",
     "bind_output_type",
+    "check_guardrails",
     "guardrail_name",
     "input_guardrail",
     "output_guardrail",
@@ -97,6 +98,33 @@ class OutputGuardrail:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {guardrail_name(self)!r}>"
+
+
+def check_guardrails(owner: str, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+    """Check an agent's guardrail lists: an :class:`InputGuardrail` (or any object with a
+    ``check`` method that is not an output guardrail) in ``inputs``, and the other way round.
+
+    Raises:
+        UserError: one is not, naming ``owner`` (the agent), the list and its place.
+    """
+    for field, values, kind, other in (
+        ("input_guardrails", inputs, "input", OutputGuardrail),
+        ("output_guardrails", outputs, "output", InputGuardrail),
+    ):
+        for i, guardrail in enumerate(values):
+            where = f"{owner}: {field}[{i}]"
+            if isinstance(guardrail, other):
+                raise UserError(
+                    f"{where} is an {'input' if kind == 'output' else 'output'} guardrail"
+                )
+            if inspect.isfunction(guardrail) or inspect.ismethod(guardrail):
+                raise UserError(f"{where} is a function: decorate it with @{kind}_guardrail")
+            if isinstance(guardrail, type) or not callable(getattr(guardrail, "check", None)):
+                base = f"{kind.capitalize()}Guardrail"
+                raise UserError(
+                    f"{where}: {field} must be {base} objects (@{kind}_guardrail or a {base} "
+                    f"subclass), got {guardrail!r:.80}"
+                )
 
 
 def guardrail_name(guardrail: object) -> str:

@@ -19,10 +19,14 @@ __all__ = [
     "args_model",
     "bounded_errors",
     "excerpt",
+    "function_name",
     "function_parameters",
+    "output_type_problem",
     "parse_docstring",
     "parse_json",
+    "parsed_arguments",
     "schema_errors",
+    "signature",
     "strict_schema",
     "type_name",
     "type_schema",
@@ -170,6 +174,28 @@ def type_schema(tp: Any) -> dict[str, Any]:
         "$defs": schema.pop("$defs", {}),
     }
     return strict_schema(wrapped)
+
+
+def output_type_problem(tp: Any) -> str | None:
+    """Why ``tp`` cannot be an agent's ``output_type`` (its strict schema cannot be made), or
+    None when it can (``None`` and ``str``, plain text, can). Types seen before are answered
+    from a cache: a run's start checks its agents."""
+    if tp is None or tp is str:
+        return None
+    try:
+        return _output_type_problem(tp)
+    except TypeError:  # (not hashable: not kept)
+        return _output_type_problem.__wrapped__(tp)
+
+
+@functools.lru_cache(maxsize=256)
+def _output_type_problem(tp: Any) -> str | None:
+    try:
+        type_schema(tp)
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"{excerpt(repr(tp), 80)} cannot be made into a JSON schema: {excerpt(first)}"
+    return None
 
 
 def type_is_wrapped(schema: dict[str, Any]) -> bool:
@@ -472,11 +498,26 @@ ArgFields = dict[str, tuple[Any, Any, "str | None"]]
 
 
 def args_model(name: str, fields: ArgFields) -> type[BaseModel]:
-    """The pydantic model that parses arguments described by ``fields``."""
+    """The pydantic model that parses arguments described by ``fields``.
+
+    Its fields are named ``arg0``, ``arg1``... with the arguments' names as aliases (what its
+    schema shows and what it parses): an argument may then be named like an attribute of
+    pydantic's ``BaseModel`` (``schema``, ``json``, ``model_config``...) or start with ``_``.
+    :func:`parsed_arguments` gives the parsed values by the arguments' names.
+    """
     from pydantic import Field
 
-    specs = {n: (a, Field(default, description=doc)) for n, (a, default, doc) in fields.items()}
+    specs = {
+        f"arg{i}": (a, Field(default, alias=n, description=doc))
+        for i, (n, (a, default, doc)) in enumerate(fields.items())
+    }
     return create_model(name, **specs)  # type: ignore[call-overload,no-any-return]
+
+
+def parsed_arguments(parsed: BaseModel) -> dict[str, Any]:
+    """The values of an :func:`args_model` instance, by the arguments' names."""
+    fields = type(parsed).model_fields
+    return {field.alias or key: getattr(parsed, key) for key, field in fields.items()}
 
 
 def function_parameters(
@@ -493,28 +534,73 @@ def function_parameters(
         fields)``), its fields, and the description taken from the docstring (under key ``""``)
         with the per-argument descriptions.
     """
-    sig = inspect.signature(fn)
-    try:
-        hints = inspect.get_annotations(fn, eval_str=True)
-    except Exception:  # annotations that cannot be evaluated: fall back to raw ones
-        hints = inspect.get_annotations(fn)
-    description, arg_docs = parse_docstring(fn.__doc__)
+    name = function_name(fn) or "tool"
+    description, arg_docs = parse_docstring(_unwrapped(fn).__doc__)
     fields: ArgFields = {}
-    params = list(sig.parameters.values())[1 if skip_first else 0 :]
+    params = list(signature(fn).parameters.values())[1 if skip_first else 0 :]
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise TypeError(f"tool {fn.__name__!r} cannot take *args or **kwargs ({p.name!r})")
-        annotation = hints.get(p.name, Any)
+            raise TypeError(f"tool {name!r} cannot take *args or **kwargs ({p.name!r})")
+        annotation = Any if p.annotation is inspect.Parameter.empty else p.annotation
+        if isinstance(annotation, str):
+            raise TypeError(
+                f"cannot resolve the annotation {annotation!r} of parameter {p.name!r}: a type "
+                "named in a string annotation (or under `from __future__ import annotations`) "
+                "must be importable from the function's module, not local to a function"
+            )
         default = ... if p.default is inspect.Parameter.empty else p.default
         annotation, default, described = _explicit_field(annotation, default)
         fields[p.name] = (annotation, default, described or arg_docs.get(p.name))
-    model = args_model(f"{fn.__name__}_args", fields)
+    model = args_model(f"{name}_args", fields)
     schema = strict_schema(model.model_json_schema())
     for name, prop in schema.get("properties", {}).items():
         if prop.get("description") is None:
             prop.pop("description", None)
         _ = name
     return schema, model, fields, {"": description, **arg_docs}
+
+
+def signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature, with string annotations evaluated where they can be (those that
+    cannot stay strings). Partials and callable objects give the parameters a call takes."""
+    try:
+        return inspect.signature(fn, eval_str=True)
+    except Exception:  # (one that cannot: evaluate the others one by one)
+        pass
+    sig = inspect.signature(fn)
+    target = _unwrapped(fn)
+    namespace = getattr(target, "__globals__", None)
+    if namespace is None:
+        call = vars(type(target)).get("__call__")  # (a callable object: its method's module)
+        namespace = getattr(call, "__globals__", {})
+    params = [
+        p.replace(annotation=_evaluated(p.annotation, namespace)) for p in sig.parameters.values()
+    ]
+    return sig.replace(parameters=params)
+
+
+def _evaluated(annotation: Any, namespace: dict[str, Any]) -> Any:
+    """A string annotation evaluated in ``namespace`` (as ``inspect.signature(eval_str=True)``
+    does), or left a string when it cannot be."""
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        return eval(annotation, namespace)  # (as eval_str=True does)
+    except Exception:
+        return annotation
+
+
+def function_name(fn: Callable[..., Any]) -> str | None:
+    """``fn``'s ``__name__`` (a partial's function's), or None when it has none."""
+    name = getattr(_unwrapped(fn), "__name__", None)
+    return name if isinstance(name, str) else None
+
+
+def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function a (nested) ``functools.partial`` calls, or ``fn``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
 
 
 def _explicit_field(annotation: Any, default: Any) -> tuple[Any, Any, str | None]:

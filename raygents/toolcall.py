@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ToolContext", "clean_text", "result_text"]
+__all__ = ["ToolContext", "clean_text", "result_text", "split_arguments"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,17 @@ class ToolContext:
     def idempotency_key(self) -> str:
         """A key stable across retries and recovery of this call: ``"<run_id>:<call_id>"``."""
         return f"{self.run_id}:{self.call_id}"
+
+
+def split_arguments(
+    kwargs: dict[str, Any], positional: tuple[str, ...]
+) -> tuple[list[Any], dict[str, Any]]:
+    """A function tool's checked arguments as its function takes them: the values of its
+    positional-only parameters (``positional``, in order) and the rest by keyword."""
+    if not positional:
+        return [], kwargs
+    rest = dict(kwargs)
+    return [rest.pop(name) for name in positional], rest
 
 
 def clean_text(value: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,10 +20,13 @@ from raygents.schema import (
     args_model,
     drop_defaulted_nulls,
     excerpt,
+    function_name,
     function_parameters,
+    parsed_arguments,
+    signature,
     unbounded_patterns,
 )
-from raygents.toolcall import ToolContext, result_text
+from raygents.toolcall import ToolContext, result_text, split_arguments
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
@@ -153,11 +157,18 @@ class FunctionTool(Tool):
         if not callable(fn):
             raise UserError(f"@tool needs a function, got {type(fn).__name__!r}")
         self.fn = fn
-        self.name = name or fn.__name__
+        default_name = function_name(fn)
+        if not name and default_name is None:
+            raise UserError(f"@tool: {excerpt(repr(fn), 80)} has no __name__: pass name=")
+        self.name = name or default_name or ""
         _check_tool_name(self.name)
         check_needs_approval(self.name, options.needs_approval)
-        params = list(inspect.signature(fn).parameters.values())
-        self.takes_context = bool(params) and _is_context_param(fn, params[0])
+        params = list(signature(fn).parameters.values())
+        self.takes_context = bool(params) and _is_context_param(params[0])
+        self.positional = tuple(
+            p.name for p in params[1 if self.takes_context else 0 :] if p.kind is p.POSITIONAL_ONLY
+        )
+        """The parameters the function takes by position only (its calls pass them so)."""
         try:
             schema, model, fields, docs = function_parameters(fn, skip_first=self.takes_context)
         except Exception as exc:
@@ -175,7 +186,8 @@ class FunctionTool(Tool):
     def args_model(self) -> type[BaseModel]:
         """The pydantic model that parses the arguments."""
         if self._args_model is None:
-            self._args_model = args_model(f"{self.fn.__name__}_args", self._arg_fields)
+            name = function_name(self.fn) or "tool"  # (as function_parameters names it)
+            self._args_model = args_model(f"{name}_args", self._arg_fields)
         return self._args_model
 
     def __getstate__(self) -> dict[str, Any]:
@@ -197,15 +209,15 @@ class FunctionTool(Tool):
             reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             message = f'Invalid parameters for tool "{self.name}": {excerpt(reason, 3 * EXCERPT)}'
             return ToolResult(message, is_error=True)
-        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        return parsed_arguments(parsed)
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
         """Parse the arguments, call the function, and turn its return value into a result."""
         kwargs = self.parse_arguments(arguments)
         if isinstance(kwargs, ToolResult):
             return kwargs
-        args = (ctx,) if self.takes_context else ()
-        out = self.fn(*args, **kwargs)
+        args, keywords = split_arguments(kwargs, self.positional)
+        out = self.fn(*([ctx] if self.takes_context else []), *args, **keywords)
         if inspect.isawaitable(out):
             out = await out
         return to_tool_result(out)
@@ -215,15 +227,70 @@ class FunctionTool(Tool):
         return self.fn(*args, **kwargs)
 
 
-def _is_context_param(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
-    try:
-        hints = inspect.get_annotations(fn, eval_str=True)
-    except Exception:
-        hints = inspect.get_annotations(fn)
-    annotation = hints.get(param.name, param.annotation)
+def _is_context_param(param: inspect.Parameter) -> bool:
+    annotation = param.annotation
     if annotation is ToolContext or annotation == "ToolContext":
         return True
     return param.name == "ctx" and annotation is inspect.Parameter.empty
+
+
+def check_options(owner: str, options: ExecutionOptions) -> None:
+    """Check a tool's execution options, as Ray and the agent actor will use them.
+
+    Raises:
+        UserError: one is not what :func:`tool` takes, naming its owner (the tool) and it.
+    """
+    for field in ("num_cpus", "num_gpus"):
+        value = getattr(options, field)
+        if value is not None and not _amount(value):
+            raise UserError(
+                f"{owner}: {field} must be a number >= 0, got {excerpt(repr(value), 80)}"
+            )
+    _check_resources(owner, options.resources)
+    retries = options.max_retries
+    if retries is not None and (type(retries) is not int or retries < 0):
+        raise UserError(
+            f"{owner}: max_retries must be an int >= 0, got {excerpt(repr(retries), 80)}"
+        )
+    timeout = options.timeout_s
+    if timeout is not None and not (_amount(timeout) and timeout > 0):
+        raise UserError(
+            f"{owner}: timeout_s must be a positive number of seconds, "
+            f"got {excerpt(repr(timeout), 80)}"
+        )
+    if not isinstance(options.remote, bool):
+        raise UserError(
+            f"{owner}: remote must be True or False, got {excerpt(repr(options.remote), 80)}"
+        )
+    check_is_enabled(owner, options.is_enabled)
+
+
+def _amount(value: object) -> bool:
+    """Whether ``value`` is a finite number >= 0 (not a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _check_resources(owner: str, resources: object) -> None:
+    if resources is None:
+        return
+    if not isinstance(resources, Mapping):
+        raise UserError(
+            f"{owner}: resources must be a mapping of resource names to amounts, "
+            f"got {excerpt(repr(resources), 80)}"
+        )
+    for key, amount in resources.items():
+        if key in ("CPU", "GPU"):
+            raise UserError(f"{owner}: resources: use num_cpus and num_gpus, not {key!r}")
+        if not isinstance(key, str) or not _amount(amount):
+            raise UserError(
+                f"{owner}: resources must map names (str) to numbers >= 0, "
+                f"got {excerpt(repr(key), 80)}: {excerpt(repr(amount), 80)}"
+            )
 
 
 def check_needs_approval(name: str, value: object) -> None:
@@ -466,10 +533,10 @@ def tool(
             ``(ctx, agent) -> bool`` (sync or async) asked in the agent actor each time the
             agent becomes active.
     """
-    if timeout_s is not None and timeout_s <= 0:
-        raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
-    if max_retries is not None and max_retries < 0:
-        raise UserError(f"max_retries must be >= 0, got {max_retries!r}")
+    owner = f"tool {name!r}" if name else "@tool"
+    if description is not None and not isinstance(description, str):
+        raise UserError(f"{owner}: description must be a str, got {excerpt(repr(description), 80)}")
+    _check_resources(owner, resources)
     options = ExecutionOptions(
         num_cpus=num_cpus,
         num_gpus=num_gpus,
@@ -480,7 +547,7 @@ def tool(
         remote=remote,
         is_enabled=is_enabled,
     )
-    check_is_enabled(f"tool {name!r}" if name else "@tool", is_enabled)
+    check_options(owner, options)
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
         return FunctionTool(f, name=name, description=description, options=options)

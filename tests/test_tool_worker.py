@@ -85,3 +85,15 @@ def test_a_function_tool_task_gets_checked_keyword_arguments() -> None:
     invalid = double.parse_arguments('{"i": "five"}')
     assert isinstance(invalid, rg.ToolResult) and invalid.is_error
     assert invalid.content.startswith('Invalid parameters for tool "double"')
+
+
+@rg.tool
+def power(base: int, exponent: int = 2, /) -> int:
+    return int(base**exponent)
+
+
+def test_a_function_tool_task_passes_positional_only_arguments_by_position() -> None:
+    kwargs = power.parse_arguments('{"base": 3, "exponent": null}')
+    assert kwargs == {"base": 3, "exponent": 2}
+    report = _run(power, kwargs)
+    assert (report.content, report.is_error) == ("9", False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Annotated
 
@@ -111,13 +112,47 @@ def test_unserialisable_return_values_become_error_results() -> None:
     ("kwargs", "match"),
     [
         ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": "5"}, "timeout_s must be a positive number of seconds, got '5'"),
+        ({"timeout_s": float("nan")}, "timeout_s"),
+        ({"timeout_s": True}, "timeout_s"),
         ({"max_retries": -1}, "max_retries"),
+        ({"max_retries": 1.5}, "max_retries must be an int >= 0, got 1.5"),
+        ({"max_retries": "3"}, "max_retries"),
+        ({"num_cpus": -1}, "num_cpus must be a number >= 0, got -1"),
+        ({"num_cpus": "2"}, "num_cpus"),
+        ({"num_gpus": -0.5}, "num_gpus"),
+        ({"num_gpus": float("inf")}, "num_gpus"),
+        ({"resources": ["accelerator"]}, "resources must be a mapping"),
+        ({"resources": {"accelerator": -1}}, "resources"),
+        ({"resources": {"accelerator": "1"}}, "resources"),
+        ({"resources": {"CPU": 1}}, "num_cpus and num_gpus"),
+        ({"remote": "no"}, "remote must be True or False, got 'no'"),
+        ({"description": 3}, "description must be a str"),
         ({"name": "bad name"}, "invalid"),
     ],
 )
 def test_bad_tool_options_fail_fast(kwargs: dict, match: str) -> None:
+    def echo(x: int) -> int:
+        return x
+
     with pytest.raises(rg.UserError, match=match):
-        rg.tool(**kwargs)(lambda x: x)  # type: ignore[arg-type]
+        rg.tool(**kwargs)(echo)
+
+
+class Heavy(rg.Tool):
+    name = "heavy"
+    num_gpus = -1
+
+
+def test_bad_options_of_a_custom_tool_are_refused_by_its_agent() -> None:
+    with pytest.raises(rg.UserError, match="tool 'heavy': num_gpus must be a number >= 0"):
+        rg.Agent("a", tools=[Heavy()])
+
+    def light(x: int) -> int:
+        return x
+
+    good = rg.tool(num_cpus=0.5, num_gpus=0, resources={"accelerator": 1}, timeout_s=2)(light)
+    assert rg.Agent("a", tools=[good]).tools == [good]
 
 
 def test_var_args_are_refused() -> None:
@@ -167,6 +202,10 @@ def test_strict_schema_keeps_properties_named_like_keywords() -> None:
     assert set(schema["properties"]) == {"title", "default"}
 
 
+class Outline:
+    """Not a type pydantic can describe."""
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -176,6 +215,17 @@ def test_strict_schema_keeps_properties_named_like_keywords() -> None:
         ({"tool_use_behavior": "sometimes"}, "tool_use_behavior"),
         ({"tools": ["not a tool"]}, "tools must be Tool"),
         ({"max_empty_output_retries": -1}, "max_empty_output_retries"),
+        ({"tools": place}, "tools must be a list, got <FunctionTool 'place'>"),
+        ({"handoffs": rg.Agent("b")}, "handoffs must be a list"),
+        ({"tools": "place"}, "tools must be a list"),
+        ({"input_guardrails": [lambda ctx, messages: None]}, "decorate it with @input_guardrail"),
+        ({"input_guardrails": [rg.output_guardrail(lambda c, m: None)]}, "is an output guardrail"),
+        ({"output_guardrails": [rg.input_guardrail(lambda c, m: None)]}, "is an input guardrail"),
+        ({"output_guardrails": ["no secrets"]}, "output_guardrails must be OutputGuardrail"),
+        ({"model": 3}, "model must be a model name"),
+        ({"model_settings": {"temperature": 0}}, "model_settings must be a ModelSettings"),
+        ({"output_type": Outline}, "output_type .* cannot be made into a JSON schema"),
+        ({"output_type": 3}, "output_type"),
     ],
 )
 def test_bad_agent_options_fail_fast(kwargs: dict, match: str) -> None:
@@ -210,6 +260,44 @@ def test_handoff_defaults_and_prompt_section() -> None:
     assert section.endswith("- x: Transfer the conversation to x.")
 
 
+def test_handoff_tool_names_a_model_refuses_are_refused() -> None:
+    with pytest.raises(rg.UserError, match="handoff to 'b': tool name 'bad name!' is invalid"):
+        rg.handoff(rg.Agent("b"), tool_name="bad name!")
+    with pytest.raises(rg.UserError, match="handoff to 'b': tool name 3 is invalid"):
+        rg.handoff(rg.Agent("b"), tool_name=3)  # type: ignore[arg-type]
+    long, cjk = rg.Agent("x" * 60), rg.Agent("日本")
+    for target in (long, cjk):
+        with pytest.raises(rg.UserError, match="pass tool_name="):
+            rg.handoff(target)
+        with pytest.raises(rg.UserError, match="pass tool_name="):
+            rg.Agent("a", handoffs=[target])
+    assert rg.handoff(long, tool_name="to_long").tool_name == "to_long"
+    direct = rg.Handoff(rg.Agent("b"), tool_name="to b", tool_description="")
+    with pytest.raises(rg.UserError, match="tool name 'to b' is invalid"):
+        rg.Agent("a", handoffs=[direct])
+
+
+def test_a_tool_name_used_twice_is_refused_when_the_agent_is_built() -> None:
+    def lookup(key: str) -> str:
+        return key
+
+    first, second = rg.tool(lookup), rg.tool(name="lookup")(_area)
+    with pytest.raises(rg.UserError, match="agent 'a': tool name 'lookup' is used twice"):
+        rg.Agent("a", tools=[first, second])
+    with pytest.raises(rg.UserError, match="tool name 'lookup' is used twice"):
+        rg.Agent("a", tools=[first, first])
+    b = rg.Agent("b")
+    clash = rg.tool(name="transfer_to_b")(lookup)
+    with pytest.raises(rg.UserError, match="tool name 'transfer_to_b' is used by the handoff"):
+        rg.Agent("a", tools=[clash], handoffs=[b])
+    with pytest.raises(rg.UserError, match="'transfer_to_b' is used twice"):
+        rg.Agent("a", handoffs=[b, rg.handoff(b, tool_description="Again.")])
+    agent = rg.Agent("a", tools=[first])
+    agent.tools.append(second)  # (changed after it was built: checked when a run starts)
+    with pytest.raises(rg.UserError, match="used twice"):
+        agent_graph(agent)
+
+
 def test_dynamic_instructions_and_clone() -> None:
     agent = rg.Agent("dyn", lambda ctx, agent: f"hello {ctx.context}", handoffs=[rg.Agent("h")])
     ctx = rg.RunContext(run_id="r", agent_name="dyn", context="ada")
@@ -226,3 +314,80 @@ def test_agent_tool_schema() -> None:
     assert isinstance(tool, AgentTool)
     assert tool.name == "research_bot" and tool.description == "Finds things."
     assert tool.parameters["required"] == ["input"]
+
+
+@rg.tool
+def scale(ctx: rg.ToolContext, value: int, /, factor: int = 2, *, unit: str = "") -> str:
+    """Scale a value.
+
+    Args:
+        value: what to scale.
+    """
+    return f"{value * factor}{unit} {ctx.run_id}"
+
+
+def test_positional_only_parameters_are_passed_by_position() -> None:
+    assert scale.parameters["required"] == ["value", "factor", "unit"]
+    assert scale.parameters["properties"]["value"]["description"] == "what to scale."
+    args = json.dumps({"value": 3, "factor": None, "unit": "m"})
+    result = asyncio.run(scale.execute(CTX, args))
+    assert (result.content, result.is_error) == ("6m r", False)
+
+
+def _area(unit: str, at: Point, scale: int = 1) -> str:
+    """Area of a point's box.
+
+    Args:
+        at: the corner.
+    """
+    return f"{at.x * at.y * scale} {unit}"
+
+
+class Meter:
+    """Measures things."""
+
+    def __call__(self, at: Point) -> int:
+        return at.x
+
+
+def test_partials_and_callable_objects_get_their_parameters_types() -> None:
+    partial = rg.tool(functools.partial(_area, "m2"))
+    assert partial.name == "_area" and partial.description == "Area of a point's box."
+    assert partial.parameters["required"] == ["at", "scale"]
+    assert partial.parameters["properties"]["at"]["required"] == ["x", "y"]
+    out = asyncio.run(partial.execute(CTX, '{"at": {"x": 2, "y": 3}, "scale": null}'))
+    assert (out.content, out.is_error) == ("6 m2", False)
+    meter = rg.tool(name="meter")(Meter())
+    assert meter.parameters["properties"]["at"]["required"] == ["x", "y"]
+    assert meter.description == "Measures things."
+    assert asyncio.run(meter.execute(CTX, '{"at": {"x": 4, "y": null}}')).content == "4"
+    with pytest.raises(rg.UserError, match="has no __name__: pass name="):
+        rg.tool(Meter())
+
+
+def test_parameters_named_like_pydantic_model_attributes_work() -> None:
+    @rg.tool
+    def query(
+        sql: str, schema: str = "public", model_config: int = 0, model_dump: bool = False
+    ) -> str:
+        return f"{sql} {schema} {model_config} {model_dump}"
+
+    assert query.parameters["required"] == ["sql", "schema", "model_config", "model_dump"]
+    args = '{"sql": "q", "schema": "s", "model_config": 2, "model_dump": true}'
+    assert asyncio.run(query.execute(CTX, args)).content == "q s 2 True"
+    defaults = '{"sql": "q", "schema": null, "model_config": null, "model_dump": null}'
+    assert asyncio.run(query.execute(CTX, defaults)).content == "q public 0 False"
+    again = cloudpickle.loads(cloudpickle.dumps(query))
+    bad = asyncio.run(again.execute(CTX, '{"sql": "q", "schema": 3}'))
+    assert bad.is_error and "schema" in bad.content
+
+
+def test_an_annotation_that_cannot_be_resolved_is_named() -> None:
+    class Local(BaseModel):  # (this module's annotations are strings: 'Local' is not global)
+        x: int
+
+    def uses_local(ctx: rg.ToolContext, n: int, p: Local) -> str:
+        return repr(p)
+
+    with pytest.raises(rg.UserError, match="cannot resolve the annotation 'Local' of param"):
+        rg.tool(uses_local)

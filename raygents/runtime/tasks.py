@@ -75,7 +75,7 @@ def task_body(tool: Tool) -> Any:
     A result over ``MAX_PAYLOAD_BYTES["tool result"]`` is replaced, in the worker, by an
     error result naming its size and the limit: it never goes into Ray's object store."""
     if _calls_function(tool):
-        body = function_task(tool.name, tool.fn, tool.takes_context)
+        body = function_task(tool.name, tool.fn, tool.takes_context, tool.positional)
     else:
         body = tool_task(tool)
     return _capped(body, tool.name, MAX_PAYLOAD_BYTES["tool result"])

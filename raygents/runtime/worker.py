@@ -21,7 +21,7 @@ from typing import Any
 
 from raygents import tracing
 from raygents.runtime import wire
-from raygents.toolcall import result_text
+from raygents.toolcall import result_text, split_arguments
 
 __all__ = ["TaskReport", "describe", "error_text", "function_task", "tool_task"]
 
@@ -50,12 +50,16 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def function_task(name: str, fn: Callable[..., Any], takes_context: bool) -> Callable[..., bytes]:
+def function_task(
+    name: str, fn: Callable[..., Any], takes_context: bool, positional: tuple[str, ...] = ()
+) -> Callable[..., bytes]:
     """A task that calls ``fn`` with the call's context (when it takes one) and its checked
-    keyword arguments, sync or async."""
+    arguments (those named in ``positional``, its positional-only parameters, by position;
+    the others by keyword), sync or async."""
 
     def call(ctx: Any, kwargs: dict[str, Any]) -> tuple[str, bool]:
-        out = fn(ctx, **kwargs) if takes_context else fn(**kwargs)
+        args, keywords = split_arguments(kwargs, positional)
+        out = fn(ctx, *args, **keywords) if takes_context else fn(*args, **keywords)
         if inspect.isawaitable(out):
             out = asyncio.run(_awaited(out))
         return result_text(out)
