@@ -36,6 +36,7 @@ from raygents.batchruns import GroupedStarts, JobRuns
 from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
 from raygents.ids import validate_id
 from raygents.messages import Usage
+from raygents.runtime.runs import check_limits
 
 if TYPE_CHECKING:
     from raygents.runtime.handle import RunHandle
@@ -101,11 +102,7 @@ def start_batch(
         raise UserError(f"max_failures must be an int of at least 0 or None, got {max_failures!r}")
     if tenant is not None:
         validate_id(tenant, "tenant")
-    if timeout_s is not None and not timeout_s > 0:
-        raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
-    for name, value in (("max_turns", max_turns), ("max_tokens", max_tokens)):
-        if value is not None and (type(value) is not int or value < 1):
-            raise UserError(f"{name} must be an int >= 1, got {value!r}")
+    check_limits(timeout_s, max_turns, max_tokens)
     if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
         raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
     options = {

@@ -47,6 +47,8 @@ def test_an_item_round_trips_through_its_json_line() -> None:
         ({"max_failures": -1}, "max_failures"),
         ({"tenant": "a/b"}, "tenant"),
         ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": "5"}, "timeout_s"),
+        ({"timeout_s": True}, "timeout_s"),
         ({"max_turns": 0}, "max_turns"),
         ({"job_id": "a/b"}, "job id"),
     ],

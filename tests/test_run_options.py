@@ -36,3 +36,12 @@ def test_an_unknown_or_private_option_is_refused_naming_the_function(
 ) -> None:
     with pytest.raises(TypeError, match=rf"^{function}\(\) got an unexpected keyword argument"):
         CALLS[function](**{option: 1})
+
+
+@pytest.mark.parametrize("function", sorted(CALLS))
+@pytest.mark.parametrize("timeout", ["5", True, float("nan"), float("inf"), 0, -1, [1]])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
+    function: str, timeout: Any
+) -> None:
+    with pytest.raises(rg.UserError, match=r"timeout_s must be a positive, finite number"):
+        CALLS[function](timeout_s=timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -34,7 +35,7 @@ from raygents.runtime.snapshot import snapshot
 from raygents.schema import type_name, type_schema
 from raygents.sessions import validate_session_id
 
-__all__ = ["resume", "run", "run_streamed", "run_typed", "start", "start_each"]
+__all__ = ["check_limits", "resume", "run", "run_streamed", "run_typed", "start", "start_each"]
 
 T = TypeVar("T")
 RunInput = str | Sequence[Message | Mapping[str, Any]]
@@ -45,11 +46,33 @@ def _check_run_args(
 ) -> None:
     if not isinstance(agent, Agent):
         raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
-    if timeout_s is not None and not timeout_s > 0:
-        raise UserError(f"timeout_s must be positive, got {timeout_s!r}")
+    check_limits(timeout_s, max_turns, max_tokens)
+
+
+def check_limits(timeout_s: object, max_turns: object, max_tokens: object) -> None:
+    """Check a run's limits as ``start`` and ``run_batch`` take them.
+
+    Raises:
+        UserError: ``timeout_s`` is not None or a positive, finite number of seconds, or
+            ``max_turns`` / ``max_tokens`` not None or an int >= 1.
+    """
+    if timeout_s is not None and not _seconds(timeout_s):
+        raise UserError(
+            f"timeout_s must be a positive, finite number of seconds (or None), got {timeout_s!r}"
+        )
     for name, value in (("max_turns", max_turns), ("max_tokens", max_tokens)):
         if value is not None and (type(value) is not int or value < 1):
             raise UserError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a positive, finite number (not a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
 
 
 def _input_messages(input: RunInput) -> tuple[Message, ...]:
