@@ -36,7 +36,7 @@ from raygents.batchruns import GroupedStarts, JobRuns
 from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
 from raygents.ids import validate_id
 from raygents.messages import Usage
-from raygents.runtime.runs import check_limits
+from raygents.runtime.runs import check_run_limits
 
 if TYPE_CHECKING:
     from raygents.runtime.handle import RunHandle
@@ -102,7 +102,7 @@ def start_batch(
         raise UserError(f"max_failures must be an int of at least 0 or None, got {max_failures!r}")
     if tenant is not None:
         validate_id(tenant, "tenant")
-    check_limits(timeout_s, max_turns, max_tokens)
+    check_run_limits(timeout_s, max_turns, max_tokens)
     if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
         raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
     options = {

@@ -35,7 +35,7 @@ from raygents.runtime.snapshot import snapshot
 from raygents.schema import type_name, type_schema
 from raygents.sessions import validate_session_id
 
-__all__ = ["check_limits", "resume", "run", "run_streamed", "run_typed", "start", "start_each"]
+__all__ = ["check_run_limits", "resume", "run", "run_streamed", "run_typed", "start", "start_each"]
 
 T = TypeVar("T")
 RunInput = str | Sequence[Message | Mapping[str, Any]]
@@ -46,10 +46,10 @@ def _check_run_args(
 ) -> None:
     if not isinstance(agent, Agent):
         raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
-    check_limits(timeout_s, max_turns, max_tokens)
+    check_run_limits(timeout_s, max_turns, max_tokens)
 
 
-def check_limits(timeout_s: object, max_turns: object, max_tokens: object) -> None:
+def check_run_limits(timeout_s: object, max_turns: object, max_tokens: object) -> None:
     """Check a run's limits as ``start`` and ``run_batch`` take them.
 
     Raises:
