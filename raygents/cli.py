@@ -5,7 +5,9 @@ found or the action failed, 2 on bad usage."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import threading
 from typing import TextIO
 
 __all__ = ["main", "parser"]
@@ -53,12 +55,16 @@ def _positive(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
+    """A wait in seconds: positive, and no longer than a thread can wait (about 292 years;
+    a longer one, or ``inf``, would fail only once the command had acted)."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if not 0 < value <= threading.TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of seconds up to {threading.TIMEOUT_MAX:.0f}, got {text!r}"
+        )
     return value
 
 
@@ -66,9 +72,12 @@ def _duration(text: str) -> float:
     from raygents.runtime.retention import parse_duration
 
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not math.isfinite(seconds):  # (hundreds of digits: no time, and no JSON number)
+        raise argparse.ArgumentTypeError(f"expected a finite duration, got {text!r}")
+    return seconds
 
 
 def parser() -> argparse.ArgumentParser:
