@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     from raygents.errors import RaygentsError
 
     try:
-        if getattr(args, "store", None):
+        if getattr(args, "store", None) is not None:  # (an empty one too: never the cluster)
             return _from_store(args, out)
         return _on_cluster(args, out)
     except UsageError as exc:
