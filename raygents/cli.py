@@ -223,10 +223,11 @@ def _from_store(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _on_cluster(args: argparse.Namespace, out: TextIO) -> int:
-    from raygents.cli_runs import connect, disconnect, run_command
+    from raygents.cli_runs import check, connect, disconnect, run_command
 
+    check(args)  # (bad usage is said before minutes of trying to join a cluster)
+    connect(args.address, args.namespace)
     try:
-        connect(args.address, args.namespace)
         return run_command(args, out)
     finally:
         disconnect()

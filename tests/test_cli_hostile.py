@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,19 @@ import pytest
 from raygents.cli import main, parser
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _command(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m raygents ARGV`` in a child process, with no Ray address but ``env``'s."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return subprocess.run(
+        [sys.executable, "-m", "raygents", *argv],
+        cwd=ROOT,
+        env={**base, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
 
 
 @pytest.mark.parametrize(
@@ -68,3 +84,55 @@ def test_an_empty_store_directory_lists_no_runs(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["runs", "--store", f"file://{tmp_path}", "--json"], out=out) == 0
     assert json.loads(out.getvalue()) == []
+
+
+@pytest.mark.parametrize("address", ["not-an-address", "http://127.0.0.1:1", "local"])
+def test_an_address_that_names_no_cluster_to_join_is_bad_usage(
+    address: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (["runs", "--address", address], ["runs"]):
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        assert main(argv, out=io.StringIO()) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("raygents runs: error: ") and repr(address) in err, err
+
+
+def test_a_cluster_that_does_not_answer_is_a_failure_with_no_traceback() -> None:
+    done = _command(
+        "runs",
+        "--address",
+        "ray://127.0.0.1:1",
+        RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S="1",
+        RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S="1",
+    )
+    assert done.returncode == 1, done.stderr
+    assert "raygents runs: cannot connect to Ray at 'ray://127.0.0.1:1'" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["resume", "r1", "--agent", "nocolon"], "MODULE:ATTR"),
+        (["resume", "r1", "--agent", ".relative:AGENT"], "MODULE:ATTR"),
+        (["approve", "r1", "--agent", "..:AGENT", "--all"], "MODULE:ATTR"),
+        (["approve", "r1", "--agent", "no_such_module_here:AGENT", "--all"], "cannot import"),
+        (["approve", "r1", "--agent", "cli_hostile_agents:TRIAGE"], "which calls"),
+    ],
+)
+def test_usage_is_checked_before_joining_a_cluster(
+    argv: list[str],
+    why: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "cli_hostile_agents.py").write_text(
+        "import raygents as rg\nTRIAGE = rg.Agent('triage')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    monkeypatch.setenv("RAY_ADDRESS", "not-an-address")  # (what joining it would say instead)
+    assert main(argv, out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"raygents {argv[0]}: error: ") and why in err, err
