@@ -1,11 +1,13 @@
 """The ``raygents`` command: its arguments, and which subcommand runs where (on a running
 namespace, or from a checkpoint store alone); exit status 0 on success, 1 when the run is not
-found or the action failed, 2 on bad usage."""
+found or the action failed, 2 on bad usage, 130 when interrupted and 141 when what reads its
+output goes away first."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import threading
 from typing import TextIO
@@ -184,6 +186,26 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     except (CommandFailed, RaygentsError) as exc:
         print(f"raygents {args.command}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"raygents {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _silence(out)
+        return 141
+
+
+def _silence(out: TextIO) -> None:
+    """Send what is left of ``out`` nowhere: its reader went away (``raygents events | head``),
+    and the interpreter's flush at exit would fail on it too."""
+    try:
+        fileno = out.fileno()
+    except (AttributeError, OSError, ValueError):  # (not a file: nothing is flushed at exit)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fileno)
+    finally:
+        os.close(devnull)
 
 
 def _from_store(args: argparse.Namespace, out: TextIO) -> int:

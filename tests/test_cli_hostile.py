@@ -14,9 +14,22 @@ from pathlib import Path
 
 import pytest
 
+from raygents import checkpoint
 from raygents.cli import main, parser
+from raygents.envelope import RunState
+from raygents.messages import Message
+from raygents.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _write_run(url: str, run_id: str) -> None:
+    """A suspended run's records, as an agent actor writes them."""
+    store = open_store(url)
+    state = RunState(run_id=run_id, agent_name="banker", messages=(Message("user", "hi"),))
+    for step in ("running", "suspended"):
+        state, record = checkpoint.make_record(state, step)  # type: ignore[arg-type]
+        store.put(checkpoint.key_for(run_id, record["seq"]), checkpoint.encode(record))
 
 
 def _command(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -136,3 +149,37 @@ def test_usage_is_checked_before_joining_a_cluster(
     assert main(argv, out=io.StringIO()) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"raygents {argv[0]}: error: ") and why in err, err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    _write_run(url, "r-stop")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raygents", "runs", "--store", url, "--json"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # (as `| head -0` does: no one reads what it prints)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=100) == 141, err
+    assert err == ""
+
+
+class _Interrupted(io.StringIO):
+    """A terminal where Ctrl-C is pressed as the command prints."""
+
+    def write(self, text: str) -> int:
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_ends_the_command_with_one_line_and_status_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{tmp_path}"
+    _write_run(url, "r-stop")
+    assert main(["runs", "--store", url], out=_Interrupted()) == 130
+    assert capsys.readouterr().err == "raygents runs: interrupted\n"
