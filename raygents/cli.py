@@ -1,11 +1,15 @@
 """The ``raygents`` command: its arguments, and which subcommand runs where (on a running
 namespace, or from a checkpoint store alone); exit status 0 on success, 1 when the run is not
-found or the action failed, 2 on bad usage."""
+found or the action failed, 2 on bad usage, 130 when interrupted and 141 when what reads its
+output goes away first."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+import threading
 from typing import TextIO
 
 __all__ = ["main", "parser"]
@@ -53,12 +57,16 @@ def _positive(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
+    """A wait in seconds: positive, and no longer than a thread can wait (about 292 years;
+    a longer one, or ``inf``, would fail only once the command had acted)."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if not 0 < value <= threading.TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of seconds up to {threading.TIMEOUT_MAX:.0f}, got {text!r}"
+        )
     return value
 
 
@@ -66,9 +74,12 @@ def _duration(text: str) -> float:
     from raygents.runtime.retention import parse_duration
 
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not math.isfinite(seconds):  # (hundreds of digits: no time, and no JSON number)
+        raise argparse.ArgumentTypeError(f"expected a finite duration, got {text!r}")
+    return seconds
 
 
 def parser() -> argparse.ArgumentParser:
@@ -166,7 +177,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     from raygents.errors import RaygentsError
 
     try:
-        if getattr(args, "store", None):
+        if getattr(args, "store", None) is not None:  # (an empty one too: never the cluster)
             return _from_store(args, out)
         return _on_cluster(args, out)
     except UsageError as exc:
@@ -175,6 +186,26 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     except (CommandFailed, RaygentsError) as exc:
         print(f"raygents {args.command}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"raygents {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _silence(out)
+        return 141
+
+
+def _silence(out: TextIO) -> None:
+    """Send what is left of ``out`` nowhere: its reader went away (``raygents events | head``),
+    and the interpreter's flush at exit would fail on it too."""
+    try:
+        fileno = out.fileno()
+    except (AttributeError, OSError, ValueError):  # (not a file: nothing is flushed at exit)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fileno)
+    finally:
+        os.close(devnull)
 
 
 def _from_store(args: argparse.Namespace, out: TextIO) -> int:
@@ -214,10 +245,11 @@ def _from_store(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _on_cluster(args: argparse.Namespace, out: TextIO) -> int:
-    from raygents.cli_runs import connect, disconnect, run_command
+    from raygents.cli_runs import check, connect, disconnect, run_command
 
+    check(args)  # (bad usage is said before minutes of trying to join a cluster)
+    connect(args.address, args.namespace)
     try:
-        connect(args.address, args.namespace)
         return run_command(args, out)
     finally:
         disconnect()

@@ -28,9 +28,18 @@ from raygents.cli_output import (
 )
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, CheckpointError, RaygentsError, RunNotFound
 
-__all__ = ["CommandFailed", "UsageError", "connect", "disconnect", "load_agent", "run_command"]
+__all__ = [
+    "CommandFailed",
+    "UsageError",
+    "check",
+    "connect",
+    "disconnect",
+    "load_agent",
+    "run_command",
+]
 
 _ENDED = frozenset(("completed", "failed", "suspended", "awaiting_approval", "cancelled"))
+_WHICH_CALLS = "say which calls to approve: --approve ID, --deny ID or --all"
 
 
 class CommandFailed(Exception):
@@ -47,13 +56,32 @@ def connect(address: str | None, namespace: str) -> Any:
     returns them. Starts nothing: a namespace with no coordinator is an error."""
     import ray
 
-    from raygents.runtime.coordinator_client import COORDINATOR_NAME, checked_settings
-
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if target == "local":
+        raise UsageError(
+            "the address 'local' starts a new Ray instance; give the address of a running one"
+        )
     try:
         ray.init(address=target, logging_level=logging.ERROR, log_to_driver=False)
+    except ValueError as exc:  # (not an address at all)
+        ray.shutdown()
+        raise UsageError(f"cannot connect to Ray at {target!r}: {exc}") from None
     except (ConnectionError, RuntimeError) as exc:
+        ray.shutdown()  # (a Ray client that failed to connect is left half set up)
         raise CommandFailed(f"cannot connect to Ray at {target!r}: {exc}") from exc
+    try:
+        return _join(namespace, target)
+    except BaseException:
+        disconnect()
+        raise
+
+
+def _join(namespace: str, target: str) -> Any:
+    """Join raygents' coordinator of ``namespace`` on the connected cluster at ``target``."""
+    import ray
+
+    from raygents.runtime.coordinator_client import COORDINATOR_NAME, checked_settings
+
     try:
         coordinator = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
     except ValueError:
@@ -88,7 +116,7 @@ def load_agent(spec: str) -> rg.Agent:
         UsageError: it does not name an importable ``Agent``.
     """
     module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
+    if not sep or not module_name or not attr or module_name.startswith("."):
         raise UsageError(f"--agent takes MODULE:ATTR (e.g. myapp.agents:triage), got {spec!r}")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -101,6 +129,19 @@ def load_agent(spec: str) -> rg.Agent:
     if not isinstance(value, rg.Agent):
         raise UsageError(f"{spec!r} is a {type(value).__name__}, not a raygents Agent")
     return value
+
+
+def check(args: argparse.Namespace) -> None:
+    """Check what a connected subcommand was given as far as can be done without the cluster:
+    ``--agent`` is imported (and replaced by the agent), ``approve`` is told which calls.
+
+    Raises:
+        UsageError: it was given something it cannot use.
+    """
+    if args.command in ("resume", "approve"):
+        args.agent = load_agent(args.agent)
+    if args.command == "approve" and not (args.all or args.approve or args.deny):
+        raise UsageError(_WHICH_CALLS)
 
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
@@ -269,13 +310,17 @@ def _cancel(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _resume(args: argparse.Namespace, out: TextIO) -> int:
-    agent = load_agent(args.agent)
-    handle = rg.resume(args.run_id, agent=agent)
+    handle = rg.resume(args.run_id, agent=_agent(args))
     return _started(handle, args, out)
 
 
+def _agent(args: argparse.Namespace) -> rg.Agent:
+    """``--agent``'s agent (:func:`check` imported it already, where it ran)."""
+    return args.agent if isinstance(args.agent, rg.Agent) else load_agent(args.agent)
+
+
 def _approve(args: argparse.Namespace, out: TextIO) -> int:
-    agent = load_agent(args.agent)
+    agent = _agent(args)
     info = _info(args.run_id)
     if info.status != "awaiting_approval":
         raise CommandFailed(f"run {args.run_id!r} is {info.status}, not awaiting approval")
@@ -288,7 +333,7 @@ def _approve(args: argparse.Namespace, out: TextIO) -> int:
     decisions.update({call_id: True for call_id in args.approve})
     decisions.update({call_id: False for call_id in args.deny})
     if not decisions:
-        raise UsageError("say which calls to approve: --approve ID, --deny ID or --all")
+        raise UsageError(_WHICH_CALLS)
     handle = rg.resume(args.run_id, agent=agent, approvals=decisions)
     return _started(handle, args, out)
 

@@ -5,11 +5,14 @@ for ``gc``."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from raygents import checkpoint
 from raygents.cli_output import detail, run_row
-from raygents.errors import CheckpointError, RunNotFound
+from raygents.cli_runs import CommandFailed, UsageError
+from raygents.errors import CheckpointError, RunNotFound, UserError
+from raygents.filestore import FileStore
 from raygents.ids import validate_id
 from raygents.runtime import keptresult, rebuild, retention
 from raygents.runtime.runinfo import RunSummary, parent_of
@@ -24,7 +27,21 @@ class StoreReader:
     """The runs a store holds, as the coordinator would read them back on a start."""
 
     def __init__(self, url: str) -> None:
-        self.store: Store = open_store(url)
+        """Open the store ``url`` names.
+
+        Raises:
+            UsageError: ``url`` names no store.
+            CommandFailed: it names a directory that is not there, where a typo would
+                otherwise read as a store with no runs.
+        """
+        try:
+            self.store: Store = open_store(url)
+        except UserError as exc:
+            raise UsageError(f"--store: {exc}") from None
+        if isinstance(self.store, FileStore) and not self.store.root.is_dir():
+            root = str(self.store.root)
+            why = f"{root!r} is not a directory" if os.path.exists(root) else f"no {root!r}"
+            raise CommandFailed(f"no store at {self.store.url}: {why}")
         self.key = checkpoint_key(self.store.url)
 
     def runs(self) -> list[dict[str, Any]]:
