@@ -46,13 +46,46 @@ HandoffDescriptionLimit = 200
 
 @dataclass(frozen=True)
 class StopAtTools:
-    """Tool use behaviour: the first result of one of these tools is the final output."""
+    """Tool use behaviour: the first result of one of these tools is the final output.
+
+    ``tool_names`` is one name or a collection of them, as the model sees them (an agent
+    tool's ``name``, an MCP tool's name as raygents offers it). The agent refuses a name that
+    is none of its tools when it is built, unless it has ``mcp_servers``: their tools are
+    listed only when a run starts, so such an agent takes any name (one that none of its tools
+    has never ends the run). A handoff's tool name is always refused: a handoff has no result.
+
+    Raises:
+        UserError: ``tool_names`` is not a str or a collection of str, or it is empty.
+    """
 
     tool_names: tuple[str, ...]
 
     def __init__(self, tool_names: Iterable[str]) -> None:
-        names = (tool_names,) if isinstance(tool_names, str) else tuple(tool_names)
+        names = _tool_names(tool_names)
+        if not names:
+            raise UserError(
+                "StopAtTools needs at least one tool name; to never stop at a tool, use "
+                "tool_use_behavior='run_llm_again'"
+            )
         object.__setattr__(self, "tool_names", names)
+
+
+def _tool_names(given: object) -> tuple[str, ...]:
+    """``StopAtTools``' names as a tuple; a value that is not a str or a collection of str
+    (``None``, a number, bytes, a dict) raises ``UserError``."""
+    if isinstance(given, str):
+        return (given,)
+    what = "a str or a list of str"
+    if isinstance(given, bytes | Mapping) or not isinstance(given, Iterable):
+        raise UserError(f"StopAtTools needs tool names: {what}, got {excerpt(repr(given), 80)}")
+    names = tuple(given)
+    for name in names:
+        if not isinstance(name, str):
+            raise UserError(
+                f"StopAtTools needs tool names: {what}, got {excerpt(repr(name), 80)} in "
+                f"{excerpt(repr(names), 80)}"
+            )
+    return names
 
 
 ToolsToFinalOutput = Callable[[RunContext, list[Any]], Any]
@@ -158,7 +191,8 @@ class Agent:
             SDK's way). By default such an agent explores with tools, then makes one more call
             with the schema enforced and tools off.
         tool_use_behavior: ``"run_llm_again"`` (default), ``"stop_on_first_tool"``,
-            :class:`StopAtTools`, or a function ``(ctx, results) -> final output or None``
+            :class:`StopAtTools` (names of the agent's tools, checked when it is built but
+            for its MCP servers'), or a function ``(ctx, results) -> final output or None``
             (see :data:`ToolsToFinalOutput`; sync, called in the agent actor after each batch).
         reset_tool_choice: drop a configured ``tool_choice`` once a tool ran, so it cannot loop.
         max_turns: model calls allowed while this agent is active.
@@ -272,6 +306,8 @@ class Agent:
                 )
         self._check_tools()
         self._check_handoffs()
+        if isinstance(behavior, StopAtTools):
+            self._check_stop_at_tools(behavior.tool_names)
         check_guardrails(f"agent {self.name!r}", self.input_guardrails, self.output_guardrails)
 
     def _check_model(self) -> None:
@@ -314,6 +350,25 @@ class Agent:
             self._claim_name(owners, config.tool_name, f"the handoff to {config.agent.name!r}")
         for t in self.tools:
             self._claim_name(owners, t.name, "the agent's tools")
+
+    def _check_stop_at_tools(self, names: Sequence[str]) -> None:
+        """Each name must be one of the agent's tools. Its MCP servers' tools are known only
+        when a run lists them, so an agent with MCP servers takes any name but a handoff's."""
+        handoffs = {h.tool_name: h.agent.name for h in self.handoff_configs()}
+        tools = [t.name for t in self.tools]
+        for name in names:
+            if name in handoffs:
+                raise UserError(
+                    f"agent {self.name!r}: StopAtTools names {name!r}, which is the handoff to "
+                    f"{handoffs[name]!r}: a handoff hands the run over and has no result to "
+                    "stop at; name tools only"
+                )
+            if name not in tools and not self.mcp_servers:
+                raise UserError(
+                    f"agent {self.name!r}: StopAtTools names {name!r}, which is none of its "
+                    f"tools ({excerpt(', '.join(map(repr, tools)) or 'it has none', 200)}); "
+                    "name a tool it has"
+                )
 
     def _claim_name(self, owners: dict[str, str], name: str, owner: str) -> None:
         known = owners.get(name)

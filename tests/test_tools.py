@@ -13,6 +13,7 @@ from ray import cloudpickle
 
 import raygents as rg
 from raygents.agent import agent_graph, handoff_section
+from raygents.mcp import MCPServerStdio
 from raygents.schema import parse_docstring, strict_schema, type_schema
 from raygents.tools import AgentTool, to_tool_result
 
@@ -231,6 +232,38 @@ class Outline:
 def test_bad_agent_options_fail_fast(kwargs: dict, match: str) -> None:
     with pytest.raises(rg.UserError, match=match):
         rg.Agent("a", **kwargs)
+
+
+def test_stop_at_tools_needs_tool_names() -> None:
+    for bad in (3, None, [3], ["place", None], {"place": 1}, b"place"):
+        with pytest.raises(rg.UserError, match="StopAtTools needs tool names"):
+            rg.StopAtTools(bad)  # type: ignore[arg-type]
+    with pytest.raises(rg.UserError, match="StopAtTools needs at least one tool name"):
+        rg.StopAtTools([])
+    assert rg.StopAtTools("place").tool_names == ("place",)
+    assert rg.StopAtTools(iter(["place", "helper"])).tool_names == ("place", "helper")
+
+
+def test_stop_at_tools_names_must_be_the_agents_tools() -> None:
+    helper = rg.Agent("helper").as_tool()
+    stop = rg.StopAtTools(["place", "helper"])
+    agent = rg.Agent("a", tools=[place, helper], tool_use_behavior=stop)
+    with pytest.raises(rg.UserError, match="agent 'a': StopAtTools names 'plcae', which is none"):
+        rg.Agent("a", tools=[place], tool_use_behavior=rg.StopAtTools(["place", "plcae"]))
+    with pytest.raises(rg.UserError, match="StopAtTools names 'helper', which is none of"):
+        rg.Agent("a", tool_use_behavior=stop, tools=[place])
+    to_b = rg.StopAtTools(["transfer_to_b"])
+    with pytest.raises(rg.UserError, match="'transfer_to_b', which is the handoff to 'b'"):
+        rg.Agent("a", tools=[place], handoffs=[rg.Agent("b")], tool_use_behavior=to_b)
+    # An MCP server's tools are known only when the run lists them: any other name is taken.
+    server = MCPServerStdio("time", "/nonexistent/mcp-server")  # (never started)
+    mcp = rg.Agent("m", mcp_servers=[server], tool_use_behavior=rg.StopAtTools(["get_time"]))
+    assert isinstance(mcp.tool_use_behavior, rg.StopAtTools)
+    with pytest.raises(rg.UserError, match="'transfer_to_b', which is the handoff to 'b'"):
+        mcp.clone(handoffs=[rg.Agent("b")], tool_use_behavior=to_b)
+    agent.tools.remove(helper)  # (changed after it was built: checked when a run starts)
+    with pytest.raises(rg.UserError, match="StopAtTools names 'helper'"):
+        agent_graph(agent)
 
 
 def test_agent_names_must_be_unique_in_a_graph() -> None:
