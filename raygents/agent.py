@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.errors import UserError
 from raygents.guardrails import check_guardrails
+from raygents.hooks import RunHooks
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
@@ -279,15 +280,25 @@ class Agent:
             ("max_tool_calls_per_turn", 1),
             ("max_model_calls", 1),
             ("max_output_retries", 0),
+            ("max_empty_output_retries", 0),
         ):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise UserError(
                     f"agent {self.name!r}: {field} must be an int >= {low}, got {value!r}"
                 )
-        retries = self.max_empty_output_retries
-        if not isinstance(retries, int) or retries < 0:
-            raise UserError(f"agent {self.name!r}: max_empty_output_retries must be >= 0")
+        for field in ("schema_on_every_call", "reset_tool_choice"):
+            value = getattr(self, field)
+            if not isinstance(value, bool):
+                raise UserError(
+                    f"agent {self.name!r}: {field} must be True or False, "
+                    f"got {excerpt(repr(value), 80)}"
+                )
+        if not isinstance(self.handoff_description, str | None):
+            raise UserError(
+                f"agent {self.name!r}: handoff_description must be a str or None, "
+                f"got {excerpt(repr(self.handoff_description), 80)}"
+            )
         behavior = self.tool_use_behavior
         if behavior not in ("run_llm_again", "stop_on_first_tool") and not (
             isinstance(behavior, StopAtTools) or _is_function(behavior)
@@ -304,6 +315,7 @@ class Agent:
                 raise UserError(
                     f"agent {self.name!r}: {field} must be a list, got {excerpt(repr(value), 80)}"
                 )
+        self._check_parts()
         self._check_tools()
         self._check_handoffs()
         if isinstance(behavior, StopAtTools):
@@ -325,6 +337,34 @@ class Agent:
         problem = output_type_problem(self.output_type)
         if problem is not None:
             raise UserError(f"agent {self.name!r}: output_type {problem}")
+
+    def _check_parts(self) -> None:
+        """The objects the agent's actor calls must have the methods it calls on them."""
+        for server in self.mcp_servers:
+            if not (_has(server, "list_tools") and isinstance(getattr(server, "name", None), str)):
+                raise UserError(
+                    f"agent {self.name!r}: mcp_servers must be MCP servers (MCPServerStdio, "
+                    f"MCPServerStreamableHTTP), got {excerpt(repr(server), 80)}"
+                )
+        if not (self.approval is None or _has(self.approval, "needs")):
+            raise UserError(
+                f"agent {self.name!r}: approval must be an Approval(...) or None, "
+                f"got {excerpt(repr(self.approval), 80)}"
+            )
+        if not (
+            self.session is None or (_has(self.session, "load") and _has(self.session, "save"))
+        ):
+            raise UserError(
+                f"agent {self.name!r}: session must be a Session (with load(session_id) and "
+                f"save(session_id, messages)) or None, got {excerpt(repr(self.session), 80)}"
+            )
+        hooks = self.hooks
+        for hook in hooks if isinstance(hooks, list | tuple) else [] if hooks is None else [hooks]:
+            if not any(_has(hook, method) for method in _HOOK_METHODS):
+                raise UserError(
+                    f"agent {self.name!r}: hooks must be a RunHooks (an object with some of its "
+                    f"on_... methods), a list of them, or None, got {excerpt(repr(hook), 80)}"
+                )
 
     def _check_tools(self) -> None:
         for t in self.tools:
@@ -457,6 +497,14 @@ def _listed(value: Any) -> Any:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         return value
     return list(value)
+
+
+_HOOK_METHODS = tuple(name for name in vars(RunHooks) if name.startswith("on_"))
+"""What a hooks object may have: a hook fires only where it has one of these methods."""
+
+
+def _has(value: object, method: str) -> bool:
+    return callable(getattr(value, method, None))
 
 
 def _is_function(value: object) -> bool:

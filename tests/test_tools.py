@@ -227,11 +227,42 @@ class Outline:
         ({"model_settings": {"temperature": 0}}, "model_settings must be a ModelSettings"),
         ({"output_type": Outline}, "output_type .* cannot be made into a JSON schema"),
         ({"output_type": 3}, "output_type"),
+        ({"max_empty_output_retries": True}, "max_empty_output_retries must be an int >= 0"),
+        ({"max_turns": 2.0}, "max_turns must be an int >= 1, got 2.0"),
+        ({"schema_on_every_call": "yes"}, "schema_on_every_call must be True or False"),
+        ({"reset_tool_choice": None}, "reset_tool_choice must be True or False, got None"),
+        ({"handoff_description": 3}, "handoff_description must be a str or None, got 3"),
+        ({"mcp_servers": ["time"]}, "mcp_servers must be MCP servers .* got 'time'"),
+        ({"approval": ["wipe"]}, r"approval must be an Approval\(...\) or None, got \['wipe'\]"),
+        ({"session": "s1"}, "session must be a Session .* got 's1'"),
+        ({"hooks": "log"}, "hooks must be a RunHooks .* got 'log'"),
+        ({"hooks": 0}, "hooks must be a RunHooks .* got 0"),
+        ({"hooks": [rg.RunHooks(), print]}, "hooks must be a RunHooks .* got <built-in"),
     ],
 )
 def test_bad_agent_options_fail_fast(kwargs: dict, match: str) -> None:
     with pytest.raises(rg.UserError, match=match):
         rg.Agent("a", **kwargs)
+
+
+def test_good_agent_options_of_every_kind_are_accepted() -> None:
+    class Quiet(rg.RunHooks):
+        pass
+
+    agent = rg.Agent(
+        "a",
+        mcp_servers=[MCPServerStdio("time", "/nonexistent/mcp-server")],  # (never started)
+        approval=rg.Approval(tools=["wipe"]),
+        session=rg.MemorySession(),
+        hooks=[Quiet()],
+        handoff_description="Knows things.",
+        schema_on_every_call=True,
+        reset_tool_choice=False,
+        max_empty_output_retries=0,
+    )
+    assert agent.clone(hooks=Quiet(), handoff_description=None).handoff_description is None
+    with pytest.raises(rg.UserError, match="reset_tool_choice must be True or False, got 1"):
+        agent.clone(reset_tool_choice=1)
 
 
 def test_stop_at_tools_needs_tool_names() -> None:
