@@ -1,16 +1,16 @@
-"""Agents (declarative specs), handoffs, and the agent graph a run uses."""
+"""Agents (declarative specs) and the agent graph a run uses."""
 
 from __future__ import annotations
 
 import copy
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.errors import UserError
 from raygents.guardrails import check_guardrails
+from raygents.handoffs import Handoff, HandoffInputData, check_handoff, handoff, handoff_section
 from raygents.hooks import RunHooks
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
@@ -22,15 +22,16 @@ from raygents.tools import (
     OutputExtractor,
     RunContext,
     Tool,
-    _sanitise,
-    check_is_enabled,
     check_needs_approval,
     check_options,
-    valid_tool_name,
 )
-
-if TYPE_CHECKING:
-    from raygents.messages import Message
+from raygents.tooluse import (
+    StopAtTools,
+    ToolsToFinalOutput,
+    ToolUseBehavior,
+    check_stop_at_tools,
+    check_tool_use_behavior,
+)
 
 __all__ = [
     "Agent",
@@ -41,129 +42,6 @@ __all__ = [
     "agent_graph",
     "handoff",
 ]
-
-HandoffDescriptionLimit = 200
-
-
-@dataclass(frozen=True)
-class StopAtTools:
-    """Tool use behaviour: the first result of one of these tools is the final output.
-
-    ``tool_names`` is one name or a collection of them, as the model sees them (an agent
-    tool's ``name``, an MCP tool's name as raygents offers it). The agent refuses a name that
-    is none of its tools when it is built, unless it has ``mcp_servers``: their tools are
-    listed only when a run starts, so such an agent takes any name (one that none of its tools
-    has never ends the run). A handoff's tool name is always refused: a handoff has no result.
-
-    Raises:
-        UserError: ``tool_names`` is not a str or a collection of str, or it is empty.
-    """
-
-    tool_names: tuple[str, ...]
-
-    def __init__(self, tool_names: Iterable[str]) -> None:
-        names = _tool_names(tool_names)
-        if not names:
-            raise UserError(
-                "StopAtTools needs at least one tool name; to never stop at a tool, use "
-                "tool_use_behavior='run_llm_again'"
-            )
-        object.__setattr__(self, "tool_names", names)
-
-
-def _tool_names(given: object) -> tuple[str, ...]:
-    """``StopAtTools``' names as a tuple; a value that is not a str or a collection of str
-    (``None``, a number, bytes, a dict) raises ``UserError``."""
-    if isinstance(given, str):
-        return (given,)
-    what = "a str or a list of str"
-    if isinstance(given, bytes | Mapping) or not isinstance(given, Iterable):
-        raise UserError(f"StopAtTools needs tool names: {what}, got {excerpt(repr(given), 80)}")
-    names = tuple(given)
-    for name in names:
-        if not isinstance(name, str):
-            raise UserError(
-                f"StopAtTools needs tool names: {what}, got {excerpt(repr(name), 80)} in "
-                f"{excerpt(repr(names), 80)}"
-            )
-    return names
-
-
-ToolsToFinalOutput = Callable[[RunContext, list[Any]], Any]
-"""A ``tool_use_behavior`` function ``(ctx, results) -> final output or None``: ``results``
-lists ``(ToolCall, ToolResult)`` pairs of the calls of the turn that ran; ``None`` lets the
-model see the results, anything else ends the run with it as the final output."""
-ToolUseBehavior = Literal["run_llm_again", "stop_on_first_tool"] | StopAtTools | ToolsToFinalOutput
-
-
-@dataclass(frozen=True)
-class HandoffInputData:
-    """What a handoff ``input_filter`` gets: the run's input and what the run added since."""
-
-    input_history: tuple[Message, ...]
-    new_items: tuple[Message, ...]
-
-
-@dataclass
-class Handoff:
-    """A handoff to another agent, offered to the model as a tool.
-
-    ``input_filter(HandoffInputData) -> list[Message]`` may rewrite the history the target sees;
-    ``on_handoff(RunContext)`` (sync or async) runs when the handoff happens.
-    """
-
-    agent: Agent
-    tool_name: str
-    tool_description: str
-    input_filter: Callable[[HandoffInputData], Sequence[Message]] | None = None
-    on_handoff: Callable[[RunContext], Any] | None = None
-    is_enabled: IsEnabled = True
-    """Whether the model is offered the handoff, or a predicate ``(ctx, agent) -> bool``."""
-
-
-def handoff(
-    agent: Agent,
-    *,
-    tool_name: str | None = None,
-    tool_description: str | None = None,
-    input_filter: Callable[[HandoffInputData], Sequence[Message]] | None = None,
-    on_handoff: Callable[[RunContext], Any] | None = None,
-    is_enabled: IsEnabled = True,
-) -> Handoff:
-    """Configure a handoff to ``agent``.
-
-    The default tool name is ``transfer_to_<name>`` (lowercased, non-alphanumerics as ``_``);
-    the default description is ``Transfer the conversation to <name>.`` plus the agent's
-    ``handoff_description``. ``is_enabled`` (a bool, or a predicate ``(ctx, agent) -> bool``
-    asked each time the agent becomes active) decides whether the model is offered it.
-    """
-    if not isinstance(agent, Agent):
-        raise UserError(f"handoff() needs an Agent, got {type(agent).__name__!r}")
-    check_is_enabled(f"handoff to {agent.name!r}", is_enabled)
-    name = tool_name or f"transfer_to_{_sanitise(agent.name)}"
-    _check_handoff_name(agent, name, given=bool(tool_name))
-    description = f"Transfer the conversation to {agent.name}."
-    if agent.handoff_description:
-        description += " " + agent.handoff_description
-    return Handoff(
-        agent=agent,
-        tool_name=name,
-        tool_description=tool_description or description,
-        input_filter=input_filter,
-        on_handoff=on_handoff,
-        is_enabled=is_enabled,
-    )
-
-
-def _check_handoff_name(agent: Agent, name: object, *, given: bool = True) -> None:
-    """Refuse a handoff tool name that model APIs would refuse (see ``valid_tool_name``)."""
-    if valid_tool_name(name):
-        return
-    hint = "" if given else " (made from the agent's name): pass tool_name="
-    raise UserError(
-        f"handoff to {agent.name!r}: tool name {excerpt(repr(name), 80)} is invalid: use 1-64 "
-        f"letters, digits, '_' or '-'{hint}"
-    )
 
 
 Instructions = str | Callable[[RunContext, "Agent"], Any]
@@ -299,15 +177,7 @@ class Agent:
                 f"agent {self.name!r}: handoff_description must be a str or None, "
                 f"got {excerpt(repr(self.handoff_description), 80)}"
             )
-        behavior = self.tool_use_behavior
-        if behavior not in ("run_llm_again", "stop_on_first_tool") and not (
-            isinstance(behavior, StopAtTools) or _is_function(behavior)
-        ):
-            raise UserError(
-                f"agent {self.name!r}: tool_use_behavior must be 'run_llm_again', "
-                f"'stop_on_first_tool', StopAtTools(...) or a function (ctx, results), "
-                f"got {behavior!r}"
-            )
+        check_tool_use_behavior(f"agent {self.name!r}", self.tool_use_behavior)
         self._check_model()
         for field in _LISTS:
             value = getattr(self, field)
@@ -318,8 +188,14 @@ class Agent:
         self._check_parts()
         self._check_tools()
         self._check_handoffs()
-        if isinstance(behavior, StopAtTools):
-            self._check_stop_at_tools(behavior.tool_names)
+        if isinstance(self.tool_use_behavior, StopAtTools):
+            check_stop_at_tools(
+                f"agent {self.name!r}",
+                self.tool_use_behavior.tool_names,
+                tools=[t.name for t in self.tools],
+                handoffs={h.tool_name: h.agent.name for h in self.handoff_configs()},
+                more_tools=bool(self.mcp_servers),
+            )
         check_guardrails(f"agent {self.name!r}", self.input_guardrails, self.output_guardrails)
 
     def _check_model(self) -> None:
@@ -384,31 +260,11 @@ class Agent:
             if not isinstance(h, Agent | Handoff):
                 raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")
             if isinstance(h, Handoff):
-                _check_handoff_name(h.agent, h.tool_name)
-                check_is_enabled(f"handoff to {h.agent.name!r}", h.is_enabled)
+                check_handoff(h)
             config = h if isinstance(h, Handoff) else handoff(h)
             self._claim_name(owners, config.tool_name, f"the handoff to {config.agent.name!r}")
         for t in self.tools:
             self._claim_name(owners, t.name, "the agent's tools")
-
-    def _check_stop_at_tools(self, names: Sequence[str]) -> None:
-        """Each name must be one of the agent's tools. Its MCP servers' tools are known only
-        when a run lists them, so an agent with MCP servers takes any name but a handoff's."""
-        handoffs = {h.tool_name: h.agent.name for h in self.handoff_configs()}
-        tools = [t.name for t in self.tools]
-        for name in names:
-            if name in handoffs:
-                raise UserError(
-                    f"agent {self.name!r}: StopAtTools names {name!r}, which is the handoff to "
-                    f"{handoffs[name]!r}: a handoff hands the run over and has no result to "
-                    "stop at; name tools only"
-                )
-            if name not in tools and not self.mcp_servers:
-                raise UserError(
-                    f"agent {self.name!r}: StopAtTools names {name!r}, which is none of its "
-                    f"tools ({excerpt(', '.join(map(repr, tools)) or 'it has none', 200)}); "
-                    "name a tool it has"
-                )
 
     def _claim_name(self, owners: dict[str, str], name: str, owner: str) -> None:
         known = owners.get(name)
@@ -505,26 +361,6 @@ _HOOK_METHODS = tuple(name for name in vars(RunHooks) if name.startswith("on_"))
 
 def _has(value: object, method: str) -> bool:
     return callable(getattr(value, method, None))
-
-
-def _is_function(value: object) -> bool:
-    return callable(value) and not isinstance(value, type | str)
-
-
-def handoff_section(handoffs: Sequence[Handoff]) -> str:
-    """The ``## Handoffs`` section of a system prompt, or ``""`` without handoffs."""
-    if not handoffs:
-        return ""
-    lines = [
-        "\n\n## Handoffs\n"
-        "You can transfer the conversation to a more specialized agent when appropriate:\n"
-    ]
-    for h in handoffs:
-        desc = h.tool_description
-        if len(desc) > HandoffDescriptionLimit:
-            desc = desc[:HandoffDescriptionLimit] + "..."
-        lines.append(f"- {h.agent.name}: {desc}\n" if desc else f"- {h.agent.name}\n")
-    return "".join(lines).rstrip("\n")
 
 
 def agent_graph(start: Agent) -> dict[str, Agent]:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from ray import cloudpickle
 
 import raygents as rg
-from raygents.agent import agent_graph, handoff_section
+from raygents.agent import agent_graph
 from raygents.mcp import MCPServerStdio
 from raygents.schema import parse_docstring, strict_schema, type_schema
 from raygents.tools import AgentTool, to_tool_result
@@ -311,34 +311,6 @@ def test_graph_follows_handoffs_and_agent_tools_with_cycles() -> None:
     triage.handoffs = [billing]
     triage.tools = [helper.as_tool()]
     assert set(agent_graph(triage)) == {"triage", "billing", "helper"}
-
-
-def test_handoff_defaults_and_prompt_section() -> None:
-    target = rg.Agent("Billing Support", handoff_description="Money things.")
-    config = rg.handoff(target)
-    assert config.tool_name == "transfer_to_billing_support"
-    assert config.tool_description == "Transfer the conversation to Billing Support. Money things."
-    section = handoff_section([config, rg.handoff(rg.Agent("x"), tool_description="")])
-    assert section.startswith("\n\n## Handoffs\nYou can transfer the conversation")
-    assert "- Billing Support: Transfer the conversation" in section
-    assert section.endswith("- x: Transfer the conversation to x.")
-
-
-def test_handoff_tool_names_a_model_refuses_are_refused() -> None:
-    with pytest.raises(rg.UserError, match="handoff to 'b': tool name 'bad name!' is invalid"):
-        rg.handoff(rg.Agent("b"), tool_name="bad name!")
-    with pytest.raises(rg.UserError, match="handoff to 'b': tool name 3 is invalid"):
-        rg.handoff(rg.Agent("b"), tool_name=3)  # type: ignore[arg-type]
-    long, cjk = rg.Agent("x" * 60), rg.Agent("日本")
-    for target in (long, cjk):
-        with pytest.raises(rg.UserError, match="pass tool_name="):
-            rg.handoff(target)
-        with pytest.raises(rg.UserError, match="pass tool_name="):
-            rg.Agent("a", handoffs=[target])
-    assert rg.handoff(long, tool_name="to_long").tool_name == "to_long"
-    direct = rg.Handoff(rg.Agent("b"), tool_name="to b", tool_description="")
-    with pytest.raises(rg.UserError, match="tool name 'to b' is invalid"):
-        rg.Agent("a", handoffs=[direct])
 
 
 def test_a_tool_name_used_twice_is_refused_when_the_agent_is_built() -> None:
