@@ -56,21 +56,32 @@ def handoff(
     """Configure a handoff to ``agent``.
 
     The default tool name is ``transfer_to_<name>`` (lowercased, non-alphanumerics as ``_``);
-    the default description is ``Transfer the conversation to <name>.`` plus the agent's
-    ``handoff_description``. ``is_enabled`` (a bool, or a predicate ``(ctx, agent) -> bool``
-    asked each time the agent becomes active) decides whether the model is offered it.
-    """
-    from raygents.agent import Agent  # (here: raygents.agent imports this module)
+    a ``tool_name`` given must be 1-64 letters, digits, ``_`` or ``-`` (an empty one is
+    refused). The default description, also used for an empty ``tool_description``, is
+    ``Transfer the conversation to <name>.`` plus the agent's ``handoff_description``.
+    ``is_enabled`` (a bool, or a predicate ``(ctx, agent) -> bool`` asked each time the agent
+    becomes active) decides whether the model is offered it.
 
-    if not isinstance(agent, Agent):
-        raise UserError(f"handoff() needs an Agent, got {type(agent).__name__!r}")
-    check_is_enabled(f"handoff to {agent.name!r}", is_enabled)
-    name = tool_name or f"transfer_to_{_sanitise(agent.name)}"
-    _check_handoff_name(agent, name, given=bool(tool_name))
+    Raises:
+        UserError: an option is not what it must be, naming the handoff and the option.
+    """
+    _check_target(agent, "handoff() needs an Agent")
+    owner = f"handoff to {agent.name!r}"
+    if tool_name == "":
+        raise UserError(
+            f"{owner}: tool_name is empty: pass a name, or leave tool_name out for the default"
+        )
+    if not isinstance(tool_description, str | None):
+        raise UserError(
+            f"{owner}: tool_description must be a str or None, "
+            f"got {excerpt(repr(tool_description), 80)}"
+        )
+    name = f"transfer_to_{_sanitise(agent.name)}" if tool_name is None else tool_name
+    _check_handoff_name(agent, name, given=tool_name is not None)
     description = f"Transfer the conversation to {agent.name}."
     if agent.handoff_description:
         description += " " + agent.handoff_description
-    return Handoff(
+    config = Handoff(
         agent=agent,
         tool_name=name,
         tool_description=tool_description or description,
@@ -78,6 +89,8 @@ def handoff(
         on_handoff=on_handoff,
         is_enabled=is_enabled,
     )
+    _check_callbacks(config)
+    return config
 
 
 def check_handoff(config: Handoff) -> None:
@@ -86,8 +99,38 @@ def check_handoff(config: Handoff) -> None:
     Raises:
         UserError: one of its options is not what :func:`handoff` takes.
     """
+    _check_target(config.agent, "Handoff(...) needs an Agent")
     _check_handoff_name(config.agent, config.tool_name)
-    check_is_enabled(f"handoff to {config.agent.name!r}", config.is_enabled)
+    if not isinstance(config.tool_description, str):
+        raise UserError(
+            f"handoff to {config.agent.name!r}: tool_description must be a str, "
+            f"got {excerpt(repr(config.tool_description), 80)}"
+        )
+    _check_callbacks(config)
+
+
+def _check_target(agent: object, needs: str) -> None:
+    from raygents.agent import Agent  # (here: raygents.agent imports this module)
+
+    if not isinstance(agent, Agent):
+        raise UserError(f"{needs}, got {excerpt(repr(agent), 80)}")
+
+
+def _check_callbacks(config: Handoff) -> None:
+    """``input_filter`` and ``on_handoff`` must be functions (or None), as the agent's actor
+    calls them; ``is_enabled`` a bool or a predicate."""
+    owner = f"handoff to {config.agent.name!r}"
+    for field, shape in (
+        ("input_filter", "(HandoffInputData) -> list[Message]"),
+        ("on_handoff", "(ctx) (sync or async)"),
+    ):
+        value = getattr(config, field)
+        if value is not None and not (callable(value) and not isinstance(value, type)):
+            raise UserError(
+                f"{owner}: {field} must be a function {shape} or None, "
+                f"got {excerpt(repr(value), 80)}"
+            )
+    check_is_enabled(owner, config.is_enabled)
 
 
 def _check_handoff_name(agent: Agent, name: object, *, given: bool = True) -> None:
