@@ -41,7 +41,7 @@ from raygents.errors import (
 )
 
 if TYPE_CHECKING:
-    from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools, handoff
+    from raygents.agent import Agent
     from raygents.approvals import Approval, ApprovalDecision, PendingApproval
     from raygents.batch import BatchHandle, BatchItem, BatchResult, run_batch, start_batch
     from raygents.batchprogress import BatchProgress
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         input_guardrail,
         output_guardrail,
     )
+    from raygents.handoffs import Handoff, HandoffInputData, handoff
     from raygents.hooks import RunHooks
     from raygents.mcp import MCPServerStdio, MCPServerStreamableHTTP
     from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
@@ -67,12 +68,13 @@ if TYPE_CHECKING:
     from raygents.runtime.runs import resume, run, run_streamed, run_typed, start
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
     from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
+    from raygents.tooluse import StopAtTools
 
 # Where each public name lives. They are imported on first use: a Ray worker that only runs
 # tool tasks loads the few modules those need (tools, messages), not the driver's runtime, the
 # agent loop or the OpenAI client, and so starts faster (``docs/perf-log.md``).
 _HOMES = {
-    "raygents.agent": ("Agent", "Handoff", "HandoffInputData", "StopAtTools", "handoff"),
+    "raygents.agent": ("Agent",),
     "raygents.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
     "raygents.batch": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
     "raygents.batchprogress": ("BatchProgress",),
@@ -84,6 +86,7 @@ _HOMES = {
         "input_guardrail",
         "output_guardrail",
     ),
+    "raygents.handoffs": ("Handoff", "HandoffInputData", "handoff"),
     "raygents.hooks": ("RunHooks",),
     "raygents.mcp": ("MCPServerStdio", "MCPServerStreamableHTTP"),
     "raygents.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
@@ -98,6 +101,7 @@ _HOMES = {
     "raygents.runtime.runs": ("resume", "run", "run_streamed", "run_typed", "start"),
     "raygents.sessions": ("MemorySession", "Session", "SQLiteSession", "StoreSession"),
     "raygents.tools": ("RunContext", "Tool", "ToolContext", "ToolResult", "tool"),
+    "raygents.tooluse": ("StopAtTools",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -1,16 +1,17 @@
-"""Agents (declarative specs), handoffs, and the agent graph a run uses."""
+"""Agents (declarative specs) and the agent graph a run uses."""
 
 from __future__ import annotations
 
 import copy
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.errors import UserError
 from raygents.guardrails import check_guardrails
+from raygents.handoffs import Handoff, HandoffInputData, check_handoff, handoff, handoff_section
+from raygents.hooks import RunHooks
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
@@ -21,15 +22,16 @@ from raygents.tools import (
     OutputExtractor,
     RunContext,
     Tool,
-    _sanitise,
-    check_is_enabled,
     check_needs_approval,
     check_options,
-    valid_tool_name,
 )
-
-if TYPE_CHECKING:
-    from raygents.messages import Message
+from raygents.tooluse import (
+    StopAtTools,
+    ToolsToFinalOutput,
+    ToolUseBehavior,
+    check_stop_at_tools,
+    check_tool_use_behavior,
+)
 
 __all__ = [
     "Agent",
@@ -40,96 +42,6 @@ __all__ = [
     "agent_graph",
     "handoff",
 ]
-
-HandoffDescriptionLimit = 200
-
-
-@dataclass(frozen=True)
-class StopAtTools:
-    """Tool use behaviour: the first result of one of these tools is the final output."""
-
-    tool_names: tuple[str, ...]
-
-    def __init__(self, tool_names: Iterable[str]) -> None:
-        names = (tool_names,) if isinstance(tool_names, str) else tuple(tool_names)
-        object.__setattr__(self, "tool_names", names)
-
-
-ToolsToFinalOutput = Callable[[RunContext, list[Any]], Any]
-"""A ``tool_use_behavior`` function ``(ctx, results) -> final output or None``: ``results``
-lists ``(ToolCall, ToolResult)`` pairs of the calls of the turn that ran; ``None`` lets the
-model see the results, anything else ends the run with it as the final output."""
-ToolUseBehavior = Literal["run_llm_again", "stop_on_first_tool"] | StopAtTools | ToolsToFinalOutput
-
-
-@dataclass(frozen=True)
-class HandoffInputData:
-    """What a handoff ``input_filter`` gets: the run's input and what the run added since."""
-
-    input_history: tuple[Message, ...]
-    new_items: tuple[Message, ...]
-
-
-@dataclass
-class Handoff:
-    """A handoff to another agent, offered to the model as a tool.
-
-    ``input_filter(HandoffInputData) -> list[Message]`` may rewrite the history the target sees;
-    ``on_handoff(RunContext)`` (sync or async) runs when the handoff happens.
-    """
-
-    agent: Agent
-    tool_name: str
-    tool_description: str
-    input_filter: Callable[[HandoffInputData], Sequence[Message]] | None = None
-    on_handoff: Callable[[RunContext], Any] | None = None
-    is_enabled: IsEnabled = True
-    """Whether the model is offered the handoff, or a predicate ``(ctx, agent) -> bool``."""
-
-
-def handoff(
-    agent: Agent,
-    *,
-    tool_name: str | None = None,
-    tool_description: str | None = None,
-    input_filter: Callable[[HandoffInputData], Sequence[Message]] | None = None,
-    on_handoff: Callable[[RunContext], Any] | None = None,
-    is_enabled: IsEnabled = True,
-) -> Handoff:
-    """Configure a handoff to ``agent``.
-
-    The default tool name is ``transfer_to_<name>`` (lowercased, non-alphanumerics as ``_``);
-    the default description is ``Transfer the conversation to <name>.`` plus the agent's
-    ``handoff_description``. ``is_enabled`` (a bool, or a predicate ``(ctx, agent) -> bool``
-    asked each time the agent becomes active) decides whether the model is offered it.
-    """
-    if not isinstance(agent, Agent):
-        raise UserError(f"handoff() needs an Agent, got {type(agent).__name__!r}")
-    check_is_enabled(f"handoff to {agent.name!r}", is_enabled)
-    name = tool_name or f"transfer_to_{_sanitise(agent.name)}"
-    _check_handoff_name(agent, name, given=bool(tool_name))
-    description = f"Transfer the conversation to {agent.name}."
-    if agent.handoff_description:
-        description += " " + agent.handoff_description
-    return Handoff(
-        agent=agent,
-        tool_name=name,
-        tool_description=tool_description or description,
-        input_filter=input_filter,
-        on_handoff=on_handoff,
-        is_enabled=is_enabled,
-    )
-
-
-def _check_handoff_name(agent: Agent, name: object, *, given: bool = True) -> None:
-    """Refuse a handoff tool name that model APIs would refuse (see ``valid_tool_name``)."""
-    if valid_tool_name(name):
-        return
-    hint = "" if given else " (made from the agent's name): pass tool_name="
-    raise UserError(
-        f"handoff to {agent.name!r}: tool name {excerpt(repr(name), 80)} is invalid: use 1-64 "
-        f"letters, digits, '_' or '-'{hint}"
-    )
 
 
 Instructions = str | Callable[[RunContext, "Agent"], Any]
@@ -158,7 +70,8 @@ class Agent:
             SDK's way). By default such an agent explores with tools, then makes one more call
             with the schema enforced and tools off.
         tool_use_behavior: ``"run_llm_again"`` (default), ``"stop_on_first_tool"``,
-            :class:`StopAtTools`, or a function ``(ctx, results) -> final output or None``
+            :class:`StopAtTools` (names of the agent's tools, checked when it is built but
+            for its MCP servers'), or a function ``(ctx, results) -> final output or None``
             (see :data:`ToolsToFinalOutput`; sync, called in the agent actor after each batch).
         reset_tool_choice: drop a configured ``tool_choice`` once a tool ran, so it cannot loop.
         max_turns: model calls allowed while this agent is active.
@@ -245,24 +158,26 @@ class Agent:
             ("max_tool_calls_per_turn", 1),
             ("max_model_calls", 1),
             ("max_output_retries", 0),
+            ("max_empty_output_retries", 0),
         ):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise UserError(
                     f"agent {self.name!r}: {field} must be an int >= {low}, got {value!r}"
                 )
-        retries = self.max_empty_output_retries
-        if not isinstance(retries, int) or retries < 0:
-            raise UserError(f"agent {self.name!r}: max_empty_output_retries must be >= 0")
-        behavior = self.tool_use_behavior
-        if behavior not in ("run_llm_again", "stop_on_first_tool") and not (
-            isinstance(behavior, StopAtTools) or _is_function(behavior)
-        ):
+        for field in ("schema_on_every_call", "reset_tool_choice"):
+            value = getattr(self, field)
+            if not isinstance(value, bool):
+                raise UserError(
+                    f"agent {self.name!r}: {field} must be True or False, "
+                    f"got {excerpt(repr(value), 80)}"
+                )
+        if not isinstance(self.handoff_description, str | None):
             raise UserError(
-                f"agent {self.name!r}: tool_use_behavior must be 'run_llm_again', "
-                f"'stop_on_first_tool', StopAtTools(...) or a function (ctx, results), "
-                f"got {behavior!r}"
+                f"agent {self.name!r}: handoff_description must be a str or None, "
+                f"got {excerpt(repr(self.handoff_description), 80)}"
             )
+        check_tool_use_behavior(f"agent {self.name!r}", self.tool_use_behavior)
         self._check_model()
         for field in _LISTS:
             value = getattr(self, field)
@@ -270,8 +185,17 @@ class Agent:
                 raise UserError(
                     f"agent {self.name!r}: {field} must be a list, got {excerpt(repr(value), 80)}"
                 )
+        self._check_parts()
         self._check_tools()
         self._check_handoffs()
+        if isinstance(self.tool_use_behavior, StopAtTools):
+            check_stop_at_tools(
+                f"agent {self.name!r}",
+                self.tool_use_behavior.tool_names,
+                tools=[t.name for t in self.tools],
+                handoffs={h.tool_name: h.agent.name for h in self.handoff_configs()},
+                more_tools=bool(self.mcp_servers),
+            )
         check_guardrails(f"agent {self.name!r}", self.input_guardrails, self.output_guardrails)
 
     def _check_model(self) -> None:
@@ -289,6 +213,34 @@ class Agent:
         problem = output_type_problem(self.output_type)
         if problem is not None:
             raise UserError(f"agent {self.name!r}: output_type {problem}")
+
+    def _check_parts(self) -> None:
+        """The objects the agent's actor calls must have the methods it calls on them."""
+        for server in self.mcp_servers:
+            if not (_has(server, "list_tools") and isinstance(getattr(server, "name", None), str)):
+                raise UserError(
+                    f"agent {self.name!r}: mcp_servers must be MCP servers (MCPServerStdio, "
+                    f"MCPServerStreamableHTTP), got {excerpt(repr(server), 80)}"
+                )
+        if not (self.approval is None or _has(self.approval, "needs")):
+            raise UserError(
+                f"agent {self.name!r}: approval must be an Approval(...) or None, "
+                f"got {excerpt(repr(self.approval), 80)}"
+            )
+        if not (
+            self.session is None or (_has(self.session, "load") and _has(self.session, "save"))
+        ):
+            raise UserError(
+                f"agent {self.name!r}: session must be a Session (with load(session_id) and "
+                f"save(session_id, messages)) or None, got {excerpt(repr(self.session), 80)}"
+            )
+        hooks = self.hooks
+        for hook in hooks if isinstance(hooks, list | tuple) else [] if hooks is None else [hooks]:
+            if not any(_has(hook, method) for method in _HOOK_METHODS):
+                raise UserError(
+                    f"agent {self.name!r}: hooks must be a RunHooks (an object with some of its "
+                    f"on_... methods), a list of them, or None, got {excerpt(repr(hook), 80)}"
+                )
 
     def _check_tools(self) -> None:
         for t in self.tools:
@@ -308,8 +260,7 @@ class Agent:
             if not isinstance(h, Agent | Handoff):
                 raise UserError(f"agent {self.name!r}: handoffs must be Agents or handoff(...)")
             if isinstance(h, Handoff):
-                _check_handoff_name(h.agent, h.tool_name)
-                check_is_enabled(f"handoff to {h.agent.name!r}", h.is_enabled)
+                check_handoff(h)
             config = h if isinstance(h, Handoff) else handoff(h)
             self._claim_name(owners, config.tool_name, f"the handoff to {config.agent.name!r}")
         for t in self.tools:
@@ -404,24 +355,12 @@ def _listed(value: Any) -> Any:
     return list(value)
 
 
-def _is_function(value: object) -> bool:
-    return callable(value) and not isinstance(value, type | str)
+_HOOK_METHODS = tuple(name for name in vars(RunHooks) if name.startswith("on_"))
+"""What a hooks object may have: a hook fires only where it has one of these methods."""
 
 
-def handoff_section(handoffs: Sequence[Handoff]) -> str:
-    """The ``## Handoffs`` section of a system prompt, or ``""`` without handoffs."""
-    if not handoffs:
-        return ""
-    lines = [
-        "\n\n## Handoffs\n"
-        "You can transfer the conversation to a more specialized agent when appropriate:\n"
-    ]
-    for h in handoffs:
-        desc = h.tool_description
-        if len(desc) > HandoffDescriptionLimit:
-            desc = desc[:HandoffDescriptionLimit] + "..."
-        lines.append(f"- {h.agent.name}: {desc}\n" if desc else f"- {h.agent.name}\n")
-    return "".join(lines).rstrip("\n")
+def _has(value: object, method: str) -> bool:
+    return callable(getattr(value, method, None))
 
 
 def agent_graph(start: Agent) -> dict[str, Agent]:

@@ -12,7 +12,8 @@ from pydantic import BaseModel, Field
 from ray import cloudpickle
 
 import raygents as rg
-from raygents.agent import agent_graph, handoff_section
+from raygents.agent import agent_graph
+from raygents.mcp import MCPServerStdio
 from raygents.schema import parse_docstring, strict_schema, type_schema
 from raygents.tools import AgentTool, to_tool_result
 
@@ -226,11 +227,74 @@ class Outline:
         ({"model_settings": {"temperature": 0}}, "model_settings must be a ModelSettings"),
         ({"output_type": Outline}, "output_type .* cannot be made into a JSON schema"),
         ({"output_type": 3}, "output_type"),
+        ({"max_empty_output_retries": True}, "max_empty_output_retries must be an int >= 0"),
+        ({"max_turns": 2.0}, "max_turns must be an int >= 1, got 2.0"),
+        ({"schema_on_every_call": "yes"}, "schema_on_every_call must be True or False"),
+        ({"reset_tool_choice": None}, "reset_tool_choice must be True or False, got None"),
+        ({"handoff_description": 3}, "handoff_description must be a str or None, got 3"),
+        ({"mcp_servers": ["time"]}, "mcp_servers must be MCP servers .* got 'time'"),
+        ({"approval": ["wipe"]}, r"approval must be an Approval\(...\) or None, got \['wipe'\]"),
+        ({"session": "s1"}, "session must be a Session .* got 's1'"),
+        ({"hooks": "log"}, "hooks must be a RunHooks .* got 'log'"),
+        ({"hooks": 0}, "hooks must be a RunHooks .* got 0"),
+        ({"hooks": [rg.RunHooks(), print]}, "hooks must be a RunHooks .* got <built-in"),
     ],
 )
 def test_bad_agent_options_fail_fast(kwargs: dict, match: str) -> None:
     with pytest.raises(rg.UserError, match=match):
         rg.Agent("a", **kwargs)
+
+
+def test_good_agent_options_of_every_kind_are_accepted() -> None:
+    class Quiet(rg.RunHooks):
+        pass
+
+    agent = rg.Agent(
+        "a",
+        mcp_servers=[MCPServerStdio("time", "/nonexistent/mcp-server")],  # (never started)
+        approval=rg.Approval(tools=["wipe"]),
+        session=rg.MemorySession(),
+        hooks=[Quiet()],
+        handoff_description="Knows things.",
+        schema_on_every_call=True,
+        reset_tool_choice=False,
+        max_empty_output_retries=0,
+    )
+    assert agent.clone(hooks=Quiet(), handoff_description=None).handoff_description is None
+    with pytest.raises(rg.UserError, match="reset_tool_choice must be True or False, got 1"):
+        agent.clone(reset_tool_choice=1)
+
+
+def test_stop_at_tools_needs_tool_names() -> None:
+    for bad in (3, None, [3], ["place", None], {"place": 1}, b"place"):
+        with pytest.raises(rg.UserError, match="StopAtTools needs tool names"):
+            rg.StopAtTools(bad)  # type: ignore[arg-type]
+    with pytest.raises(rg.UserError, match="StopAtTools needs at least one tool name"):
+        rg.StopAtTools([])
+    assert rg.StopAtTools("place").tool_names == ("place",)
+    assert rg.StopAtTools(iter(["place", "helper"])).tool_names == ("place", "helper")
+
+
+def test_stop_at_tools_names_must_be_the_agents_tools() -> None:
+    helper = rg.Agent("helper").as_tool()
+    stop = rg.StopAtTools(["place", "helper"])
+    agent = rg.Agent("a", tools=[place, helper], tool_use_behavior=stop)
+    with pytest.raises(rg.UserError, match="agent 'a': StopAtTools names 'plcae', which is none"):
+        rg.Agent("a", tools=[place], tool_use_behavior=rg.StopAtTools(["place", "plcae"]))
+    with pytest.raises(rg.UserError, match="StopAtTools names 'helper', which is none of"):
+        rg.Agent("a", tool_use_behavior=stop, tools=[place])
+    to_b = rg.StopAtTools(["transfer_to_b"])
+    with pytest.raises(rg.UserError, match="'transfer_to_b', which is the handoff to 'b'"):
+        rg.Agent("a", tools=[place], handoffs=[rg.Agent("b")], tool_use_behavior=to_b)
+    # An MCP server's tools are known only when the run lists them: any other name is taken.
+    server = MCPServerStdio("time", "/nonexistent/mcp-server")  # (never started)
+    mcp = rg.Agent("m", mcp_servers=[server], tool_use_behavior=rg.StopAtTools(["get_time"]))
+    assert isinstance(mcp.tool_use_behavior, rg.StopAtTools)
+    with pytest.raises(rg.UserError, match="'transfer_to_b', which is the handoff to 'b'"):
+        mcp.clone(handoffs=[rg.Agent("b")], tool_use_behavior=to_b)
+    agent.tools.remove(helper)  # (changed after it was built: checked when a run starts)
+    with pytest.raises(rg.UserError, match="StopAtTools names 'helper'"):
+        agent_graph(agent)
 
 
 def test_agent_names_must_be_unique_in_a_graph() -> None:
@@ -247,34 +311,6 @@ def test_graph_follows_handoffs_and_agent_tools_with_cycles() -> None:
     triage.handoffs = [billing]
     triage.tools = [helper.as_tool()]
     assert set(agent_graph(triage)) == {"triage", "billing", "helper"}
-
-
-def test_handoff_defaults_and_prompt_section() -> None:
-    target = rg.Agent("Billing Support", handoff_description="Money things.")
-    config = rg.handoff(target)
-    assert config.tool_name == "transfer_to_billing_support"
-    assert config.tool_description == "Transfer the conversation to Billing Support. Money things."
-    section = handoff_section([config, rg.handoff(rg.Agent("x"), tool_description="")])
-    assert section.startswith("\n\n## Handoffs\nYou can transfer the conversation")
-    assert "- Billing Support: Transfer the conversation" in section
-    assert section.endswith("- x: Transfer the conversation to x.")
-
-
-def test_handoff_tool_names_a_model_refuses_are_refused() -> None:
-    with pytest.raises(rg.UserError, match="handoff to 'b': tool name 'bad name!' is invalid"):
-        rg.handoff(rg.Agent("b"), tool_name="bad name!")
-    with pytest.raises(rg.UserError, match="handoff to 'b': tool name 3 is invalid"):
-        rg.handoff(rg.Agent("b"), tool_name=3)  # type: ignore[arg-type]
-    long, cjk = rg.Agent("x" * 60), rg.Agent("日本")
-    for target in (long, cjk):
-        with pytest.raises(rg.UserError, match="pass tool_name="):
-            rg.handoff(target)
-        with pytest.raises(rg.UserError, match="pass tool_name="):
-            rg.Agent("a", handoffs=[target])
-    assert rg.handoff(long, tool_name="to_long").tool_name == "to_long"
-    direct = rg.Handoff(rg.Agent("b"), tool_name="to b", tool_description="")
-    with pytest.raises(rg.UserError, match="tool name 'to b' is invalid"):
-        rg.Agent("a", handoffs=[direct])
 
 
 def test_a_tool_name_used_twice_is_refused_when_the_agent_is_built() -> None:

@@ -9,14 +9,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from raygents import loop
-from raygents.agent import Agent, Handoff, HandoffInputData, StopAtTools
+from raygents.agent import Agent
 from raygents.envelope import RunState
 from raygents.errors import RaygentsError, UserError
 from raygents.guardrails import bind_output_type
+from raygents.handoffs import Handoff, HandoffInputData
 from raygents.messages import Message, ToolCall, ToolResult, ToolSpec
 from raygents.result import is_typed
 from raygents.schema import type_name, type_schema
 from raygents.tools import RunContext, Tool, is_enabled, to_tool_result
+from raygents.tooluse import StopAtTools
 
 __all__ = ["Toolbox"]
 
