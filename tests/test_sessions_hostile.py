@@ -339,5 +339,8 @@ def test_a_save_that_others_built_on_and_cleaned_up_after_is_not_saved_twice(
     mine._built_on = two_saves_then_check  # type: ignore[method-assign]
     mine.save_run("s", [*HISTORY, *turn("mine", "y")], input_len=3)
     assert texts(other.load("s")) == [
-        *texts(HISTORY), "mine", "y", *("o0", "x", "o1", "x", "o2", "x")
+        *texts(HISTORY),
+        "mine",
+        "y",
+        *("o0", "x", "o1", "x", "o2", "x"),
     ]
