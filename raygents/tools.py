@@ -581,8 +581,18 @@ class AgentTool(Tool):
         is_enabled: IsEnabled = True,
     ) -> None:
         self.agent = agent
+        if name == "":
+            raise UserError(
+                f"agent tool of {agent.name!r}: name is empty: pass a name, or leave it out "
+                "for the agent's own"
+            )
         self.name = name or _sanitise(agent.name)
         _check_tool_name(self.name)
+        if not isinstance(description, str | None):
+            raise UserError(
+                f"agent tool {self.name!r}: description must be a str or None, "
+                f"got {excerpt(repr(description), 80)}"
+            )
         self.description = (
             description or agent.handoff_description or f"Ask the {agent.name} agent."
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field
@@ -350,6 +350,22 @@ def test_agent_tool_schema() -> None:
     assert isinstance(tool, AgentTool)
     assert tool.name == "research_bot" and tool.description == "Finds things."
     assert tool.parameters["required"] == ["input"]
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"name": ""}, "name is empty"),
+        ({"tool_name": ""}, "name is empty"),
+        ({"description": 3}, "description must be a str"),
+        ({"tool_description": ["a"]}, "description must be a str"),
+    ],
+)
+def test_as_tool_refuses_an_empty_name_and_a_description_that_is_not_text(
+    options: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(rg.UserError, match=fragment):
+        rg.Agent("helper").as_tool(**options)
 
 
 @rg.tool
