@@ -8,6 +8,7 @@ import argparse
 import importlib
 import logging
 import os
+import socket
 import sys
 import time
 from typing import Any, TextIO
@@ -40,6 +41,7 @@ __all__ = [
 
 _ENDED = frozenset(("completed", "failed", "suspended", "awaiting_approval", "cancelled"))
 _WHICH_CALLS = "say which calls to approve: --approve ID, --deny ID or --all"
+_LISTENING_S = 5.0  # how long a cluster's address may take to accept a connection
 
 
 class CommandFailed(Exception):
@@ -61,6 +63,7 @@ def connect(address: str | None, namespace: str) -> Any:
         raise UsageError(
             "the address 'local' starts a new Ray instance; give the address of a running one"
         )
+    _check_listening(target)
     try:
         ray.init(address=target, logging_level=logging.ERROR, log_to_driver=False)
     except ValueError as exc:  # (not an address at all)
@@ -74,6 +77,26 @@ def connect(address: str | None, namespace: str) -> Any:
     except BaseException:
         disconnect()
         raise
+
+
+def _check_listening(target: str) -> None:
+    """Fail at once where nothing listens at a ``[ray://]host:port`` address: Ray itself
+    retries such an address for minutes. Other forms (``auto``) are Ray's to resolve.
+
+    Raises:
+        CommandFailed: the connection was refused, or not answered in ``_LISTENING_S``.
+    """
+    address = target.removeprefix("ray://")
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not host or not port.isdigit() or int(port) > 65535:
+        return  # (Ray says what is wrong with it)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=_LISTENING_S).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise CommandFailed(
+            f"cannot connect to Ray at {target!r}: nothing answers at {address} ({why})"
+        ) from None
 
 
 def _join(namespace: str, target: str) -> Any:

@@ -32,7 +32,7 @@ def _write_run(url: str, run_id: str) -> None:
         store.put(checkpoint.key_for(run_id, record["seq"]), checkpoint.encode(record))
 
 
-def _command(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _command(*argv: str, timeout_s: float = 100, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m raygents ARGV`` in a child process, with no Ray address but ``env``'s."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     return subprocess.run(
@@ -41,7 +41,7 @@ def _command(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
         env={**base, "PYTHONPATH": str(ROOT), **env},
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=timeout_s,
     )
 
 
@@ -183,3 +183,14 @@ def test_ctrl_c_ends_the_command_with_one_line_and_status_130(
     _write_run(url, "r-stop")
     assert main(["runs", "--store", url], out=_Interrupted()) == 130
     assert capsys.readouterr().err == "raygents runs: interrupted\n"
+
+
+def test_an_address_where_nothing_listens_fails_at_once() -> None:
+    """Ray retries an address for minutes; nothing listening there is said at once."""
+    for address in ("127.0.0.1:1", "ray://127.0.0.1:1"):
+        done = _command("runs", "--address", address, timeout_s=60)
+        assert done.returncode == 1, done.stderr
+        assert f"raygents runs: cannot connect to Ray at {address!r}: nothing answers" in (
+            done.stderr
+        )
+        assert "Traceback" not in done.stderr, done.stderr
