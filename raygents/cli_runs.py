@@ -42,6 +42,7 @@ __all__ = [
 _ENDED = frozenset(("completed", "failed", "suspended", "awaiting_approval", "cancelled"))
 _WHICH_CALLS = "say which calls to approve: --approve ID, --deny ID or --all"
 _LISTENING_S = 5.0  # how long a cluster's address may take to accept a connection
+_SETTINGS_S = 120.0  # how long its coordinator may take to answer
 
 
 class CommandFailed(Exception):
@@ -112,7 +113,15 @@ def _join(namespace: str, target: str) -> Any:
             f"no raygents coordinator in namespace {namespace!r} at {target!r} (pass "
             "--namespace, or --store to read a store without a cluster)"
         ) from None
-    settings = checked_settings(ray.get(coordinator.settings.remote(), timeout=120), namespace)
+    try:
+        answer: Any = ray.get(coordinator.settings.remote(), timeout=_SETTINGS_S)
+    except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as exc:
+        why = "did not answer" if isinstance(exc, ray.exceptions.GetTimeoutError) else "died"
+        raise CommandFailed(
+            f"the raygents coordinator in namespace {namespace!r} at {target!r} {why} "
+            f"(asked for its settings, waited up to {_SETTINGS_S:.0f} s)"
+        ) from None
+    settings = checked_settings(answer, namespace)
     rg.init(
         namespace=namespace,
         store=settings.store,

@@ -194,3 +194,30 @@ def test_an_address_where_nothing_listens_fails_at_once() -> None:
             done.stderr
         )
         assert "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("failure", ["timeout", "died"])
+def test_a_coordinator_that_does_not_answer_is_a_failure(
+    failure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator is found but its settings never come (busy, or it died meanwhile)."""
+    import ray
+
+    from raygents import cli_runs
+
+    class Method:
+        def remote(self) -> str:
+            return "ref"
+
+    class Coordinator:
+        settings = Method()
+
+    def get(ref: str, timeout: float | None = None) -> None:
+        if failure == "timeout":
+            raise ray.exceptions.GetTimeoutError("Get timed out: some object(s) not ready.")
+        raise ray.exceptions.RayActorError()
+
+    monkeypatch.setattr(ray, "get_actor", lambda *a, **kw: Coordinator())
+    monkeypatch.setattr(ray, "get", get)
+    with pytest.raises(cli_runs.CommandFailed, match="raygents coordinator in namespace 'ns'"):
+        cli_runs._join("ns", "10.0.0.1:6379")
