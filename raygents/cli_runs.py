@@ -65,13 +65,16 @@ def connect(address: str | None, namespace: str) -> Any:
             "the address 'local' starts a new Ray instance; give the address of a running one"
         )
     _check_listening(target)
+    joined = ray.is_initialized()  # (a process that uses Ray already keeps it)
     try:
         ray.init(address=target, logging_level=logging.ERROR, log_to_driver=False)
     except ValueError as exc:  # (not an address at all)
-        ray.shutdown()
+        if not joined:
+            ray.shutdown()
         raise UsageError(f"cannot connect to Ray at {target!r}: {exc}") from None
     except (ConnectionError, RuntimeError) as exc:
-        ray.shutdown()  # (a Ray client that failed to connect is left half set up)
+        if not joined:
+            ray.shutdown()  # (a Ray client that failed to connect is left half set up)
         raise CommandFailed(f"cannot connect to Ray at {target!r}: {exc}") from exc
     try:
         return _join(namespace, target)
