@@ -11,7 +11,7 @@ from raygents.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.errors import UserError
 from raygents.guardrails import check_guardrails
 from raygents.handoffs import Handoff, HandoffInputData, check_handoff, handoff, handoff_section
-from raygents.hooks import RunHooks
+from raygents.hooks import check_hooks
 from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
@@ -234,13 +234,7 @@ class Agent:
                 f"agent {self.name!r}: session must be a Session (with load(session_id) and "
                 f"save(session_id, messages)) or None, got {excerpt(repr(self.session), 80)}"
             )
-        hooks = self.hooks
-        for hook in hooks if isinstance(hooks, list | tuple) else [] if hooks is None else [hooks]:
-            if not any(_has(hook, method) for method in _HOOK_METHODS):
-                raise UserError(
-                    f"agent {self.name!r}: hooks must be a RunHooks (an object with some of its "
-                    f"on_... methods), a list of them, or None, got {excerpt(repr(hook), 80)}"
-                )
+        check_hooks(f"agent {self.name!r}", self.hooks)
 
     def _check_tools(self) -> None:
         for t in self.tools:
@@ -353,10 +347,6 @@ def _listed(value: Any) -> Any:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         return value
     return list(value)
-
-
-_HOOK_METHODS = tuple(name for name in vars(RunHooks) if name.startswith("on_"))
-"""What a hooks object may have: a hook fires only where it has one of these methods."""
 
 
 def _has(value: object, method: str) -> bool:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall
     from raygents.tools import RunContext, ToolResult
 
-__all__ = ["HookRelay", "RunHooks", "fire"]
+__all__ = ["HookRelay", "RunHooks", "check_hooks", "fire"]
 
 log = logging.getLogger("raygents")
 
@@ -103,6 +103,28 @@ async def fire(hooks: Any, method: str, ctx: RunContext, *args: Any) -> None:
                 await result
         except Exception:
             log.exception("hook %s.%s failed in run %s", type(hook).__name__, method, ctx.run_id)
+
+
+_METHODS = tuple(name for name in vars(RunHooks) if name.startswith("on_"))
+"""What a hooks object may have: a hook fires only where it has one of these methods."""
+
+
+def check_hooks(owner: str, hooks: object) -> None:
+    """Check hooks as an agent or a run takes them: a :class:`RunHooks` (any object with some
+    of its ``on_...`` methods), a list of them, or None.
+
+    Raises:
+        UserError: one is not (no hook of it would ever fire), naming ``owner``.
+    """
+    from raygents.errors import UserError
+    from raygents.schema import excerpt
+
+    for hook in hooks if isinstance(hooks, list | tuple) else [] if hooks is None else [hooks]:
+        if not any(callable(getattr(hook, method, None)) for method in _METHODS):
+            raise UserError(
+                f"{owner}: hooks must be a RunHooks (an object with some of its on_... "
+                f"methods), a list of them, or None, got {excerpt(repr(hook), 80)}"
+            )
 
 
 class HookRelay:

@@ -45,3 +45,11 @@ def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
 ) -> None:
     with pytest.raises(rg.UserError, match=r"timeout_s must be a positive, finite number"):
         CALLS[function](timeout_s=timeout)
+
+
+@pytest.mark.parametrize("hooks", [3, "log", print, [rg.RunHooks(), object()]])
+def test_hooks_that_are_not_run_hooks_are_refused_before_the_run_starts(hooks: Any) -> None:
+    with pytest.raises(rg.UserError, match=r"hooks must be a RunHooks"):
+        rg.start(AGENT, "hi", hooks=hooks)
+    with pytest.raises(rg.UserError, match=r"hooks must be a RunHooks"):
+        rg.resume("some-run", agent=AGENT, hooks=hooks)

@@ -22,7 +22,7 @@ from raygents.errors import (
     RunNotFound,
     UserError,
 )
-from raygents.hooks import HookRelay, RunHooks
+from raygents.hooks import HookRelay, RunHooks, check_hooks
 from raygents.ids import validate_id
 from raygents.messages import Message, to_messages
 from raygents.result import RunResult, TypedResult
@@ -42,11 +42,16 @@ RunInput = str | Sequence[Message | Mapping[str, Any]]
 
 
 def _check_run_args(
-    agent: Agent, timeout_s: float | None, max_turns: int | None, max_tokens: int | None = None
+    agent: Agent,
+    timeout_s: float | None,
+    max_turns: int | None,
+    max_tokens: int | None = None,
+    hooks: object = None,
 ) -> None:
     if not isinstance(agent, Agent):
         raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
     check_run_limits(timeout_s, max_turns, max_tokens)
+    check_hooks("run", hooks)
 
 
 def check_run_limits(timeout_s: object, max_turns: object, max_tokens: object) -> None:
@@ -242,7 +247,7 @@ def _prepare(
     _output_type: Any = None,
 ) -> _Start:
     """Check :func:`start`'s arguments and build its run, not launched yet."""
-    _check_run_args(agent, timeout_s, max_turns, max_tokens)
+    _check_run_args(agent, timeout_s, max_turns, max_tokens, hooks)
     messages = _input_messages(input)
     if session_id is not None:
         if agent.session is None:
@@ -433,7 +438,7 @@ def resume(
             cancelled, runs elsewhere, or names an unknown agent.
     """
     validate_id(run_id, "run id")
-    _check_run_args(agent, timeout_s, None)
+    _check_run_args(agent, timeout_s, None, hooks=hooks)
     rt = current()
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
