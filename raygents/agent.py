@@ -16,14 +16,13 @@ from raygents.ids import validate_agent_name
 from raygents.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.models.base import Model, ModelSettings
 from raygents.schema import excerpt, output_type_problem
+from raygents.toolchecks import check_needs_approval, check_options
 from raygents.tools import (
     AgentTool,
     IsEnabled,
     OutputExtractor,
     RunContext,
     Tool,
-    check_needs_approval,
-    check_options,
 )
 from raygents.tooluse import (
     StopAtTools,

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from raygents.errors import UserError
 from raygents.schema import excerpt
-from raygents.tools import IsEnabled, RunContext, _sanitise, check_is_enabled, valid_tool_name
+from raygents.toolchecks import check_is_enabled, is_function, valid_tool_name
+from raygents.tools import IsEnabled, RunContext, _sanitise
 
 if TYPE_CHECKING:
     from raygents.agent import Agent
@@ -125,7 +126,7 @@ def _check_callbacks(config: Handoff) -> None:
         ("on_handoff", "(ctx) (sync or async)"),
     ):
         value = getattr(config, field)
-        if value is not None and not (callable(value) and not isinstance(value, type)):
+        if value is not None and not is_function(value):
             raise UserError(
                 f"{owner}: {field} must be a function {shape} or None, "
                 f"got {excerpt(repr(value), 80)}"

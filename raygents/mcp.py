@@ -43,7 +43,8 @@ from raygents.mcp_connection import (
     within,
 )
 from raygents.schema import excerpt
-from raygents.tools import Tool, ToolContext, ToolResult, parameters_problem, valid_tool_name
+from raygents.toolchecks import parameters_problem, valid_tool_name
+from raygents.tools import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -123,7 +124,7 @@ class MCPServer:
         The list is fetched page by page on the first call and cached until
         :meth:`reset_cache`; each call returns a new list of the same :class:`MCPTool` objects.
         Tools whose input schema cannot be used (see
-        :func:`~raygents.tools.parameters_problem`) or that have no name are left out, with a
+        :func:`~raygents.toolchecks.parameters_problem`) or that have no name are left out, with a
         warning in this module's log; a name that model APIs refuse is mapped
         (:func:`tool_name`).
 

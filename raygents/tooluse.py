@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from raygents.errors import UserError
 from raygents.schema import excerpt
+from raygents.toolchecks import is_function
 from raygents.tools import RunContext
 
 __all__ = [
@@ -78,7 +79,7 @@ def check_tool_use_behavior(owner: str, behavior: object) -> None:
     """
     if behavior in ("run_llm_again", "stop_on_first_tool") or isinstance(behavior, StopAtTools):
         return
-    if callable(behavior) and not isinstance(behavior, type | str):
+    if is_function(behavior):
         return
     raise UserError(
         f"{owner}: tool_use_behavior must be 'run_llm_again', 'stop_on_first_tool', "

@@ -14,7 +14,8 @@ from ray import cloudpickle
 import raygents as rg
 from raygents.agent import agent_graph
 from raygents.mcp import MCPServerStdio
-from raygents.schema import parse_docstring, strict_schema, type_schema
+from raygents.params import parse_docstring
+from raygents.schema import strict_schema, type_schema
 from raygents.tools import AgentTool, to_tool_result
 
 CTX = rg.ToolContext(run_id="r", call_id="c", tool_name="t", agent_name="a")

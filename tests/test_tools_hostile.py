@@ -29,7 +29,8 @@ from raygents.envelope import RunState
 from raygents.errors import ToolNotFound, UserError
 from raygents.messages import Message, ToolSpec
 from raygents.testing import call
-from raygents.tools import Tool, ToolContext, ToolResult, parameters_problem
+from raygents.toolchecks import parameters_problem
+from raygents.tools import Tool, ToolContext, ToolResult
 
 PACKAGE = Path(rg.__file__).parent
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -34,6 +33,7 @@ from raygents.runtime.runinfo import RunInfo
 from raygents.runtime.snapshot import snapshot
 from raygents.schema import type_name, type_schema
 from raygents.sessions import validate_session_id
+from raygents.toolchecks import is_amount
 
 __all__ = ["check_run_limits", "resume", "run", "run_streamed", "run_typed", "start", "start_each"]
 
@@ -61,23 +61,13 @@ def check_run_limits(timeout_s: object, max_turns: object, max_tokens: object) -
         UserError: ``timeout_s`` is not None or a positive, finite number of seconds, or
             ``max_turns`` / ``max_tokens`` not None or an int >= 1.
     """
-    if timeout_s is not None and not _seconds(timeout_s):
+    if timeout_s is not None and not (is_amount(timeout_s) and timeout_s > 0):
         raise UserError(
             f"timeout_s must be a positive, finite number of seconds (or None), got {timeout_s!r}"
         )
     for name, value in (("max_turns", max_turns), ("max_tokens", max_tokens)):
         if value is not None and (type(value) is not int or value < 1):
             raise UserError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _seconds(value: object) -> bool:
-    """Whether ``value`` is a positive, finite number (not a bool)."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
 
 
 def _input_messages(input: RunInput) -> tuple[Message, ...]:
