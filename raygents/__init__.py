@@ -41,67 +41,67 @@ from raygents.errors import (
 )
 
 if TYPE_CHECKING:
-    from raygents.agent import Agent
-    from raygents.approvals import Approval, ApprovalDecision, PendingApproval
-    from raygents.batch import BatchHandle, BatchItem, BatchResult, run_batch, start_batch
-    from raygents.batchprogress import BatchProgress
-    from raygents.events import RunEvent
-    from raygents.guardrails import (
+    from raygents.agents.agent import Agent
+    from raygents.agents.guardrails import (
         GuardrailResult,
         InputGuardrail,
         OutputGuardrail,
         input_guardrail,
         output_guardrail,
     )
-    from raygents.handoffs import Handoff, HandoffInputData, handoff
-    from raygents.hooks import RunHooks
-    from raygents.mcp import MCPServerStdio, MCPServerStreamableHTTP
-    from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+    from raygents.agents.handoffs import Handoff, HandoffInputData, handoff
+    from raygents.agents.hooks import RunHooks
+    from raygents.agents.result import RunResult, TypedResult
+    from raygents.agents.tools import RunContext, Tool, ToolContext, ToolResult, tool
+    from raygents.agents.tooluse import StopAtTools
+    from raygents.batch.job import BatchHandle, BatchItem, BatchResult, run_batch, start_batch
+    from raygents.batch.progress import BatchProgress
+    from raygents.core.approvals import Approval, ApprovalDecision, PendingApproval
+    from raygents.core.events import RunEvent
+    from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+    from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
-    from raygents.ratelimit import RateLimit
-    from raygents.result import RunResult, TypedResult
-    from raygents.runtime.attach import attach, cancel, runs
-    from raygents.runtime.client import init, shutdown
-    from raygents.runtime.handle import RunHandle, RunStatus
-    from raygents.runtime.runinfo import RunInfo
-    from raygents.runtime.runs import resume, run, run_streamed, run_typed, start
+    from raygents.models.ratelimit import RateLimit
+    from raygents.records.runinfo import RunInfo
+    from raygents.runtime.driver.attach import attach, cancel, runs
+    from raygents.runtime.driver.client import init, shutdown
+    from raygents.runtime.driver.handle import RunHandle, RunStatus
+    from raygents.runtime.driver.runs import resume, run, run_streamed, run_typed, start
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
-    from raygents.tools import RunContext, Tool, ToolContext, ToolResult, tool
-    from raygents.tooluse import StopAtTools
 
 # Where each public name lives. They are imported on first use: a Ray worker that only runs
 # tool tasks loads the few modules those need (tools, messages), not the driver's runtime, the
 # agent loop or the OpenAI client, and so starts faster (``docs/perf-log.md``).
 _HOMES = {
-    "raygents.agent": ("Agent",),
-    "raygents.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
-    "raygents.batch": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
-    "raygents.batchprogress": ("BatchProgress",),
-    "raygents.events": ("RunEvent",),
-    "raygents.guardrails": (
+    "raygents.agents.agent": ("Agent",),
+    "raygents.core.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
+    "raygents.batch.job": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
+    "raygents.batch.progress": ("BatchProgress",),
+    "raygents.core.events": ("RunEvent",),
+    "raygents.agents.guardrails": (
         "GuardrailResult",
         "InputGuardrail",
         "OutputGuardrail",
         "input_guardrail",
         "output_guardrail",
     ),
-    "raygents.handoffs": ("Handoff", "HandoffInputData", "handoff"),
-    "raygents.hooks": ("RunHooks",),
-    "raygents.mcp": ("MCPServerStdio", "MCPServerStreamableHTTP"),
-    "raygents.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
+    "raygents.agents.handoffs": ("Handoff", "HandoffInputData", "handoff"),
+    "raygents.agents.hooks": ("RunHooks",),
+    "raygents.integrations.mcp": ("MCPServerStdio", "MCPServerStreamableHTTP"),
+    "raygents.core.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "raygents.models.base": ("Model", "ModelSettings"),
     "raygents.models.openai": ("OpenAIChatModel",),
-    "raygents.ratelimit": ("RateLimit",),
-    "raygents.result": ("RunResult", "TypedResult"),
-    "raygents.runtime.client": ("init", "shutdown"),
-    "raygents.runtime.handle": ("RunHandle", "RunStatus"),
-    "raygents.runtime.runinfo": ("RunInfo",),
-    "raygents.runtime.attach": ("attach", "cancel", "runs"),
-    "raygents.runtime.runs": ("resume", "run", "run_streamed", "run_typed", "start"),
+    "raygents.models.ratelimit": ("RateLimit",),
+    "raygents.agents.result": ("RunResult", "TypedResult"),
+    "raygents.runtime.driver.client": ("init", "shutdown"),
+    "raygents.runtime.driver.handle": ("RunHandle", "RunStatus"),
+    "raygents.records.runinfo": ("RunInfo",),
+    "raygents.runtime.driver.attach": ("attach", "cancel", "runs"),
+    "raygents.runtime.driver.runs": ("resume", "run", "run_streamed", "run_typed", "start"),
     "raygents.sessions": ("MemorySession", "Session", "SQLiteSession", "StoreSession"),
-    "raygents.tools": ("RunContext", "Tool", "ToolContext", "ToolResult", "tool"),
-    "raygents.tooluse": ("StopAtTools",),
+    "raygents.agents.tools": ("RunContext", "Tool", "ToolContext", "ToolResult", "tool"),
+    "raygents.agents.tooluse": ("StopAtTools",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from raygents.cli import main
+from raygents.cli.main import main
 
 sys.exit(main())

@@ -330,7 +330,7 @@ Model output is the text of one answer, tool arguments those of one call (both c
 agent actor as the answer arrives); a tool result is checked in the tool's worker before it is
 returned into Ray, and becomes an error result for the model past its cap; run input is the
 text of all input messages of a run; a checkpoint is one encoded record
-(:data:`raygents.codec.DEFAULT_MAX_BYTES`). 1 MiB of text is about 250,000 tokens, more than
+(:data:`raygents.records.codec.DEFAULT_MAX_BYTES`). 1 MiB of text is about 250,000 tokens, more than
 most models read or write in a turn, and several such payloads fit in one checkpoint.
 """
 

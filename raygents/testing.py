@@ -12,8 +12,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.errors import ModelError
-from raygents.messages import ModelRequest, ModelResponse
 from raygents.models.function import FunctionModel, apply_step, call, calls, stream_text, text
 
 __all__ = ["FunctionModel", "ScriptedModel", "call", "calls", "text"]
@@ -151,7 +151,7 @@ def _store() -> Any:
     import ray
 
     if _store_handle is None:
-        from raygents.runtime.client import on_shutdown
+        from raygents.runtime.driver.client import on_shutdown
 
         on_shutdown(_reset_store_handle)  # the handle is Ray's, gone with its connection
         _store_handle = (

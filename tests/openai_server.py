@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from raygents.messages import ToolCall
+from raygents.core.messages import ToolCall
 
 __all__ = ["FakeOpenAIServer", "Reply", "ReplyLike"]
 

@@ -9,11 +9,11 @@ import pytest
 from fakes import FakeHandle
 
 import raygents as rg
-from raygents.envelope import Envelope, Outcome, RunState
-from raygents.messages import to_messages
-from raygents.runtime.actor import AgentActor
-from raygents.runtime.mailbox import unpack
-from raygents.runtime.settings import Settings
+from raygents.core.envelope import Envelope, Outcome, RunState
+from raygents.core.messages import to_messages
+from raygents.runtime.actor.actor import AgentActor
+from raygents.runtime.link.mailbox import unpack
+from raygents.runtime.link.settings import Settings
 from raygents.testing import ScriptedModel, text
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raygents.runtime.admission import DEFAULT_TENANT, Admission
+from raygents.runtime.coordinator.admission import DEFAULT_TENANT, Admission
 
 
 def test_a_tenant_past_its_limit_is_refused_and_another_tenant_is_not() -> None:

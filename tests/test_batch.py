@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.batchitem import batch_run_id, check_job_id, item_from_json
-from raygents.batchoutput import is_marked, mark, open_ledger, open_output
-from raygents.batchprogress import BatchProgress, Display, open_display
-from raygents.store import MemoryStore
+from raygents.batch.items import batch_run_id, check_job_id, item_from_json
+from raygents.batch.output import is_marked, mark, open_ledger, open_output
+from raygents.batch.progress import BatchProgress, Display, open_display
+from raygents.stores.open import MemoryStore
 
 AGENT = rg.Agent("batch-unit")
 

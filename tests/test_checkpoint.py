@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from raygents import checkpoint, codec
-from raygents.envelope import RunState
+from raygents.agents.tools import ToolResult
+from raygents.core.envelope import RunState
+from raygents.core.messages import Message, Usage
 from raygents.errors import CheckpointError
-from raygents.messages import Message, Usage
-from raygents.tools import ToolResult
+from raygents.records import checkpoint, codec
 
 
 def _write_all(states: list[RunState]) -> tuple[RunState, list[checkpoint.Record], int]:

@@ -7,10 +7,10 @@ import pickle
 import pytest
 
 import raygents as rg
-from raygents import checkpoint, codec
-from raygents.envelope import RunState
+from raygents.core.envelope import RunState
+from raygents.core.messages import Message
 from raygents.errors import MAX_PAYLOAD_BYTES, CheckpointError, PayloadTooLarge
-from raygents.messages import Message
+from raygents.records import checkpoint, codec
 
 CAP = codec.DEFAULT_MAX_BYTES
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fakes import FakeHandle
 
-from raygents.runtime.directory import Directory
+from raygents.runtime.link.directory import Directory
 
 Claims = list[tuple[str, str, str, bool]]
 

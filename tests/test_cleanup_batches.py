@@ -7,9 +7,9 @@ import asyncio
 import os
 from typing import Any
 
-from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.runinfo import RunInfo
-from raygents.runtime.settings import Settings
+from raygents.records.runinfo import RunInfo
+from raygents.runtime.coordinator.coordinator import Coordinator
+from raygents.runtime.link.settings import Settings
 
 RUNS = 1000
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from raygents import checkpoint
-from raygents.cli import main, parser
-from raygents.envelope import RunState
-from raygents.messages import Message
-from raygents.store import open_store
+from raygents.cli.main import main, parser
+from raygents.core.envelope import RunState
+from raygents.core.messages import Message
+from raygents.records import checkpoint
+from raygents.stores.open import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -203,7 +203,7 @@ def test_a_coordinator_that_does_not_answer_is_a_failure(
     """The coordinator is found but its settings never come (busy, or it died meanwhile)."""
     import ray
 
-    from raygents import cli_runs
+    from raygents.cli import runs as cli_runs
 
     class Method:
         def remote(self) -> str:

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from raygents import checkpoint
-from raygents.approvals import PendingApproval
-from raygents.cli import main, parser
-from raygents.cli_output import (
+from raygents.cli.main import main, parser
+from raygents.cli.output import (
     RUN_COLUMNS,
     detail,
     render_detail,
@@ -28,11 +26,13 @@ from raygents.cli_output import (
     wall_seconds,
     wall_text,
 )
-from raygents.cli_runs import UsageError, load_agent
-from raygents.envelope import RunState
-from raygents.events import RunEvent
-from raygents.messages import Message, ToolCall, Usage
-from raygents.store import open_store
+from raygents.cli.runs import UsageError, load_agent
+from raygents.core.approvals import PendingApproval
+from raygents.core.envelope import RunState
+from raygents.core.events import RunEvent
+from raygents.core.messages import Message, ToolCall, Usage
+from raygents.records import checkpoint
+from raygents.stores.open import open_store
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from raygents.runtime.coalesce import Coalescer
+from raygents.runtime.link.coalesce import Coalescer
 
 
 async def test_items_of_one_loop_turn_go_in_one_send_per_key() -> None:

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from raygents import checkpoint
-from raygents.envelope import RunState
+from raygents.core.envelope import RunState
 from raygents.errors import CheckpointError, TooManyRuns
-from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.runinfo import RunInfo
-from raygents.runtime.settings import Settings
+from raygents.records import checkpoint
+from raygents.records.runinfo import RunInfo
+from raygents.runtime.coordinator.coordinator import Coordinator
+from raygents.runtime.link.settings import Settings
 
 
 def _coordinator() -> Coordinator:
@@ -289,8 +289,8 @@ async def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path
 
 
 def test_an_actor_write_finds_out_that_its_copy_of_the_run_is_fenced(tmp_path: Any) -> None:
-    from raygents.runtime.writer import _put_unless_fenced
-    from raygents.store import FileStore
+    from raygents.runtime.actor.writer import _put_unless_fenced
+    from raygents.stores.open import FileStore
 
     store = FileStore(tmp_path)
     key = functools.partial(checkpoint.key_for, "r1")

@@ -10,8 +10,8 @@ import ray.exceptions
 from fakes import FakeHandle
 
 from raygents.errors import RunNotFound, TooManyRuns
-from raygents.runtime.coordinator_client import CoordinatorClient
-from raygents.runtime.settings import Settings
+from raygents.runtime.link.coordinator_client import CoordinatorClient
+from raygents.runtime.link.settings import Settings
 
 
 class _Coordinator:

@@ -14,13 +14,13 @@ import pytest
 from fakes import FakeHandle
 from test_coordinator import _until
 
-from raygents import checkpoint, codec
-from raygents.runtime import coordinator as coordinator_module
-from raygents.runtime import recordstore
-from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.runinfo import RunInfo
-from raygents.runtime.settings import Settings
-from raygents.store import _MEMORY, MemoryStore
+from raygents.records import checkpoint, codec
+from raygents.records.runinfo import RunInfo
+from raygents.runtime.coordinator import coordinator as coordinator_module
+from raygents.runtime.coordinator import recordstore
+from raygents.runtime.coordinator.coordinator import Coordinator
+from raygents.runtime.link.settings import Settings
+from raygents.stores.open import _MEMORY, MemoryStore
 
 
 def _url() -> str:
@@ -225,11 +225,11 @@ async def test_list_runs_of_a_rebuilt_table_reports_the_unreadable_runs() -> Non
 
 async def test_a_run_that_fails_after_its_own_records_stores_its_failure(tmp_path: Any) -> None:
     import raygents as rg
-    from raygents.envelope import Envelope, RunState
+    from raygents.core.envelope import Envelope, RunState
+    from raygents.core.messages import Message
     from raygents.errors import ModelError
-    from raygents.messages import Message
-    from raygents.runtime.actor import AgentActor
-    from raygents.runtime.drive import SuspendToken
+    from raygents.runtime.actor.actor import AgentActor
+    from raygents.runtime.link.drive import SuspendToken
     from raygents.testing import ScriptedModel, calls
 
     @rg.tool(remote=False)
@@ -412,7 +412,7 @@ async def test_a_resumed_failed_run_leaves_the_failed_runs() -> None:
 
 
 async def test_results_are_bounded_in_bytes_as_well_as_in_count() -> None:
-    from raygents.messages import Message
+    from raygents.core.messages import Message
 
     coord = Coordinator("test", Settings(store=_url()))
     coord.table.results.max_bytes = 3000

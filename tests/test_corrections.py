@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import raygents as rg
-from raygents import corrections, loop
+from raygents.core import corrections, loop
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, "3", None, True])

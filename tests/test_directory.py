@@ -9,8 +9,8 @@ import pytest
 from fakes import FakeHandle
 
 from raygents.errors import RaygentsError
-from raygents.runtime.directory import Directory
-from raygents.runtime.settings import Recovery, Settings
+from raygents.runtime.link.directory import Directory
+from raygents.runtime.link.settings import Recovery, Settings
 
 _RECOVERY = Recovery(heartbeat_s=0.02, stale_after_s=0.06)
 

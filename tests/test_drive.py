@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from fakes import FakeHandle
 
-from raygents.envelope import Envelope, RunState
-from raygents.messages import Message
-from raygents.runtime.directory import Directory
-from raygents.runtime.drive import SuspendToken, drive
-from raygents.runtime.settings import Recovery, Settings
+from raygents.core.envelope import Envelope, RunState
+from raygents.core.messages import Message
+from raygents.runtime.link.directory import Directory
+from raygents.runtime.link.drive import SuspendToken, drive
+from raygents.runtime.link.settings import Recovery, Settings
 
 
 class _Stop(Exception):

@@ -1,4 +1,5 @@
-"""Tests for raygents.guardrails: decorators, runners and the built-in guardrails (no Ray)."""
+"""Tests for raygents.agents.guardrails: decorators, runners and the built-in guardrails (no
+Ray)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,19 @@ from typing import Any
 import pytest
 from ray import cloudpickle
 
-from raygents import builtin_guardrails
-from raygents import guardrails as gr
+from raygents.agents import builtin_guardrails
+from raygents.agents import guardrails as gr
+from raygents.agents.guardrails import (
+    GuardrailResult,
+    InputGuardrail,
+    OutputGuardrail,
+    input_guardrail,
+    output_guardrail,
+    run_input_guardrails,
+    run_output_guardrails,
+)
+from raygents.agents.tools import RunContext
+from raygents.core.messages import Message, ModelRequest, ModelResponse
 from raygents.errors import (
     InputGuardrailTripped,
     ModelError,
@@ -24,20 +36,11 @@ from raygents.errors import (
     UserError,
 )
 from raygents.guardrails import (
-    GuardrailResult,
-    InputGuardrail,
-    OutputGuardrail,
     PromptInjectionGuardrail,
     SensitiveDataGuardrail,
     SystemPromptLeakGuardrail,
-    input_guardrail,
-    output_guardrail,
-    run_input_guardrails,
-    run_output_guardrails,
 )
-from raygents.messages import Message, ModelRequest, ModelResponse
 from raygents.testing import FunctionModel, ScriptedModel, calls, text
-from raygents.tools import RunContext
 
 CTX = RunContext(run_id="run-1", agent_name="triage")
 ALNUM = string.ascii_letters + string.digits

@@ -8,8 +8,9 @@ import json
 import pytest
 from test_guardrails import ALNUM, B64, CTX, UPPER_DIGITS, assistant, rand
 
+from raygents.agents.builtin_guardrails import SensitiveDataGuardrail
+from raygents.agents.guardrails import run_output_guardrails
 from raygents.errors import OutputGuardrailTripped
-from raygents.guardrails import SensitiveDataGuardrail, run_output_guardrails
 
 LETTERS = ALNUM[:52]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.handoffs import handoff_section
+from raygents.agents.handoffs import handoff_section
 
 
 def test_handoff_defaults_and_prompt_section() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from raygents.runtime.hotrecords import HotChain, HotRecords
+from raygents.runtime.coordinator.hotrecords import HotChain, HotRecords
 
 
 def test_hot_records_keep_the_chain_from_the_newest_full_record_in_any_arrival_order() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 import raygents as rg
 from raygents import ids
-from raygents.runtime import runs
+from raygents.runtime.driver import runs
 from raygents.sessions import validate_session_id
 from raygents.testing import ScriptedModel
 

@@ -34,7 +34,7 @@ def test_submodules_are_attributes_too() -> None:
     """As when the package imported everything at once: ``raygents.testing.text(...)``."""
     loaded = _modules_after(
         "import raygents\nassert raygents.testing.text('x').message.content == 'x'\n"
-        "assert raygents.runtime.tasks.run_tool"
+        "assert raygents.runtime.worker"
     )
     assert "raygents.testing" in loaded
 
@@ -59,15 +59,15 @@ def test_import_raygents_loads_only_its_errors() -> None:
 def test_a_tool_worker_loads_only_what_tool_tasks_need() -> None:
     """What a Ray worker imports to run a tool task: the remote function's module and the
     tool's class, not the agent loop, the driver's runtime or the OpenAI client."""
-    loaded = _modules_after("import raygents.runtime.tasks, raygents.tools")
+    loaded = _modules_after("import raygents.runtime.worker.tasks, raygents.agents.tools")
     for heavy in (
-        "raygents.agent",
-        "raygents.runtime.actor",
-        "raygents.runtime.client",
-        "raygents.runtime.coordinator",
-        "raygents.guardrails",
+        "raygents.agents.agent",
+        "raygents.runtime.actor.actor",
+        "raygents.runtime.driver.client",
+        "raygents.runtime.coordinator.coordinator",
+        "raygents.agents.guardrails",
         "raygents.sessions",
-        "raygents.mcp",
+        "raygents.integrations.mcp",
         "openai",
     ):
         assert heavy not in loaded, heavy
@@ -79,9 +79,9 @@ def test_a_function_tool_task_loads_none_of_raygents_models() -> None:
     pydantic (which Ray's own serialisation may load in its workers, but raygents does not)."""
     from ray import cloudpickle
 
-    from raygents.runtime import wire
-    from raygents.runtime.tasks import task_body
-    from raygents.tools import ToolContext
+    from raygents.agents.tools import ToolContext
+    from raygents.runtime.link import wire
+    from raygents.runtime.worker.tasks import task_body
 
     def _answer(i: int) -> str:  # nested: pickled by value, as a script's tool would be
         return f"answer {i}"
@@ -90,11 +90,16 @@ def test_a_function_tool_task_loads_none_of_raygents_models() -> None:
     task = cloudpickle.dumps(task_body(noop)).hex()
     call = wire.dumps((ToolContext("r", "c", "_answer", "a"), noop.parse_arguments('{"i": 2}')))
     loaded = _modules_after(
-        "from ray import cloudpickle\nfrom raygents.runtime import wire\n"
+        "from ray import cloudpickle\nfrom raygents.runtime.link import wire\n"
         f"run = cloudpickle.loads(bytes.fromhex({task!r}))\n"
         f"report = wire.loads(run(bytes.fromhex({call.hex()!r})))\n"
         "assert (report.content, report.is_error) == ('answer 2', False), report"
     )
-    assert "raygents.runtime.worker" in loaded
-    for heavy in ("pydantic", "raygents.messages", "raygents.tools", "raygents.schema"):
+    assert "raygents.runtime.worker.worker" in loaded
+    for heavy in (
+        "pydantic",
+        "raygents.core.messages",
+        "raygents.agents.tools",
+        "raygents.core.schema",
+    ):
         assert heavy not in loaded, heavy

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from raygents.runtime.liveness import Beater, Beats
+from raygents.runtime.link.liveness import Beater, Beats
 
 
 def test_beats_report_age_and_lag_until_forgotten() -> None:

@@ -1,4 +1,5 @@
-"""raygents.logs: the run a log record names, the JSON and text formats, setup in a process."""
+"""raygents.telemetry.logs: the run a log record names, the JSON and text formats, setup in a
+process."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from raygents import logs
+from raygents.telemetry import logs
 
 
 @pytest.fixture

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from raygents import corrections, loop
-from raygents.envelope import RunState
+from raygents.agents.tools import ToolResult
+from raygents.core import corrections, loop
+from raygents.core.envelope import RunState
+from raygents.core.messages import Message, ModelResponse, ToolSpec
 from raygents.errors import (
     LimitExceeded,
     MaxTurnsExceeded,
@@ -16,9 +18,7 @@ from raygents.errors import (
     OutputValidationError,
     ToolNotFound,
 )
-from raygents.messages import Message, ModelResponse, ToolSpec
 from raygents.testing import call, calls, text
-from raygents.tools import ToolResult
 
 ADD = ToolSpec(
     name="add",
@@ -269,7 +269,7 @@ def test_output_error_accepts_valid_json() -> None:
 def test_argument_errors_use_each_schema_as_it_is() -> None:
     """Validators are kept per schema object: another schema, or one that is gone, is never
     checked with a validator built for a different one."""
-    from raygents import schema
+    from raygents.core import schema
 
     ints = ToolSpec(
         name="f",

@@ -8,7 +8,7 @@ from typing import Any
 import ray.exceptions
 from fakes import FakeHandle
 
-from raygents.runtime.mailbox import ActorRestarted, Mailboxes, pack, unpack
+from raygents.runtime.link.mailbox import ActorRestarted, Mailboxes, pack, unpack
 
 
 class _Actor:

@@ -14,8 +14,8 @@ import pytest
 from pydantic import BaseModel
 from ray import cloudpickle
 
-from raygents.schema import schema_errors, type_schema
-from raygents.tools import FunctionTool, ToolResult
+from raygents.agents.tools import FunctionTool, ToolResult
+from raygents.core.schema import schema_errors, type_schema
 
 SCRIPT = textwrap.dedent(
     """
@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(
     from pydantic import BaseModel
     from typing_extensions import TypedDict
     import raygents as rg
-    from raygents.runtime.snapshot import snapshot
+    from raygents.runtime.driver.snapshot import snapshot
 
     @dataclasses.dataclass
     class Verdict:

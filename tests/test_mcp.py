@@ -21,9 +21,9 @@ import pytest
 import pytest_asyncio
 from ray import cloudpickle
 
+from raygents.agents.tools import ToolContext, ToolResult
 from raygents.errors import RaygentsError, UserError
-from raygents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHTTP, MCPTool
-from raygents.tools import ToolContext, ToolResult
+from raygents.integrations.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHTTP, MCPTool
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
 pytest.importorskip("mcp_server_time", reason="needs the mcp-server-time test dependency")
@@ -318,7 +318,7 @@ async def test_stdio_that_cannot_start() -> None:
 
 
 async def test_server_that_never_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("raygents.mcp_connection.CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("raygents.integrations.mcp_connection.CONNECT_TIMEOUT_S", 0.5)
     server = MCPServerStdio("mute", sys.executable, ["-c", "import sys; sys.stdin.read()"])
     with pytest.raises(RaygentsError, match=r"no answer to the MCP handshake within 0\.5s"):
         await server.list_tools()
@@ -340,7 +340,7 @@ async def test_import_needs_no_mcp_package() -> None:
     code = (
         "import sys\n"
         "sys.modules['mcp'] = None\n"
-        "import asyncio, raygents, raygents.mcp as m\n"
+        "import asyncio, raygents, raygents.integrations.mcp as m\n"
         "server = m.MCPServerStdio('x', 'y')\n"
         "try:\n"
         "    asyncio.run(server.list_tools())\n"

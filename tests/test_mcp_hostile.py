@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from ray import cloudpickle
 
-import raygents.mcp as rmcp
+import raygents.integrations.mcp as rmcp
+from raygents.agents.tools import ToolContext
 from raygents.errors import RaygentsError, UserError
-from raygents.mcp import MCPServerStdio, MCPServerStreamableHTTP, MCPTool
-from raygents.tools import ToolContext
+from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP, MCPTool
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
 from mcp_hostile_server import BAD_SCHEMAS, LONG_NAME
@@ -109,7 +109,7 @@ async def test_a_repeated_cursor_ends_with_an_error() -> None:
 
 
 async def test_a_listing_that_never_comes_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("raygents.mcp._LIST_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("raygents.integrations.mcp._LIST_TIMEOUT_S", 0.5)
     server = hostile("mute-list")
     with pytest.raises(RaygentsError, match=r"no answer to tools/list within 0\.5s"):
         await listed(server)
@@ -126,7 +126,7 @@ async def test_a_call_the_server_never_answers_times_out_and_the_server_stays_us
         started = time.monotonic()
         result = await tools["hang"].execute(CTX, '{"x": "1"}')
         assert time.monotonic() - started < 5
-        # The text a remote tool's timeout gives (raygents.runtime.tasks.run_tool).
+        # The text a remote tool's timeout gives (raygents.runtime.worker.tasks.run_tool).
         assert result.is_error
         assert result.content == 'Error: cannot execute tool "hang": timed out after 0.5 s'
         echo = await tools["echo"].execute(CTX, '{"x": "2"}')

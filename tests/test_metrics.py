@@ -1,4 +1,5 @@
-"""raygents.metrics: what each record function records, with which labels, and that a failing
+"""raygents.telemetry.metrics: what each record function records, with which labels, and that a
+failing
 metric is never a run's failure (through fake metric objects; the Ray shell scrapes real ones)."""
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from raygents import metrics
-from raygents.envelope import Outcome, RunState
+from raygents.core.envelope import Outcome, RunState
+from raygents.core.messages import Usage
 from raygents.errors import RaygentsError, RunCancelled
-from raygents.messages import Usage
-from raygents.ratelimit import Gate, RateLimit
+from raygents.models.ratelimit import Gate, RateLimit
+from raygents.telemetry import metrics
 
 
 class _Fake:

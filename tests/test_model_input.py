@@ -13,23 +13,24 @@ import pytest
 from fakes import FakeHandle
 from pydantic import BaseModel, Field
 
-from raygents import checkpoint, loop
-from raygents.envelope import Envelope, RunState
+from raygents.agents.tools import ToolResult
+from raygents.core import loop
+from raygents.core.envelope import Envelope, RunState
+from raygents.core.messages import Message, ModelResponse, ToolCall, ToolSpec
+from raygents.core.schema import type_schema
+from raygents.core.toolcall import clean_text, result_text
 from raygents.errors import OutputValidationError, ToolNotFound, UserError
-from raygents.messages import Message, ModelResponse, ToolCall, ToolSpec
-from raygents.runtime.children import (
+from raygents.records import checkpoint
+from raygents.runtime.actor.children import (
     child_budget,
     child_run_id,
     existing_child,
     legacy_child_run_id,
 )
-from raygents.runtime.directory import Directory
-from raygents.runtime.settings import Settings
-from raygents.schema import type_schema
+from raygents.runtime.link.directory import Directory
+from raygents.runtime.link.settings import Settings
 from raygents.sessions import SQLiteSession
 from raygents.testing import call, calls, text
-from raygents.toolcall import clean_text, result_text
-from raygents.tools import ToolResult
 
 ADD = ToolSpec(
     name="add",

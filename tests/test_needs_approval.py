@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents import loop
-from raygents.envelope import RunState
-from raygents.messages import ToolCall
-from raygents.runtime.toolbox import Toolbox
-from raygents.runtime.toolcalls import ToolCalls
-from raygents.tools import RunContext, Tool, call_needs_approval
+from raygents.agents.tools import RunContext, Tool, call_needs_approval
+from raygents.core import loop
+from raygents.core.envelope import RunState
+from raygents.core.messages import ToolCall
+from raygents.runtime.actor.toolbox import Toolbox
+from raygents.runtime.actor.toolcalls import ToolCalls
 
 CTX = RunContext(run_id="r", agent_name="a", context={"limit": 100})
 seen: list[tuple[Any, ...]] = []

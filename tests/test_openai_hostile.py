@@ -14,8 +14,8 @@ import pytest
 from openai_server import FakeOpenAIServer, Reply
 from test_openai_model import Server, chunk, collect, completion, error, request, sse
 
+from raygents.core.messages import to_messages
 from raygents.errors import ModelError, UserError
-from raygents.messages import to_messages
 from raygents.models.openai import OpenAIChatModel
 
 KEY = "sk-hostile-0123456789abcdef"

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from openai_server import FakeOpenAIServer, Reply
 
+from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from raygents.errors import ModelError
-from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from raygents.models.openai import OpenAIChatModel
 
 ADD = ToolSpec(

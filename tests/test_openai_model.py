@@ -12,8 +12,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from raygents.errors import ModelError, UserError
-from raygents.messages import (
+from raygents.core.messages import (
     Message,
     ModelRequest,
     ModelResponse,
@@ -22,6 +21,7 @@ from raygents.messages import (
     ToolSpec,
     Usage,
 )
+from raygents.errors import ModelError, UserError
 from raygents.models.openai import OpenAIChatModel
 
 KEY = "sk-test-0123456789abcdef"

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from raygents.envelope import Envelope, Outcome, RunState
-from raygents.messages import to_messages
-from raygents.runtime import outbox as outbox_module
-from raygents.runtime.mailbox import unpack
-from raygents.runtime.outbox import Outboxes, Relay
+from raygents.core.envelope import Envelope, Outcome, RunState
+from raygents.core.messages import to_messages
+from raygents.runtime.actor import outbox as outbox_module
+from raygents.runtime.actor.outbox import Outboxes, Relay
+from raygents.runtime.link.mailbox import unpack
 
 
 async def _settle() -> None:

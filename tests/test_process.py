@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from raygents.runtime.process import tune_collector
+from raygents.runtime.link.process import tune_collector
 
 
 def test_the_collector_of_a_process_that_is_not_an_actor_is_left_alone() -> None:

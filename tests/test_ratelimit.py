@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.messages import Message, ModelRequest, ModelSettingsData
+from raygents.core.messages import Message, ModelRequest, ModelSettingsData
 from raygents.models.openai import _retry_after
-from raygents.ratelimit import Gate, Limiter, RateLimit, Schedule, check_limits
-from raygents.runtime.modelcall import estimate_tokens, model_name
+from raygents.models.ratelimit import Gate, Limiter, RateLimit, Schedule, check_limits
+from raygents.runtime.actor.modelcall import estimate_tokens, model_name
 
 
 @pytest.mark.parametrize(
@@ -186,8 +186,8 @@ def test_a_429s_pause_is_read_from_its_headers(
 
 
 def test_a_driver_asking_for_other_rate_limits_does_not_join_silently() -> None:
-    from raygents.runtime import startup
-    from raygents.runtime.settings import Settings
+    from raygents.runtime.driver import startup
+    from raygents.runtime.link.settings import Settings
 
     theirs = Settings(rate_limits={"m": RateLimit(requests_per_minute=60)})
     other = Settings(rate_limits={"m": RateLimit(requests_per_minute=600)})
@@ -203,7 +203,7 @@ def test_the_openai_clients_own_retry_waits_for_a_turn_at_the_limiter(
 ) -> None:
     from openai_server import FakeOpenAIServer, Reply
 
-    from raygents import ratelimit
+    from raygents.models import ratelimit
 
     async def main(url: str) -> list[str]:
         local = _LocalLimiter({"gpt": RateLimit(requests_per_minute=60_000)})

@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents import checkpoint, codec, loop
-from raygents.approvals import ApprovalDecision, PendingApproval
-from raygents.envelope import Envelope, RunState
+from raygents.core import loop
+from raygents.core.approvals import ApprovalDecision, PendingApproval
+from raygents.core.envelope import Envelope, RunState
+from raygents.core.messages import Message, ToolCall
 from raygents.errors import CheckpointCorrupt
-from raygents.messages import Message, ToolCall
-from raygents.runtime import client, startup
-from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.settings import Settings
+from raygents.records import checkpoint, codec
+from raygents.runtime.coordinator.coordinator import Coordinator
+from raygents.runtime.driver import client, startup
+from raygents.runtime.link.settings import Settings
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
@@ -298,7 +299,7 @@ def test_a_run_envelope_cannot_raise_an_agents_turn_or_model_call_limits() -> No
 
 
 async def test_a_child_envelope_cannot_raise_the_callees_depth_limit() -> None:
-    from raygents.runtime.children import run_child
+    from raygents.runtime.actor.children import run_child
 
     callee = rg.Agent("deep", max_tool_depth=2)
     tool = callee.as_tool()

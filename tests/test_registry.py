@@ -7,7 +7,7 @@ import pytest
 from fakes import FakeHandle
 
 from raygents.errors import RaygentsError
-from raygents.runtime.registry import ActorRegistry
+from raygents.runtime.coordinator.registry import ActorRegistry
 
 
 class _Actor:

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from fakes import FakeHandle
 
-from raygents.envelope import RunState
-from raygents.messages import Message
-from raygents.runtime import reports as reports_module
-from raygents.runtime.reports import Reports
-from raygents.runtime.runinfo import Note
+from raygents.core.envelope import RunState
+from raygents.core.messages import Message
+from raygents.records.runinfo import Note
+from raygents.runtime.actor import reports as reports_module
+from raygents.runtime.actor.reports import Reports
 
 
 def _reports() -> tuple[Reports, list[tuple[list[Any], list[Any]]]]:

@@ -15,15 +15,14 @@ from typing import Any
 import pytest
 from test_coordinator import _until
 
-from raygents import checkpoint, codec
-from raygents.cli import main
+from raygents.cli.main import main
+from raygents.core.messages import Message, ToolCall, Usage
 from raygents.errors import UserError
-from raygents.messages import Message, ToolCall, Usage
-from raygents.runtime import keptresult, retention
-from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.runinfo import RunInfo, RunSummary, done_marker
-from raygents.runtime.settings import Settings
-from raygents.store import FileStore
+from raygents.records import checkpoint, codec, keptresult, retention
+from raygents.records.runinfo import RunInfo, RunSummary, done_marker
+from raygents.runtime.coordinator.coordinator import Coordinator
+from raygents.runtime.link.settings import Settings
+from raygents.stores.open import FileStore
 
 
 def _summary(output: str = "the answer", messages: int = 3) -> RunSummary:
@@ -279,9 +278,9 @@ async def test_an_agent_actor_marks_a_run_without_records_in_a_durable_store(
 ) -> None:
     from fakes import FakeHandle
 
-    from raygents.envelope import Outcome, RunState
-    from raygents.runtime.directory import Directory
-    from raygents.runtime.writer import RecordWriter
+    from raygents.core.envelope import Outcome, RunState
+    from raygents.runtime.actor.writer import RecordWriter
+    from raygents.runtime.link.directory import Directory
 
     coord = Coordinator("test", Settings(store=f"file://{tmp_path}"))
     directory = Directory("ns", FakeHandle(coord), owner="test")

@@ -10,17 +10,16 @@ import os
 
 import pytest
 
-from raygents import checkpoint, codec
-from raygents.cli import main
-from raygents.envelope import Outcome, RunState
-from raygents.messages import Message
-from raygents.runtime import keptresult, rebuild
-from raygents.runtime.children import child_run_id
-from raygents.runtime.coordinator import Coordinator
-from raygents.runtime.runinfo import RunInfo, done_marker, outcome_entry, parent_of
-from raygents.runtime.runtable import RunTable
-from raygents.runtime.settings import Settings
-from raygents.store import open_store
+from raygents.cli.main import main
+from raygents.core.envelope import Outcome, RunState
+from raygents.core.messages import Message
+from raygents.records import checkpoint, codec, keptresult, rebuild
+from raygents.records.runinfo import RunInfo, done_marker, outcome_entry, parent_of
+from raygents.runtime.actor.children import child_run_id
+from raygents.runtime.coordinator.coordinator import Coordinator
+from raygents.runtime.coordinator.runtable import RunTable
+from raygents.runtime.link.settings import Settings
+from raygents.stores.open import open_store
 
 LONG = "p" * 100  # a parent id that its children's ids cut to 64 characters
 NESTED = child_run_id(child_run_id("top", "c1"), "c2")

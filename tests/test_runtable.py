@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from raygents.envelope import Outcome, RunState
+from raygents.core.envelope import Outcome, RunState
+from raygents.core.messages import Message
 from raygents.errors import CheckpointError, RunCancelled, TooManyRuns, UserError
-from raygents.messages import Message
-from raygents.runtime import rebuild
-from raygents.runtime.runinfo import RunInfo, outcome_status, table_status
-from raygents.runtime.runtable import KeptResults, RunTable, result_size
+from raygents.records import rebuild
+from raygents.records.runinfo import RunInfo, outcome_status, table_status
+from raygents.runtime.coordinator.runtable import KeptResults, RunTable, result_size
 
 
 def _table() -> tuple[RunTable, list[tuple[str, bool]]]:

@@ -11,15 +11,15 @@ import pytest
 from pydantic import BaseModel
 
 import raygents as rg
-from raygents import corrections, loop
-from raygents.envelope import RunState
+from raygents.agents.result import RunResult
+from raygents.core import corrections, loop
+from raygents.core.envelope import RunState
+from raygents.core.messages import Message
+from raygents.core.schema import schema_errors, strict_schema, type_schema
+from raygents.core.toolcall import ToolContext
 from raygents.errors import OutputValidationError
-from raygents.messages import Message
-from raygents.result import RunResult
-from raygents.runtime.runs import parse_typed
-from raygents.schema import schema_errors, strict_schema, type_schema
+from raygents.runtime.driver.runs import parse_typed
 from raygents.testing import text
-from raygents.toolcall import ToolContext
 
 
 class Node(BaseModel):

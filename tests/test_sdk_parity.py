@@ -12,18 +12,18 @@ import pytest
 from pydantic import BaseModel, Field
 
 import raygents as rg
-from raygents import loop
-from raygents.envelope import RunState
+from raygents.agents.guardrails import bind_output_type, run_output_guardrails
+from raygents.agents.hooks import HookRelay
+from raygents.agents.result import RunResult, parse_output
+from raygents.agents.tools import RunContext
+from raygents.core import loop
+from raygents.core.envelope import RunState
+from raygents.core.events import RunEvent
+from raygents.core.messages import Message, ToolCall, ToolSpec, to_messages
+from raygents.core.schema import type_schema
 from raygents.errors import OutputValidationError
-from raygents.events import RunEvent
-from raygents.guardrails import bind_output_type, run_output_guardrails
-from raygents.hooks import HookRelay
-from raygents.messages import Message, ToolCall, ToolSpec
-from raygents.result import RunResult, parse_output
-from raygents.runtime.toolbox import Toolbox
-from raygents.schema import type_schema
+from raygents.runtime.actor.toolbox import Toolbox
 from raygents.testing import calls, text
-from raygents.tools import RunContext
 
 
 class Verdict(BaseModel):
@@ -94,7 +94,7 @@ def test_new_items_and_to_input_list_continue_a_conversation() -> None:
     done = result("bye", "bye", messages)
     assert done.new_items == messages[1:]
     following = [*done.to_input_list(), {"role": "user", "content": "again"}]
-    assert rg.messages.to_messages(following)[:4] == messages
+    assert to_messages(following)[:4] == messages
 
 
 # --- the schema on every call ----------------------------------------------------------------

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from ray import cloudpickle
 
-from raygents import codec
+from raygents.core.messages import Message, ToolCall
 from raygents.errors import CheckpointCorrupt, RaygentsError, UserError
-from raygents.messages import Message, ToolCall
+from raygents.records import codec
 from raygents.sessions import (
     MemorySession,
     Session,
@@ -30,7 +30,7 @@ from raygents.sessions import (
 )
 from raygents.sessions import memory as memory_sessions
 from raygents.sessions import store as store_sessions
-from raygents.store import MemoryStore, Store, open_store
+from raygents.stores.open import MemoryStore, Store, open_store
 
 CONVERSATION = [
     Message("system", "You are terse."),
@@ -273,7 +273,7 @@ def test_sqlite_across_processes(tmp_path: Path) -> None:
     SQLiteSession(path).save("parent", CONVERSATION[:2])
     script = textwrap.dedent(
         f"""
-        from raygents.messages import Message
+        from raygents.core.messages import Message
         from raygents.sessions import SQLiteSession
 
         session = SQLiteSession({str(path)!r})

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from test_sessions import make, session
 
+from raygents.core.messages import Message, ToolCall
 from raygents.errors import RaygentsError, UserError
-from raygents.messages import Message, ToolCall
 from raygents.sessions import (
     MemorySession,
     SQLiteSession,

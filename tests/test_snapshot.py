@@ -12,8 +12,8 @@ import pytest
 from ray import cloudpickle
 
 import raygents as rg
-from raygents.agent import agent_graph
-from raygents.runtime import snapshot as snapshots
+from raygents.agents.agent import agent_graph
+from raygents.runtime.driver import snapshot as snapshots
 from raygents.testing import FunctionModel, text
 
 SETTINGS = {"greeting": "hello"}

@@ -1,4 +1,4 @@
-"""Tests for raygents.store: one behaviour suite over memory, file and S3 (moto over HTTP)."""
+"""Tests for raygents.stores.open: one behaviour suite over memory, file and S3 (moto over HTTP)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from s3_server import Fault, LocalS3, MotoServer, aws_env, local_s3
 
 from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
-from raygents.store import (
+from raygents.stores.open import (
     FileStore,
     MemoryStore,
     S3Store,
@@ -461,7 +461,7 @@ def test_a_delete_during_a_puts_directory_fsyncs_cannot_remove_what_it_made(
 ) -> None:
     """A put that makes ``runs/`` and the run's directory fsyncs their parents only once both
     exist: a concurrent delete that prunes empty directories finds ``runs/`` in use."""
-    from raygents import filestore as store_module
+    from raygents.stores import file as store_module
 
     store = FileStore(tmp_path / "s")
     runs = tmp_path / "s" / "runs"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from s3_server import LocalS3, MotoServer, local_s3
 
-from raygents.codec import DEFAULT_MAX_BYTES
 from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
-from raygents.store import FileStore, MemoryStore, S3Store, Store, open_store
+from raygents.records.codec import DEFAULT_MAX_BYTES
+from raygents.stores.open import FileStore, MemoryStore, S3Store, Store, open_store
 
 # --- links ----------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 from fakes import FakeHandle
 
 from raygents.errors import CANCEL
-from raygents.runtime.drive import SuspendToken
+from raygents.runtime.link.drive import SuspendToken
 
 
 class _Actor:

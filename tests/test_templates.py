@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import raygents as rg
-from raygents.templates import load_template, render, template_instructions
+from raygents.agents.templates import load_template, render, template_instructions
 
 
 def test_the_shipped_template_renders_with_the_run_context() -> None:

@@ -1,4 +1,5 @@
-"""What a tool task runs in its worker (``raygents.runtime.worker``), called in this process."""
+"""What a tool task runs in its worker (``raygents.runtime.worker.worker``), called in this
+process."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.runtime import wire
-from raygents.runtime.tasks import task_body
-from raygents.runtime.worker import TaskReport
+from raygents.runtime.link import wire
+from raygents.runtime.worker.tasks import task_body
+from raygents.runtime.worker.worker import TaskReport
 
 CTX = rg.ToolContext("run-1", "call-1", "t", "agent")
 

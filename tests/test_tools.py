@@ -12,11 +12,11 @@ from pydantic import BaseModel, Field
 from ray import cloudpickle
 
 import raygents as rg
-from raygents.agent import agent_graph
-from raygents.mcp import MCPServerStdio
-from raygents.params import parse_docstring
-from raygents.schema import strict_schema, type_schema
-from raygents.tools import AgentTool, to_tool_result
+from raygents.agents.agent import agent_graph
+from raygents.agents.params import parse_docstring
+from raygents.agents.tools import AgentTool, to_tool_result
+from raygents.core.schema import strict_schema, type_schema
+from raygents.integrations.mcp import MCPServerStdio
 
 CTX = rg.ToolContext(run_id="r", call_id="c", tool_name="t", agent_name="a")
 

@@ -24,13 +24,13 @@ from pydantic import BaseModel
 from ray import cloudpickle
 
 import raygents as rg
-from raygents import corrections, loop
-from raygents.envelope import RunState
+from raygents.agents.checks import parameters_problem
+from raygents.agents.tools import Tool, ToolContext, ToolResult
+from raygents.core import corrections, loop
+from raygents.core.envelope import RunState
+from raygents.core.messages import Message, ToolSpec
 from raygents.errors import ToolNotFound, UserError
-from raygents.messages import Message, ToolSpec
 from raygents.testing import call
-from raygents.toolchecks import parameters_problem
-from raygents.tools import Tool, ToolContext, ToolResult
 
 PACKAGE = Path(rg.__file__).parent
 
@@ -319,7 +319,7 @@ HOSTILE_NAMES = [
     "exec",
     "builtins.exec",
     "subprocess.run",
-    "raygents.tools.tool",
+    "raygents.agents.tools.tool",
     "importlib.import_module",
     "__builtins__",
     "getattr",
@@ -402,13 +402,13 @@ DYNAMIC = {
 """Callables that look names up or run code at run time."""
 
 DISPATCH = {
-    "loop.py": ("plan_tools", "_check_call", "step_result", "pending_batch", "gate"),
-    "corrections.py": ("parse_arguments", "argument_error", "schema_error"),
-    "runtime/toolcalls.py": ("run_step", "needs_approval", "run_batch"),
-    "runtime/toolbox.py": ("tools", "resolve_tools"),
-    "runtime/tasks.py": ("run_tool", "remote_tool", "task_body", "submit_tool"),
-    "runtime/worker.py": ("function_task", "tool_task", "_task"),
-    "mcp.py": ("execute", "call_tool"),
+    "core/loop.py": ("plan_tools", "_check_call", "step_result", "pending_batch", "gate"),
+    "core/corrections.py": ("parse_arguments", "argument_error", "schema_error"),
+    "runtime/actor/toolcalls.py": ("run_step", "needs_approval", "run_batch"),
+    "runtime/actor/toolbox.py": ("tools", "resolve_tools"),
+    "runtime/worker/tasks.py": ("run_tool", "remote_tool", "task_body", "submit_tool"),
+    "runtime/worker/worker.py": ("function_task", "tool_task", "_task"),
+    "integrations/mcp.py": ("execute", "call_tool"),
 }
 """The functions a tool call goes through, from the model's reply to the tool's code."""
 
@@ -440,17 +440,25 @@ def test_calls_are_dispatched_through_dicts_of_registered_tools() -> None:
     MCP servers' tools)."""
     tables = {"specs", "view.handoffs", "tools"}
     found: dict[str, set[str]] = {}
-    modules = ("loop.py", "runtime/actor.py", "runtime/toolcalls.py", "runtime/toolbox.py")
-    for module in (*modules, "runtime/tasks.py", "runtime/children.py"):
+    modules = (
+        "core/loop.py",
+        "runtime/actor/actor.py",
+        "runtime/actor/toolcalls.py",
+        "runtime/actor/toolbox.py",
+    )
+    for module in (*modules, "runtime/worker/tasks.py", "runtime/actor/children.py"):
         tree = ast.parse((PACKAGE / module).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Subscript) and ast.unparse(node.slice).endswith("call.name"):
                 found.setdefault(module, set()).add(ast.unparse(node.value))
-    assert found.get("loop.py", set()) <= tables and "specs" in found["loop.py"]
-    assert found.get("runtime/toolcalls.py", set()) <= tables and found["runtime/toolcalls.py"]
-    assert set(found) <= {"loop.py", "runtime/toolcalls.py"}
+    assert found.get("core/loop.py", set()) <= tables and "specs" in found["core/loop.py"]
+    assert (
+        found.get("runtime/actor/toolcalls.py", set()) <= tables
+        and found["runtime/actor/toolcalls.py"]
+    )
+    assert set(found) <= {"core/loop.py", "runtime/actor/toolcalls.py"}
 
-    loop_fns = _functions(PACKAGE / "loop.py")
+    loop_fns = _functions(PACKAGE / "core/loop.py")
     specs = [
         n
         for n in ast.walk(loop_fns["plan_tools"])
@@ -458,12 +466,12 @@ def test_calls_are_dispatched_through_dicts_of_registered_tools() -> None:
     ]
     assert [ast.unparse(n.value) for n in specs] == ["{t.name: t for t in view.tools}"]
 
-    toolbox = _functions(PACKAGE / "runtime/toolbox.py")
+    toolbox = _functions(PACKAGE / "runtime/actor/toolbox.py")
     assert "return self._tools" in ast.unparse(toolbox["tools"])
     resolve = ast.unparse(toolbox["resolve_tools"])
     assert "tools = {t.name: t for _, t in sources}" in resolve
     assert "self._tools = tools" in resolve
-    calls = _functions(PACKAGE / "runtime/toolcalls.py")
+    calls = _functions(PACKAGE / "runtime/actor/toolcalls.py")
     for name in ("needs_approval", "run_step"):
         assert "tools = self.toolbox.tools()" in ast.unparse(calls[name])
 
@@ -490,9 +498,10 @@ class Stalled(Tool):
 
 @pytest.mark.parametrize("t", [stall, Stalled()], ids=["function", "custom"])
 async def test_a_tool_that_runs_in_the_actor_honours_its_timeout(t: Tool) -> None:
-    """As a remote tool's ``timeout_s`` does (raygents.runtime.tasks.run_tool), with its text."""
-    from raygents.envelope import Envelope
-    from raygents.runtime.actor import AgentActor
+    """As a remote tool's ``timeout_s`` does (raygents.runtime.worker.tasks.run_tool), with its
+    text."""
+    from raygents.core.envelope import Envelope
+    from raygents.runtime.actor.actor import AgentActor
 
     agent = rg.Agent("host", model=rg.testing.ScriptedModel([]), tools=[t])
     actor = AgentActor({"host": agent}, "host", "fp", "ns")
@@ -511,7 +520,7 @@ async def test_a_tool_that_runs_in_the_actor_honours_its_timeout(t: Tool) -> Non
 async def test_an_agent_with_unusable_parameters_fails_when_its_view_is_built() -> None:
     """The actor builds the tool specs the model sees; a tool it cannot offer fails the run
     there with the UserError (the actor stores it as the run's error)."""
-    from raygents.runtime.actor import AgentActor
+    from raygents.runtime.actor.actor import AgentActor
 
     bad = HandWritten({"type": "object", "properties": {"x": {"pattern": "(["}}})
     agent = rg.Agent("host", model=rg.testing.ScriptedModel([]), tools=[bad])

@@ -17,17 +17,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import raygents as rg
-from raygents import checkpoint, tracing
-from raygents.envelope import Envelope, Outcome, RunState, TraceContext
-from raygents.messages import to_messages
-from raygents.runtime import wire
-from raygents.runtime.actor import AgentActor
-from raygents.runtime.mailbox import unpack
-from raygents.runtime.settings import Settings
-from raygents.runtime.tasks import task_body
+from raygents.agents.tools import ToolContext
+from raygents.core.envelope import Envelope, Outcome, RunState, TraceContext
+from raygents.core.messages import to_messages
+from raygents.records import checkpoint
+from raygents.runtime.actor.actor import AgentActor
+from raygents.runtime.link import wire
+from raygents.runtime.link.mailbox import unpack
+from raygents.runtime.link.settings import Settings
+from raygents.runtime.worker.tasks import task_body
+from raygents.telemetry import otel, tracing
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
-from raygents.tools import ToolContext
-from raygents.tracing import otel
 
 
 @pytest.fixture
@@ -87,9 +87,9 @@ def test_without_opentelemetry_raygents_runs_untraced() -> None:
         "        if name.split('.')[0] == 'opentelemetry':\n"
         "            raise ImportError('blocked: ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import raygents, raygents.runtime.actor\n"
-        "from raygents import tracing\n"
-        "from raygents.envelope import RunState\n"
+        "import raygents, raygents.runtime.actor.actor\n"
+        "from raygents.telemetry import tracing\n"
+        "from raygents.core.envelope import RunState\n"
         "state = RunState(run_id='r', agent_name='a')\n"
         "assert tracing.bind(state) is state\n"
         "assert tracing.tracer() is None\n"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from ray import cloudpickle
 
-from raygents.runtime import wire
-from raygents.tools import ToolContext, ToolResult
+from raygents.agents.tools import ToolContext, ToolResult
+from raygents.runtime.link import wire
 
 
 def test_raygents_types_go_through_the_standard_pickler() -> None:

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from fakes import FakeHandle
 
-from raygents import checkpoint
-from raygents.envelope import Outcome, RunState
+from raygents.agents.tools import ToolResult
+from raygents.core.envelope import Outcome, RunState
+from raygents.core.messages import Message
 from raygents.errors import CheckpointError
-from raygents.messages import Message
-from raygents.runtime import reports as reports_module
-from raygents.runtime import writer as writer_module
-from raygents.runtime.directory import Directory
-from raygents.runtime.settings import Settings
-from raygents.runtime.writer import RecordWriter
-from raygents.store import FileStore, Store, open_store
-from raygents.tools import ToolResult
+from raygents.records import checkpoint
+from raygents.runtime.actor import reports as reports_module
+from raygents.runtime.actor import writer as writer_module
+from raygents.runtime.actor.writer import RecordWriter
+from raygents.runtime.link.directory import Directory
+from raygents.runtime.link.settings import Settings
+from raygents.stores.open import FileStore, Store, open_store
 
 
 class _Coordinator:
@@ -394,11 +394,11 @@ async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(
     store it does not write): a coordinator that crashed before its clean-up rebuilds the run
     as completed, and never runs it again."""
     import raygents as rg
-    from raygents.envelope import Envelope
+    from raygents.core.envelope import Envelope
     from raygents.errors import UserError
-    from raygents.runtime.actor import AgentActor
-    from raygents.runtime.coordinator import Coordinator
-    from raygents.runtime.drive import SuspendToken
+    from raygents.runtime.actor.actor import AgentActor
+    from raygents.runtime.coordinator.coordinator import Coordinator
+    from raygents.runtime.link.drive import SuspendToken
     from raygents.testing import ScriptedModel, calls, text
 
     @rg.tool(remote=False)
@@ -434,7 +434,7 @@ async def test_a_completed_runs_marker_is_stored_before_its_outcome_leaves(
     info, result = await rebuilt.wait("r1")
     assert info is not None and result["final_output"] == "X"  # the marker kept it
     # the coordinator that did not crash learns the end: its clean-up keeps the marker found
-    from raygents.runtime.runinfo import RunInfo, RunSummary
+    from raygents.records.runinfo import RunInfo, RunSummary
 
     summary = RunSummary(
         final_output="X", messages=(), usage=None, turns=outcome.state.turns, agent_name="marking"

@@ -69,8 +69,8 @@ def _mark_worker() -> None:
     import os
     import time
 
-    from raygents.runtime import outbox
-    from raygents.runtime.writer import RecordWriter
+    from raygents.runtime.actor import outbox
+    from raygents.runtime.actor.writer import RecordWriter
     from raygents.testing import FunctionModel
 
     path = os.path.join(os.environ["RG_PHASES_DIR"], f"{os.getpid()}.log")
@@ -205,7 +205,8 @@ def main() -> None:
     import ray
 
     import raygents as rg
-    from raygents.runtime import mailbox, runs
+    from raygents.runtime.driver import runs
+    from raygents.runtime.link import mailbox
 
     folder = tempfile.mkdtemp(prefix="rg-phases-")
     machine.init_raygents(

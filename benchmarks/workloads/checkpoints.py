@@ -73,7 +73,7 @@ def _breakdown(path: str, parts: dict[str, int]) -> None:
     """Where a record's bytes go: new messages, run state, the tool journal inside it."""
     import msgpack
 
-    from raygents import checkpoint
+    from raygents.records import checkpoint
 
     with open(path, "rb") as f:
         record = checkpoint.decode(f.read())
@@ -93,7 +93,7 @@ def _store_url(store: str, mode: str, tmp: str, moto: machine.Moto) -> str:
 
 
 def _put_micro(tmp: str, moto: machine.Moto, n: int) -> dict[str, Any]:
-    from raygents.store import open_store
+    from raygents.stores.open import open_store
 
     urls = {
         "memory": "memory://micro",
@@ -136,9 +136,9 @@ def _kept_put_micro(
 ) -> dict[str, Any]:
     """Build, encode and put the marker of ``result`` (a completed run's) ``n`` times per
     store, as an agent actor does when the run completes."""
-    from raygents import codec
-    from raygents.runtime.runinfo import RunInfo, RunSummary, done_marker
-    from raygents.store import open_store
+    from raygents.records import codec
+    from raygents.records.runinfo import RunInfo, RunSummary, done_marker
+    from raygents.stores.open import open_store
 
     summary = RunSummary(
         final_output=result.output_text,
@@ -200,7 +200,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             max_turns=turns + 5,
         )
 
-        from raygents.runtime import client
+        from raygents.runtime.driver import client
 
         runtimes: dict[tuple[str, str], Any] = {}
 

@@ -39,7 +39,7 @@ def _reporter_class() -> Any:
         """Drives batches of synthetic runs through the coordinator."""
 
         def __init__(self, namespace: str, index: int) -> None:
-            from raygents.runtime.client import COORDINATOR_NAME
+            from raygents.runtime.driver.client import COORDINATOR_NAME
 
             self.coordinator = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
             self.index = index
@@ -47,7 +47,7 @@ def _reporter_class() -> Any:
 
         def batches(self, count: int) -> list[float]:
             """Drive ``count`` batches; the wall time of each (claims, reports, ends)."""
-            from raygents.runtime.runinfo import RunInfo
+            from raygents.records.runinfo import RunInfo
 
             took = []
             data = b"r" * RECORD_BYTES
@@ -90,7 +90,7 @@ def _coordinator_process(namespace: str) -> Any:
     import psutil
     import ray
 
-    from raygents.runtime.client import COORDINATOR_NAME
+    from raygents.runtime.driver.client import COORDINATOR_NAME
 
     coordinator = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
     return psutil.Process(ray.get(coordinator.__ray_call__.remote(lambda _self: os.getpid())))

@@ -101,8 +101,8 @@ def _drop_exporter(tmp: str) -> dict[str, str]:
 def _span_turns(on: bool, turns: int, k: int) -> tuple[list[float], list[float]]:
     """Seconds per turn of the spans an agent actor makes with ``k`` tool calls a turn, and
     per tool task of its worker's span, tracing ``on`` or off."""
-    from raygents import tracing
-    from raygents.envelope import RunState
+    from raygents.core.envelope import RunState
+    from raygents.telemetry import tracing
     from raygents.testing import text
 
     if on:
@@ -112,7 +112,7 @@ def _span_turns(on: bool, turns: int, k: int) -> tuple[list[float], list[float]]
             SpanExportResult,
         )
 
-        from raygents.tracing import otel
+        from raygents.telemetry import otel
 
         class DropExporter(SpanExporter):
             def export(self, spans: Any) -> SpanExportResult:
@@ -157,7 +157,7 @@ def _phase(rg: Any, tmp: str, phase: int, env: dict[str, str], reps: int) -> dic
     import ray
     from opentelemetry.sdk.trace.sampling import Decision, TraceIdRatioBased
 
-    from raygents.tracing.otel import run_ids
+    from raygents.telemetry.otel import run_ids
 
     ratio = TraceIdRatioBased(0.5)
 

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from raygents.core.messages import ModelRequest, ModelResponse, ModelSettingsData
 from raygents.errors import PayloadTooLarge
-from raygents.messages import ModelRequest, ModelResponse, ModelSettingsData
 
 __all__ = ["Model", "ModelSettings", "StreamingModel", "check_response", "resolve_model"]
 

@@ -10,8 +10,8 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from raygents.errors import ModelError
-from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
 __all__ = ["FunctionModel", "apply_step", "call", "calls", "stream_text", "text"]
 

@@ -18,9 +18,7 @@ from urllib.parse import parse_qsl, unquote
 
 import openai
 
-from raygents import ratelimit
-from raygents.errors import ModelError, UserError
-from raygents.messages import (
+from raygents.core.messages import (
     FinishReason,
     Message,
     ModelRequest,
@@ -29,6 +27,8 @@ from raygents.messages import (
     ToolSpec,
     Usage,
 )
+from raygents.errors import ModelError, UserError
+from raygents.models import ratelimit
 
 if TYPE_CHECKING:
     import httpx2

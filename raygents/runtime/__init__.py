@@ -8,7 +8,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    # Modules load on first use, as attributes too (``raygents.runtime.client``): a Ray
+    # Modules load on first use, as attributes too (``raygents.runtime.driver.client``): a Ray
     # worker that runs tool tasks needs only ``tasks``.
     if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         return importlib.import_module(f"{__name__}.{name}")

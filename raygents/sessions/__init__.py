@@ -13,7 +13,7 @@ that suspended keeps what another run saved meanwhile; see :class:`Session`), el
 - :class:`StoreSession`: durable in a checkpoint store (``file://``, ``s3://``).
 
 Messages are stored as JSON-mode dicts (``Message.model_dump(mode="json")``), checked to load
-back as :class:`~raygents.messages.Message` before they are stored; text that is not valid
+back as :class:`~raygents.core.messages.Message` before they are stored; text that is not valid
 UTF-8 (lone surrogates) is stored with U+FFFD in its place, and found so in stored data it is
 replaced with a warning. Session ids follow the store's key-segment rules everywhere, so a
 conversation can move between implementations.

@@ -12,9 +12,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError
 
+from raygents.core.messages import Message
 from raygents.errors import RaygentsError, UserError
 from raygents.ids import validate_id
-from raygents.messages import Message
 
 __all__ = [
     "Session",

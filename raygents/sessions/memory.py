@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from raygents.messages import Message
+from raygents.core.messages import Message
 from raygents.sessions.base import (
     build_messages,
     check_input_len,

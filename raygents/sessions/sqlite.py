@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from raygents.core.messages import Message
 from raygents.errors import RaygentsError, UserError
-from raygents.messages import Message
 from raygents.sessions.base import (
     build_messages,
     check_input_len,

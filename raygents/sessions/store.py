@@ -7,9 +7,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from raygents import codec
+from raygents.core.messages import Message
 from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
-from raygents.messages import Message
+from raygents.records import codec
 from raygents.sessions.base import (
     build_messages,
     check_input_len,
@@ -17,7 +17,7 @@ from raygents.sessions.base import (
     merge_save,
     validate_session_id,
 )
-from raygents.store import Store, default_store_url, open_store
+from raygents.stores.open import Store, default_store_url, open_store
 
 __all__ = ["StoreSession"]
 
@@ -39,7 +39,7 @@ class StoreSession:
     and concurrent runs' saves (``save_run``) all keep their messages.
 
     Args:
-        url: the store; ``$RAYGENTS_STORE`` or :func:`~raygents.store.default_store_url` by
+        url: the store; ``$RAYGENTS_STORE`` or :func:`~raygents.stores.open.default_store_url` by
             default, resolved on first use or when the session is pickled, so a copy sent to
             Ray workers uses the store the sending process chose. ``memory://`` is per process.
         key: an HMAC key for the frames; ``$RAYGENTS_CHECKPOINT_KEY`` (read where used) by

@@ -59,7 +59,7 @@ def apply_effect_once(path: str, key: str) -> None:
 
 def agent_actor(name: str) -> Any:
     """The (first) actor serving agent ``name`` in the current namespace."""
-    namespace = rg.runtime.client.current().namespace
+    namespace = rg.runtime.driver.client.current().namespace
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] == namespace and entry["name"].startswith(f"agent:{name}@"):
             return ray.get_actor(entry["name"], namespace=namespace)

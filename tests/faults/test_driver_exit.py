@@ -155,7 +155,7 @@ def test_a_drivers_runs_go_on_when_the_driver_that_created_the_coordinator_exits
     driver's next call finds the coordinator's name free and creates a new one, its own run in
     flight is recovered from its checkpoint, with no Ray error in sight, and the run of the
     driver that exited is left resumable."""
-    from raygents.runtime import client
+    from raygents.runtime.driver import client
 
     creator, namespace, store, held = start_driver(tmp_path, "hold")
     assert creator.stdin is not None

@@ -140,7 +140,7 @@ def test_a_stopped_actor_is_replaced_and_fenced(ledger: Ledger, faulty: str) -> 
     def left() -> list[str]:
         return [name for name in names() if not name.startswith("done.")]
 
-    if rg.runtime.client.current().settings.durability == "exit":
+    if rg.runtime.driver.client.current().settings.durability == "exit":
         wait_for(lambda: 2 in ledger.starts().values(), 30)  # the revived copy's payment
         assert set(ledger.effects().values()) == {1}
     time.sleep(3)

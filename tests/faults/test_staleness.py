@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.runtime import directory
-from raygents.runtime.handles import actor_key
+from raygents.runtime.link import directory
+from raygents.runtime.link.handles import actor_key
 from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("faulty")

@@ -16,7 +16,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from raygents.codec import FORMAT_VERSION, encode  # noqa: E402
+from raygents.records.codec import FORMAT_VERSION, encode  # noqa: E402
 
 GOLDEN_KEY = b"raygents-golden-hmac-key-0123456"
 

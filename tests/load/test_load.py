@@ -35,7 +35,7 @@ def agent(name: str, model: rg.Model | None = None, **tool: float) -> rg.Agent:
 
 def named_actors() -> list[str]:
     """The named actors of raygents' namespace (its coordinator and agent actors)."""
-    namespace = rg.runtime.client.current().namespace
+    namespace = rg.runtime.driver.client.current().namespace
     return [
         entry["name"]
         for entry in ray.util.list_named_actors(all_namespaces=True)

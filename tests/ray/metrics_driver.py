@@ -70,7 +70,7 @@ def _agent() -> rg.Agent:
 
 
 def _kill_agent_actor() -> None:
-    namespace = rg.runtime.client.current().namespace
+    namespace = rg.runtime.driver.client.current().namespace
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] == namespace and entry["name"].startswith("agent:metered@"):
             actor = ray.get_actor(entry["name"], namespace=namespace)

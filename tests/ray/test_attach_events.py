@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import raygents as rg
-from raygents.events import RunEvent
-from raygents.messages import Message, ToolCall
+from raygents.agents.tools import ToolResult
+from raygents.core.events import RunEvent
+from raygents.core.messages import Message, ToolCall
 from raygents.testing import FunctionModel, call, calls, text
-from raygents.tools import ToolResult
 
 pytestmark = pytest.mark.usefixtures("rt")
 
@@ -57,7 +57,7 @@ def _interrupted_run(agent: rg.Agent, *, finish: bool = False) -> str:
         del resumed
     del handle
     gc.collect()
-    from raygents.runtime.client import current
+    from raygents.runtime.driver.client import current
 
     assert current().handles.get(run_id) is None, "this driver still holds the run's handle"
     return run_id
@@ -109,7 +109,7 @@ def test_attach_replays_a_completed_run_then_its_complete_event() -> None:
 
 
 def test_history_events_follow_handoffs_and_take_results_from_the_journal() -> None:
-    from raygents.runtime.attach import _HistoryReplay
+    from raygents.runtime.driver.attach import _HistoryReplay
 
     messages = [
         Message("user", "hi"),
@@ -168,7 +168,7 @@ def test_attach_to_a_running_run_replays_its_past_then_what_it_recorded_until_it
         seen.append(event.type)
         if event.type == "tool_start" and event.call_id == "c_2":
             break
-    from raygents.runtime.client import current
+    from raygents.runtime.driver.client import current
 
     current().handles.pop(own.run_id)  # as if another driver attached: no handle here
     attached = rg.attach(own.run_id)

@@ -40,7 +40,7 @@ def _interrupted_run(agent: rg.Agent) -> str:
     run_id = handle.run_id
     del handle
     gc.collect()
-    from raygents.runtime.client import current
+    from raygents.runtime.driver.client import current
 
     assert current().handles.get(run_id) is None, "this driver still holds the run's handle"
     return run_id
@@ -79,7 +79,7 @@ def file_store(tmp_path: Path) -> Iterator[str]:
 def test_attach_reads_the_pending_calls_from_the_store_after_a_coordinator_restart(
     file_store: str,
 ) -> None:
-    from raygents.runtime.client import current
+    from raygents.runtime.driver.client import current
 
     agent = _agent()
     run_id = _interrupted_run(agent)

@@ -82,7 +82,7 @@ def test_inputs_are_read_lazily_with_at_most_concurrency_in_flight() -> None:
 
 
 def test_items_started_together_are_claimed_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    from raygents.runtime.coordinator_client import CoordinatorClient
+    from raygents.runtime.link.coordinator_client import CoordinatorClient
 
     groups: list[list[str]] = []
     single = []
@@ -111,7 +111,7 @@ def test_items_started_together_are_claimed_in_one_call(monkeypatch: pytest.Monk
 
 
 def test_a_run_id_running_in_this_driver_is_refused_before_its_claim(tmp_path: Path) -> None:
-    from raygents.runtime.runs import start_each
+    from raygents.runtime.driver.runs import start_each
 
     gate = tmp_path / "open"
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 import ray
 
-from raygents.runtime.liveness import Beater
+from raygents.runtime.link.liveness import Beater
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.messages import ModelRequest, ModelResponse
+from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.testing import ScriptedModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")

@@ -15,7 +15,7 @@ import ray
 
 import raygents as rg
 from raygents.errors import CANCEL
-from raygents.runtime.client import current
+from raygents.runtime.driver.client import current
 from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")

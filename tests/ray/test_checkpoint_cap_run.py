@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import raygents as rg
-from raygents import checkpoint
 from raygents.errors import MAX_PAYLOAD_BYTES, CheckpointError, PayloadTooLarge
+from raygents.records import checkpoint
 from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")

@@ -1,4 +1,4 @@
-"""``raygents.cli.main`` called in a process that already uses Ray (a test, a notebook): a
+"""``raygents.cli.main.main`` called in a process that already uses Ray (a test, a notebook): a
 command that cannot join its cluster leaves that process's Ray and raygents as they were."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import ray
 
 import raygents as rg
-from raygents.cli import main
+from raygents.cli.main import main
 from raygents.testing import FunctionModel, text
 
 

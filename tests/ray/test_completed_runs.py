@@ -11,7 +11,7 @@ import pytest
 import ray.exceptions
 
 import raygents as rg
-from raygents.runtime import client
+from raygents.runtime.driver import client
 from raygents.testing import ScriptedModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")

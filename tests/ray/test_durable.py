@@ -14,7 +14,7 @@ import pytest
 import ray
 
 import raygents as rg
-from raygents.runtime.children import child_run_id
+from raygents.runtime.actor.children import child_run_id
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")
@@ -134,7 +134,7 @@ def test_a_run_suspended_after_a_handoff_resumes_at_the_target(store: str, tmp_p
 def test_a_run_resumed_at_once_is_running_in_the_run_table(store: str) -> None:
     """The suspended run's end travels to the coordinator in a batch; a resume right after
     must not be overtaken by it (the table would say suspended while the run runs)."""
-    from raygents.runtime import client
+    from raygents.runtime.driver import client
 
     slow = FunctionModel(lambda req: text("late"), latency_s=0.8)
     agent = rg.Agent("resumed_at_once", model=slow)
@@ -432,7 +432,7 @@ def test_the_checkpointed_turn_limit_wins_over_the_live_agent(store: str) -> Non
 
 
 def test_corrupt_and_truncated_checkpoints_are_refused(store: str) -> None:
-    from raygents.runtime import client
+    from raygents.runtime.driver import client
 
     agent = rg.Agent("fragile_ckpt", model=ScriptedModel([text("never")]))
     handle = rg.start(agent, "x")
@@ -497,7 +497,7 @@ def test_a_run_keeps_going_while_its_coordinator_restarts(store: str, tmp_path: 
     next(e for e in events if e.type == "checkpoint")  # the first batch's results are durable
     next(e for e in events if e.type == "tool_start")  # the second tool is in flight
     coordinator = ray.get_actor(
-        "raygents:coordinator", namespace=rg.runtime.client.current().namespace
+        "raygents:coordinator", namespace=rg.runtime.driver.client.current().namespace
     )
     ray.kill(coordinator, no_restart=False)  # its agent actors are not its: they go on
     result = handle.result(timeout_s=120)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import raygents as rg
-from raygents import checkpoint
+from raygents.records import checkpoint
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 

@@ -77,7 +77,7 @@ def test_idle_tool_workers_stay_warm(tmp_path: Path) -> None:
 def test_local_instance_asks_for_workers_a_few_at_a_time(
     cpus: int, soft_limit: int, leases: int
 ) -> None:
-    from raygents.runtime.startup import local_defaults
+    from raygents.runtime.driver.startup import local_defaults
 
     got = local_defaults({"num_cpus": cpus, "include_dashboard": False})
     assert got["num_cpus"] == cpus and got["include_dashboard"] is False
@@ -89,7 +89,7 @@ def test_local_instance_asks_for_workers_a_few_at_a_time(
 
 @pytest.mark.timeout(10)
 def test_settings_given_to_init_win_over_local_defaults() -> None:
-    from raygents.runtime.startup import local_defaults
+    from raygents.runtime.driver.startup import local_defaults
 
     mine = {"max_pending_lease_requests_per_scheduling_category": 4, "x": 1}
     got = local_defaults({"num_cpus": 2, "_system_config": mine})

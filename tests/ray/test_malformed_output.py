@@ -9,7 +9,7 @@ import time
 import pytest
 
 import raygents as rg
-from raygents.messages import ModelRequest, ModelResponse
+from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import raygents as rg
-from raygents.data import map_agent
+from raygents.integrations.ray_data import map_agent
 from raygents.testing import FunctionModel, text
 
 pytestmark = pytest.mark.usefixtures("rt")

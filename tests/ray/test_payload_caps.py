@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.envelope import RunState
+from raygents.agents.tools import FunctionTool
+from raygents.core.envelope import RunState
+from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall
 from raygents.errors import MAX_PAYLOAD_BYTES, PayloadTooLarge
-from raygents.messages import Message, ModelRequest, ModelResponse, ToolCall
-from raygents.runtime import wire
-from raygents.runtime.modelcall import call_model
-from raygents.runtime.tasks import remote_tool, run_tool, task_body
-from raygents.runtime.worker import TaskReport
+from raygents.runtime.actor.modelcall import call_model
+from raygents.runtime.link import wire
+from raygents.runtime.worker.tasks import remote_tool, run_tool, task_body
+from raygents.runtime.worker.worker import TaskReport
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
-from raygents.tools import FunctionTool
 
 RESULT_CAP = MAX_PAYLOAD_BYTES["tool result"]
 OUTPUT_CAP = MAX_PAYLOAD_BYTES["model output"]
@@ -191,7 +191,7 @@ def no_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse() -> None:
         raise _Started
 
-    monkeypatch.setattr("raygents.runtime.runs.current", refuse)
+    monkeypatch.setattr("raygents.runtime.driver.runs.current", refuse)
 
 
 def quiet_agent() -> rg.Agent:

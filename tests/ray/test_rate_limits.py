@@ -13,7 +13,7 @@ from openai_server import FakeOpenAIServer, Reply
 from rate_server import ServerProcess
 
 import raygents as rg
-from raygents.runtime.gates import LIMITER_NAME
+from raygents.runtime.actor.gates import LIMITER_NAME
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -13,8 +13,8 @@ import ray
 from pydantic import BaseModel, field_validator
 
 import raygents as rg
-from raygents.runtime.handles import actor_key
-from raygents.runtime.settings import Settings
+from raygents.runtime.link.handles import actor_key
+from raygents.runtime.link.settings import Settings
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")
@@ -479,7 +479,7 @@ def collector() -> dict:
 
 
 def test_agent_actors_tune_their_garbage_collector() -> None:
-    from raygents.runtime.process import GC_FIRST_THRESHOLD
+    from raygents.runtime.link.process import GC_FIRST_THRESHOLD
 
     def model(req: rg.ModelRequest) -> rg.ModelResponse:
         last = req.messages[-1]
@@ -579,7 +579,7 @@ def test_shutdown_then_init_in_the_same_namespace_gets_a_working_coordinator() -
 
 def test_a_runtime_that_found_the_coordinator_leaves_it_running() -> None:
     """Only the runtime that created a (non-detached) coordinator removes it."""
-    from raygents.runtime import client
+    from raygents.runtime.driver import client
 
     rt = client.current()
     assert rt.created
@@ -593,7 +593,7 @@ def test_a_runtime_that_found_the_coordinator_leaves_it_running() -> None:
 def test_the_run_table_shows_this_drivers_runs_as_soon_as_their_results_are_in() -> None:
     """Claims and ends of runs travel to the coordinator in small batches; reading the run
     table sends this driver's pending ones first."""
-    from raygents.runtime import client
+    from raygents.runtime.driver import client
 
     agent = rg.Agent("tabled", model=FunctionModel(lambda req: text("ok"), latency_s=0.05))
     handles = [rg.start(agent, f"run {i}") for i in range(8)]
@@ -611,7 +611,7 @@ def test_a_driver_keeps_ended_runs_only_while_their_handles_are_in_use() -> None
     handle goes once nobody references it; attach() then asks the coordinator."""
     import gc
 
-    from raygents.runtime import client
+    from raygents.runtime.driver import client
 
     agent = rg.Agent("forgotten", model=FunctionModel(lambda req: text("ok"), latency_s=0.02))
     kept = rg.start(agent, "keep me")
@@ -633,7 +633,7 @@ def test_a_coordinator_gone_for_good_is_replaced_by_the_next_call() -> None:
     """A coordinator killed for good (as its creator's exit does to it) gives its name up; the
     driver's next call, whatever it is, creates a new one, which rebuilds the run table from
     the store."""
-    from raygents.runtime import client
+    from raygents.runtime.driver import client
 
     namespace = f"gone-{os.urandom(3).hex()}"
     rg.shutdown()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import raygents as rg
-from raygents.messages import ModelRequest, ModelResponse
+from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.sessions import SQLiteSession
 from raygents.testing import FunctionModel, calls, text
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from raygents.messages import Message, ToolCall
+from raygents.core.messages import Message, ToolCall
 from raygents.sessions import (
     MemorySession,
     SQLiteSession,

@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from raygents.tracing.otel import run_ids
+from raygents.telemetry.otel import run_ids
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -70,7 +70,7 @@ STEPPER = rg.Agent("stepper", tools=[step], model=FunctionModel(_stepper, latenc
 
 
 def _agent_actor(name: str) -> Any:
-    namespace = rg.runtime.client.current().namespace
+    namespace = rg.runtime.driver.client.current().namespace
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] == namespace and entry["name"].startswith(f"agent:{name}@"):
             return ray.get_actor(entry["name"], namespace=namespace)

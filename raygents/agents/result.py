@@ -1,0 +1,131 @@
+"""Results of a completed run, and the parsing of a final output into its type."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from raygents.core.messages import Message, Usage
+from raygents.errors import OutputValidationError
+
+if TYPE_CHECKING:
+    from raygents.agents.agent import Agent
+
+__all__ = ["RunResult", "TypedResult", "is_typed", "parse_output"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A completed run.
+
+    Attributes:
+        run_id: the run's id.
+        final_output: the final output: an instance of the last agent's ``output_type``
+            (parsed and validated in the driver), or the final text for an agent without one
+            (or with ``output_type=str``).
+        messages: the whole conversation without the system prompt.
+        usage: tokens used, agent-as-tool children included.
+        turns: model calls made by the run's own agents.
+        last_agent: the agent that produced the final output.
+        output_text: the final output as the model wrote it (JSON text for structured output).
+        input_count: how many of ``messages`` the run started with (its input, session history
+            included); a handoff ``input_filter`` that rewrote the history changes it.
+    """
+
+    run_id: str
+    final_output: Any
+    messages: tuple[Message, ...]
+    usage: Usage
+    turns: int
+    last_agent: Agent
+    output_text: str = ""
+    input_count: int = 0
+
+    def final_message(self) -> Message:
+        """The last message of the conversation (whatever its role)."""
+        return self.messages[-1] if self.messages else Message("assistant", "")
+
+    @property
+    def new_items(self) -> tuple[Message, ...]:
+        """The messages the run added to its input: model replies, tool results."""
+        return self.messages[self.input_count :]
+
+    def to_input_list(self) -> list[dict[str, Any]]:
+        """The conversation as Chat Completions dicts, ready to be the next run's input."""
+        return [m.to_openai() for m in self.messages]
+
+    def final_output_as(self, cls: type[T], raise_if_incorrect_type: bool = False) -> T:
+        """The final output as ``cls``.
+
+        An output that already is a ``cls`` is returned as is; ``str`` gives the text; a text
+        output (an untyped agent's, or an attached run's) is parsed into ``cls``. Any other
+        output is returned unchanged, or refused when ``raise_if_incorrect_type`` is set.
+
+        Raises:
+            OutputValidationError: the text does not parse into ``cls``.
+            TypeError: ``raise_if_incorrect_type`` is set and the output is another type.
+        """
+        value = self.final_output
+        if cls is str:
+            return cast(T, value if isinstance(value, str) else self.output_text)
+        if isinstance(value, str) and not _is_instance(value, cls):
+            return cast(T, parse_output(value, cls, run_id=self.run_id))
+        if raise_if_incorrect_type and not _is_instance(value, cls):
+            raise TypeError(f"final output is a {type(value).__name__}, not {cls!r}")
+        return cast(T, value)
+
+
+def _is_instance(value: Any, cls: Any) -> bool:
+    try:
+        return isinstance(value, cls)
+    except TypeError:  # (a typing form such as list[int]: never a str)
+        return not isinstance(value, str)
+
+
+@dataclass(frozen=True)
+class TypedResult(RunResult, Generic[T]):
+    """A completed run whose final output was validated and parsed into ``output``
+    (``final_output`` holds the same object)."""
+
+    output: T = None  # type: ignore[assignment]
+
+
+def is_typed(output_type: Any) -> bool:
+    """Whether ``output_type`` asks for a parsed final output (not None and not ``str``)."""
+    return output_type is not None and output_type is not str
+
+
+def parse_output(text: str, output_type: Any, *, run_id: str | None = None) -> Any:
+    """Parse the structured output ``text`` into ``output_type`` (``text`` for an untyped
+    agent).
+
+    Raises:
+        OutputValidationError: the text is not JSON, or does not match, with the failing paths.
+    """
+    if not is_typed(output_type):
+        return text
+    from pydantic import TypeAdapter, ValidationError
+
+    from raygents.core.schema import drop_defaulted_nulls, type_is_wrapped
+
+    adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+    try:
+        value = json.loads(text)
+        raw = adapter.json_schema()
+        if type_is_wrapped(raw):
+            value = value["value"]
+        return adapter.validate_python(drop_defaulted_nulls(value, raw))
+    except ValidationError as exc:
+        errors = [("/" + "/".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+        raise OutputValidationError(
+            f"output does not match {output_type!r}: {errors}", run_id=run_id, errors=errors
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise OutputValidationError(
+            f"output is not valid JSON for {output_type!r}: {exc}",
+            run_id=run_id,
+            errors=[("/", str(exc))],
+        ) from None

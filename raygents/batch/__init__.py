@@ -1,0 +1,1 @@
+"""Batch jobs: one agent over many inputs, with a ledger in the store."""

@@ -1,0 +1,479 @@
+"""Batch jobs: one agent over many inputs, each input a run whose id comes from the job id
+and the input's index, so that running a job again continues it.
+
+A job has no coordinator of its own: what it did is in the checkpoint store, in its items'
+runs and in its ledger of completed items (``jobs/<job_id>/``). Running a job again skips
+the items the ledger holds, resumes the suspended ones from their checkpoints, follows those
+running elsewhere, and starts the rest afresh (:mod:`raygents.batch.runs`), claiming their run
+ids in groups: one coordinator call per group, not per item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import itertools
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from raygents.agents.agent import Agent
+from raygents.batch.items import (
+    BatchItem,
+    BatchResult,
+    BatchStatus,
+    batch_run_id,
+    check_job_id,
+    error_message,
+    item_from_json,
+)
+from raygents.batch.output import Shards, is_marked, mark, open_ledger, open_output
+from raygents.batch.progress import BatchProgress, Display, open_display
+from raygents.batch.runs import GroupedStarts, JobRuns
+from raygents.core.messages import Usage
+from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
+from raygents.ids import validate_id
+from raygents.runtime.driver.runs import check_run_limits
+
+if TYPE_CHECKING:
+    from raygents.runtime.driver.handle import RunHandle
+
+__all__ = [
+    "BatchHandle",
+    "BatchItem",
+    "BatchProgress",
+    "BatchResult",
+    "BatchStatus",
+    "batch_run_id",
+    "run_batch",
+    "start_batch",
+]
+
+_LAUNCHERS = 4  # threads that start groups of items, resume or look up runs (round trips)
+_TICK_S = 1.0  # how often the progress display is refreshed without an item ending
+_FLUSH_S = 2.0  # how often the ledger (and output in a store) puts what it has
+
+
+def start_batch(
+    agent: Agent,
+    inputs: Iterable[Any],
+    *,
+    job_id: str,
+    concurrency: int = 64,
+    output: str | None = None,
+    max_failures: int | None = None,
+    progress: bool | None = None,
+    context: Any = None,
+    max_turns: int | None = None,
+    max_tokens: int | None = None,
+    timeout_s: float | None = None,
+    tenant: str | None = None,
+) -> BatchHandle:
+    """Run ``agent`` over ``inputs`` in the background and return the job's handle at once.
+
+    Args:
+        agent: the start agent of every item's run.
+        inputs: any iterable, read lazily (never listed): each a run input (a string or
+            messages), or a dict ``{"input": ..., "context": ...}``.
+        job_id: names the job; item ``i`` runs as :func:`batch_run_id` ``(job_id, i)``.
+            Running a job again skips its completed items, resumes suspended ones and
+            starts the rest.
+        concurrency: items in flight at most.
+        output: a directory or ``s3://bucket/prefix``: items go to JSON Lines shards there
+            as they end (:mod:`raygents.batch.output`) and are not kept in memory.
+        max_failures: stop the job (suspending the items in flight) once more items than
+            this failed; None never stops.
+        progress: False shows nothing; otherwise a bar on a terminal, log lines elsewhere.
+        context: every item's run context, unless its dict gives one.
+        max_turns: caps ``max_turns`` of every agent in each run.
+        max_tokens: each run's token budget (see :func:`raygents.start`).
+        timeout_s: each run's wall-clock budget, after which it suspends.
+        tenant: whose quota of runs in flight the runs count against.
+    """
+    if not isinstance(agent, Agent):
+        raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
+    check_job_id(job_id)
+    if type(concurrency) is not int or concurrency < 1:
+        raise UserError(f"concurrency must be an int of at least 1, got {concurrency!r}")
+    if max_failures is not None and (type(max_failures) is not int or max_failures < 0):
+        raise UserError(f"max_failures must be an int of at least 0 or None, got {max_failures!r}")
+    if tenant is not None:
+        validate_id(tenant, "tenant")
+    check_run_limits(timeout_s, max_turns, max_tokens)
+    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
+        raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
+    options = {
+        "max_turns": max_turns,
+        "max_tokens": max_tokens,
+        "timeout_s": timeout_s,
+        "tenant": tenant,
+    }
+    sink = None if output is None else open_output(output, job_id)
+    from raygents.runtime.driver.client import current
+
+    current()  # (raygents starts here, in the caller's thread: the main one handles SIGTERM)
+    runs = JobRuns(agent, job_id, context, options)
+    handle = BatchHandle(runs, inputs, concurrency, sink, max_failures)
+    handle._display = open_display(progress, job_id, _length(inputs))
+    handle._thread.start()
+    return handle
+
+
+def run_batch(agent: Agent, inputs: Iterable[Any], *, job_id: str, **options: Any) -> BatchResult:
+    """Run ``agent`` over ``inputs`` and return the job's :class:`BatchResult` (blocks).
+
+    Takes the options of :func:`start_batch`.
+    """
+    return start_batch(agent, inputs, job_id=job_id, **options).result()
+
+
+def _length(inputs: Iterable[Any]) -> int | None:
+    try:
+        return len(inputs)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+class BatchHandle:
+    """A batch job in progress (from :func:`start_batch`)."""
+
+    def __init__(
+        self,
+        runs: JobRuns,
+        inputs: Iterable[Any],
+        concurrency: int,
+        sink: Shards | None,
+        max_failures: int | None,
+    ) -> None:
+        self.job_id = runs.job_id
+        self._runs = runs
+        self._inputs = inputs
+        self._total = _length(inputs)
+        self._concurrency = concurrency
+        self._sink = sink
+        self._max_failures = max_failures
+        self._lock = threading.Condition()
+        self._items: list[BatchItem] = []  # in completion order (without an output)
+        self._counts = dict.fromkeys(("completed", "failed", "suspended", "interrupted"), 0)
+        self._skipped = 0
+        self._usage = Usage()
+        self._running: dict[str, RunHandle | None] = {}
+        self._started_at = time.monotonic()
+        self._stopped: str | None = None
+        self._error: BaseException | None = None
+        self._ended = False
+        self._ledger: Shards | None = None
+        self._logged: dict[int, BatchItem] = {}  # completed before (without an output)
+        self._logged_bits = bytearray()  # completed before (with an output)
+        self._written = bytearray()  # in the output as completed
+        self._flushed_at = time.monotonic()
+        self._display: Display = Display()
+        self._thread = threading.Thread(target=self._main, name=f"batch-{self.job_id}", daemon=True)
+
+    # --- the public face ----------------------------------------------------------------
+    def results(self) -> Iterator[BatchItem]:
+        """The items as they end, in completion order, until the job ends (with ``output``,
+        read back from the shards this run of the job wrote)."""
+        if self._sink is not None:
+            yield from self._read_back()
+            return
+        seen = 0
+        while True:
+            with self._lock:
+                while seen == len(self._items) and not self._ended:
+                    self._lock.wait()
+                fresh, ended = self._items[seen:], self._ended
+            yield from fresh
+            seen += len(fresh)
+            if ended and not fresh:
+                return
+
+    def progress(self) -> BatchProgress:
+        """Where the job stands now."""
+        with self._lock:
+            counts, running = dict(self._counts), len(self._running)
+            usage, elapsed = self._usage, time.monotonic() - self._started_at
+        ended = sum(counts.values())
+        pending = None if self._total is None else max(0, self._total - ended - running)
+        if self._ended and pending is not None:
+            pending = 0 if self._stopped is None else pending
+        rate = ended / elapsed if elapsed > 0 else 0.0
+        eta = None if pending is None or rate == 0 else (pending + running) / rate
+        return BatchProgress(
+            done=counts["completed"],
+            failed=counts["failed"],
+            stopped=counts["suspended"] + counts["interrupted"],
+            running=running,
+            pending=pending,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            runs_per_s=rate,
+            eta_s=eta,
+        )
+
+    def done(self) -> bool:
+        """Whether every item the job started has ended."""
+        return self._ended
+
+    def result(self, timeout_s: float | None = None) -> BatchResult:
+        """Wait for the job to end and return its result.
+
+        Raises:
+            TimeoutError: it did not end within ``timeout_s`` (it goes on).
+            RaygentsError: the job could not go on (its inputs raised, or Ray failed).
+        """
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise TimeoutError(f"batch {self.job_id!r} did not end within {timeout_s} s")
+        if self._error is not None:
+            raise self._error
+        with self._lock:
+            items = tuple(sorted(self._items, key=lambda item: item.index))
+            counts = self._counts
+            return BatchResult(
+                job_id=self.job_id,
+                items=items,
+                completed=counts["completed"],
+                skipped=self._skipped,
+                failed=counts["failed"],
+                suspended=counts["suspended"],
+                interrupted=counts["interrupted"],
+                usage=self._usage,
+                output=None if self._sink is None else self._sink.url,
+                stopped=self._stopped,
+            )
+
+    def suspend(self, reason: str = "suspended") -> None:
+        """Stop the job: no more items start, and those in flight suspend with checkpoints
+        (running the job again resumes them). ``result()`` then says ``stopped``."""
+        with self._lock:
+            if self._stopped is None:
+                self._stopped = reason
+            handles = [h for h in self._running.values() if h is not None]
+        for handle in handles:
+            handle.suspend()
+
+    # --- the job's thread ---------------------------------------------------------------
+    def _main(self) -> None:
+        atexit.register(self._flush)  # (a driver that exits on SIGTERM keeps its ledger)
+        try:
+            asyncio.run(self._drive())
+        except BaseException as exc:
+            self._error = exc if isinstance(exc, RaygentsError) else _wrapped(self.job_id, exc)
+        finally:
+            atexit.unregister(self._flush)
+            try:
+                for shards in (self._sink, self._ledger):
+                    if shards is not None:
+                        shards.close()
+            except Exception as exc:
+                self._error = self._error or _wrapped(self.job_id, exc)
+            with self._lock:
+                self._ended = True
+                self._lock.notify_all()
+            self._display.close(self.progress())
+
+    async def _drive(self) -> None:
+        loop = asyncio.get_running_loop()
+        pool = concurrent.futures.ThreadPoolExecutor(_LAUNCHERS, f"batch-{self.job_id}")
+        self._starts = GroupedStarts(self._runs, loop, pool)
+        try:
+            await loop.run_in_executor(pool, self._read_job)
+            ticker = loop.create_task(self._tick(loop, pool))
+            try:
+                await self._feed(loop, pool)
+            finally:
+                ticker.cancel()
+        finally:
+            pool.shutdown(wait=False)
+
+    def _read_job(self) -> None:
+        """What earlier runs of the job did: its ledger of completed items, the statuses the
+        coordinator knows of its runs, and what its output holds."""
+        from raygents.runtime.driver.client import current
+        from raygents.stores.open import open_store
+
+        self._ledger = open_ledger(open_store(current().settings.store), self.job_id)
+        for line in self._ledger.completed():
+            if self._sink is not None:
+                mark(self._logged_bits, line["index"])
+            else:
+                self._logged[line["index"]] = replace(item_from_json(line), skipped=True)
+        self._runs.read()
+        if self._sink is not None:
+            for line in self._sink.completed():
+                mark(self._written, line["index"])
+
+    async def _feed(
+        self, loop: asyncio.AbstractEventLoop, pool: concurrent.futures.Executor
+    ) -> None:
+        """Start items as slots free up, reading the inputs only when a slot is free; items
+        the ledger holds end at once."""
+        slots = asyncio.Semaphore(self._concurrency)
+        tasks: set[asyncio.Task[None]] = set()
+        inputs = iter(self._inputs)
+        try:
+            for index in itertools.count():
+                await slots.acquire()
+                if self._stopped is not None:
+                    break
+                try:
+                    item = await loop.run_in_executor(pool, next, inputs, _END)
+                except Exception as exc:
+                    raise RaygentsError(
+                        f"batch {self.job_id!r}: its inputs raised at index {index}: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+                if item is _END:
+                    break
+                if self._logged_before(index):
+                    slots.release()
+                    continue
+                task = loop.create_task(self._one(loop, pool, index, item))
+                tasks.add(task)
+                task.add_done_callback(_ended_with(tasks, slots))
+        finally:
+            if tasks:
+                await asyncio.wait(set(tasks))
+
+    def _logged_before(self, index: int) -> bool:
+        """End item ``index`` at once if the ledger says an earlier run of the job completed
+        it; whether it did."""
+        found = self._logged.pop(index, None)
+        if found is None and not is_marked(self._logged_bits, index):
+            return False
+        if found is None:  # (with an output: only its index was kept)
+            run_id = batch_run_id(self.job_id, index)
+            found = BatchItem(index, run_id, "completed", skipped=True)
+        self._end(found, logged=True)
+        return True
+
+    async def _tick(
+        self, loop: asyncio.AbstractEventLoop, pool: concurrent.futures.Executor
+    ) -> None:
+        while True:
+            self._display.show(self.progress())
+            if time.monotonic() - self._flushed_at >= _FLUSH_S:
+                await loop.run_in_executor(pool, self._flush)
+            await asyncio.sleep(_TICK_S)
+
+    def _flush(self) -> None:
+        """Put what the ledger (and an output in a store) has not put yet."""
+        self._flushed_at = time.monotonic()
+        for shards in (self._ledger, self._sink):
+            if shards is not None:
+                shards.flush()
+
+    async def _one(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        pool: concurrent.futures.Executor,
+        index: int,
+        raw: Any,
+    ) -> None:
+        run_id = batch_run_id(self.job_id, index)
+        with self._lock:
+            self._running[run_id] = None
+        try:
+            item = await self._run_item(loop, pool, index, run_id, raw)
+        finally:
+            with self._lock:
+                self._running.pop(run_id, None)
+        self._end(item)
+
+    async def _run_item(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        pool: concurrent.futures.Executor,
+        index: int,
+        run_id: str,
+        raw: Any,
+    ) -> BatchItem:
+        skipped = False
+        try:
+            status = self._runs.status(run_id)
+            if status in (None, "failed"):
+                handle, skipped = await self._starts.start(run_id, raw)
+            else:
+                launch = self._runs.launch
+                handle, skipped = await loop.run_in_executor(pool, launch, run_id, raw)
+            with self._lock:
+                self._running[run_id] = handle
+                stopping = self._stopped is not None
+            if stopping:
+                handle.suspend()
+            result = await handle
+        except SuspendedError as exc:
+            return BatchItem(index, run_id, "suspended", error=error_message(exc))
+        except RunInterrupted as exc:
+            return BatchItem(index, run_id, "interrupted", error=error_message(exc))
+        except Exception as exc:
+            return BatchItem(index, run_id, "failed", error=error_message(exc))
+        return BatchItem(
+            index,
+            run_id,
+            "completed",
+            output=result.output_text,
+            usage=result.usage,
+            skipped=skipped,
+        )
+
+    def _end(self, item: BatchItem, logged: bool = False) -> None:
+        """Count an item that ended, keep or write it, and stop the job past max_failures."""
+        if item.status == "completed" and not logged and self._ledger is not None:
+            self._ledger.write(item.to_json())
+        written = item.skipped and is_marked(self._written, item.index)
+        with self._lock:
+            self._counts[item.status] += 1
+            if item.skipped:
+                self._skipped += 1
+            elif item.usage is not None:
+                self._usage = self._usage + item.usage
+            if self._sink is not None and not written:
+                self._sink.write(item.to_json())
+            elif self._sink is None:
+                self._items.append(item)
+            over = self._max_failures is not None and self._counts["failed"] > self._max_failures
+            self._lock.notify_all()
+        if over:
+            self.suspend(f"max_failures: {self._counts['failed']} items failed")
+        self._display.show(self.progress())
+
+    def _read_back(self) -> Iterator[BatchItem]:
+        """Follow the shards this run of the job writes, until it ends."""
+        assert self._sink is not None
+        seen: dict[str, int] = {}
+        while True:
+            ended = self._ended
+            fresh = False
+            for name in list(self._sink.written):
+                for line in self._sink.lines(name, seen.get(name, 0)):
+                    seen[name] = seen.get(name, 0) + 1
+                    fresh = True
+                    if line:
+                        yield item_from_json(line)
+            if ended and not fresh:
+                return
+            if not fresh:
+                with self._lock:
+                    self._lock.wait(_TICK_S)
+
+
+_END = object()
+
+
+def _ended_with(tasks: set[asyncio.Task[None]], slots: asyncio.Semaphore) -> Any:
+    """A done callback that forgets an item's task and frees its slot."""
+
+    def ended(task: asyncio.Task[None]) -> None:
+        tasks.discard(task)
+        slots.release()
+
+    return ended
+
+
+def _wrapped(job_id: str, exc: BaseException) -> RaygentsError:
+    return RaygentsError(f"batch {job_id!r} failed: {type(exc).__name__}: {exc}")

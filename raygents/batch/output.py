@@ -1,0 +1,193 @@
+"""JSON Lines shards of a batch job's items: the job's output (a directory or an ``s3://``
+prefix) and its ledger of completed items in the checkpoint store, written as items end and
+read back.
+
+Each run of a job writes its own shards, ``<job_id>.<writer>.<part:05d>.jsonl`` (``writer``
+tells runs of the job apart and sorts in the order they started), each of at most
+``shard_items`` lines. In a directory each line is appended and flushed as its item ends; in
+a store (S3, or the checkpoint store) a shard is one create-only object, put when it is full
+and at each :meth:`Shards.flush`. A line is one item (:meth:`raygents.batch.job.BatchItem.to_json`).
+An index can have a line from each run of the job that ended it (a failed item that a later
+run completed); a completed item never runs again, so its line is the last of its index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from raygents.errors import UserError
+from raygents.stores.base import Store
+
+__all__ = ["Shards", "is_marked", "mark", "open_ledger", "open_output"]
+
+_SHARD = re.compile(r"(.+)\.([0-9a-f]{16}-\d+)\.(\d{5})\.jsonl")
+_SHARD_BYTES = 1 << 30  # the largest shard read back from a store
+LEDGER = "jobs"
+"""The folder of the checkpoint store that holds batch jobs' ledgers: ``jobs/<job_id>/``."""
+
+
+class Shards:
+    """The shards of one job in one place: what this run of the job writes, and what every
+    run of it wrote. Thread-safe."""
+
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        directory: Path | None = None,
+        store: Store | None = None,
+        prefix: str = "",
+        shard_items: int = 10_000,
+    ) -> None:
+        if type(shard_items) is not int or shard_items < 1:
+            raise UserError(f"shard_items must be an int of at least 1, got {shard_items!r}")
+        self.job_id = job_id
+        self.url = ""
+        """Where the shards are, as the caller named it."""
+        self.shard_items = shard_items
+        self.writer = f"{time.time_ns() // 1000:016x}-{os.getpid()}"
+        self._dir = directory
+        self._store = store
+        self._prefix = prefix
+        self._lock = threading.Lock()
+        self._part = 0
+        self._lines = 0
+        self._file: IO[str] | None = None
+        self._buffer: list[str] = []
+        self.written: list[str] = []
+        """The names of the shards this run of the job wrote (a store's once put), in order."""
+
+    # --- writing ------------------------------------------------------------------------
+    def write(self, line: dict[str, Any]) -> None:
+        """Add one item's line to the current shard (a new shard when it is full)."""
+        text = json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
+        with self._lock:
+            if self._lines == self.shard_items:
+                self._close_shard()
+            if self._dir is not None and self._file is None:
+                name = self._name(self._part)
+                self._file = (self._dir / name).open("a", encoding="utf-8")
+                self.written.append(name)
+            self._lines += 1
+            if self._file is not None:
+                self._file.write(text)
+                self._file.flush()
+            else:
+                self._buffer.append(text)
+
+    def flush(self) -> None:
+        """Make what was written readable: in a store, put the lines not put yet as a shard."""
+        with self._lock:
+            if self._store is not None and self._lines:
+                self._close_shard()
+
+    def close(self) -> None:
+        """Finish the current shard."""
+        with self._lock:
+            if self._lines:
+                self._close_shard()
+
+    def _name(self, part: int) -> str:
+        return f"{self.job_id}.{self.writer}.{part:05d}.jsonl"
+
+    def _close_shard(self) -> None:
+        name = self._name(self._part)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        elif self._store is not None:
+            self._store.put(self._prefix + name, "".join(self._buffer).encode())
+            self._buffer = []
+            self.written.append(name)
+        self._part += 1
+        self._lines = 0
+
+    # --- reading ------------------------------------------------------------------------
+    def shards(self) -> list[str]:
+        """The names of the job's shards that exist now, oldest run of the job first."""
+        if self._dir is not None:
+            names = [p.name for p in self._dir.iterdir() if p.is_file()]
+        else:
+            assert self._store is not None
+            names = [k[len(self._prefix) :] for k in self._store.list(self._prefix)]
+        found = [(m.group(2), m.group(3), n) for n in names if (m := _SHARD.fullmatch(n))]
+        return [n for _, _, n in sorted(found) if n.startswith(f"{self.job_id}.")]
+
+    def lines(self, name: str, skip: int = 0) -> Iterator[dict[str, Any]]:
+        """The items of one shard after its first ``skip``, in the order they were written
+        (a last line cut short by a crash is left out)."""
+        if self._dir is not None:
+            with (self._dir / name).open(encoding="utf-8") as f:
+                yield from _parsed(f, skip)
+            return
+        assert self._store is not None
+        data = self._store.get(self._prefix + name, max_bytes=_SHARD_BYTES)
+        if data is not None:
+            yield from _parsed(data.decode().splitlines(keepends=True), skip)
+
+    def completed(self) -> Iterator[dict[str, Any]]:
+        """The lines of completed items that every run of the job wrote, oldest first."""
+        for name in self.shards():
+            for line in self.lines(name):
+                index = line.get("index")
+                if line.get("status") == "completed" and type(index) is int and index >= 0:
+                    yield line
+
+
+def mark(bits: bytearray, index: int) -> None:
+    """Set bit ``index`` of ``bits`` (one bit per item: a million items take 125 KB)."""
+    byte = index >> 3
+    if byte >= len(bits):
+        bits.extend(bytes(byte + 1 - len(bits)))
+    bits[byte] |= 1 << (index & 7)
+
+
+def is_marked(bits: bytearray, index: int) -> bool:
+    """Whether bit ``index`` of ``bits`` is set."""
+    byte = index >> 3
+    return byte < len(bits) and bool(bits[byte] & (1 << (index & 7)))
+
+
+def _parsed(lines: Any, skip: int) -> Iterator[dict[str, Any]]:
+    for n, text in enumerate(lines):
+        if not text.endswith("\n"):
+            return  # (cut short: the next run of the job writes its item again)
+        if n < skip:
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        yield value if isinstance(value, dict) else {}
+
+
+def open_output(url: str | os.PathLike[str], job_id: str, shard_items: int = 10_000) -> Shards:
+    """The output shards of job ``job_id`` in a directory (or ``file://`` path) or under
+    ``s3://bucket/prefix``."""
+    text = os.fspath(url)
+    if type(text) is not str or not text:
+        raise UserError(f"output must be a directory or an s3:// prefix, got {url!r}")
+    if text.startswith("s3://"):
+        from raygents.stores.open import S3Store
+
+        bucket, _, prefix = text[len("s3://") :].partition("/")
+        shards = Shards(job_id, store=S3Store(bucket, prefix), shard_items=shard_items)
+    else:
+        directory = Path(text[len("file://") :] if text.startswith("file://") else text)
+        directory.mkdir(parents=True, exist_ok=True)
+        shards = Shards(job_id, directory=directory, shard_items=shard_items)
+    shards.url = text
+    return shards
+
+
+def open_ledger(store: Store, job_id: str) -> Shards:
+    """The ledger of job ``job_id``'s completed items in the checkpoint store ``store``,
+    under ``jobs/<job_id>/``."""
+    return Shards(job_id, store=store, prefix=f"{LEDGER}/{job_id}/")

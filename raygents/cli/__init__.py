@@ -1,0 +1,1 @@
+"""The ``raygents`` command."""

@@ -1,0 +1,326 @@
+"""How the ``raygents`` command prints: run rows and run details as plain dicts, shown as
+tables and text, or as JSON (one document, or one line per event for streams)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TextIO
+
+from raygents.core.approvals import PendingApproval
+from raygents.core.events import RunEvent
+from raygents.core.messages import Message, Usage
+
+__all__ = [
+    "ALL_RUN_COLUMNS",
+    "GC_COLUMNS",
+    "RUN_COLUMNS",
+    "detail",
+    "event_row",
+    "message_row",
+    "print_json",
+    "render_detail",
+    "render_event",
+    "render_table",
+    "render_tree",
+    "run_row",
+    "tree_node",
+    "usage_text",
+    "wall_seconds",
+    "wall_text",
+]
+
+RUN_COLUMNS = ("run_id", "status", "agent", "turns", "updated", "last_error")
+"""The columns of the run table, in order (the keys of :func:`run_row`'s dicts)."""
+ALL_RUN_COLUMNS = ("run_id", "parent", *RUN_COLUMNS[1:])
+"""The columns of ``raygents runs --all``: agent-as-tool child runs too, with their parents."""
+GC_COLUMNS = ("run_id", "status", "agent", "ended", "keys", "error")
+"""The columns of ``raygents gc``'s table."""
+_CELL = 60  # characters of a table cell, at most (an error's text is cut there)
+
+
+def run_row(
+    run_id: str,
+    status: str,
+    agent: str,
+    turns: int,
+    updated_at: float | None,
+    last_error: str | None,
+) -> dict[str, Any]:
+    """A row of the run table (``updated`` as an ISO time in UTC, or None when not known)."""
+    return {
+        "run_id": run_id,
+        "status": status,
+        "agent": agent,
+        "turns": turns,
+        "updated": _iso(updated_at),
+        "last_error": last_error,
+    }
+
+
+def _iso(at: float | None) -> str | None:
+    if not at:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def render_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """``rows`` as an aligned text table with a header line (empty cells as ``-``)."""
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    header = [c.upper().replace("_", " ") for c in columns]
+    widths = [max(len(text) for text in column) for column in zip(header, *cells, strict=False)]
+    lines = [header, *cells]
+    return "\n".join(
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    text = " ".join(str(value).split())  # one line
+    return text if len(text) <= _CELL else text[: _CELL - 3] + "..."
+
+
+def usage_text(usage: Mapping[str, int] | None) -> str:
+    """A usage's counts in one line."""
+    if not usage:
+        return "-"
+    total = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+    return (
+        f"{usage.get('requests', 0)} requests, {usage.get('input_tokens', 0)} input + "
+        f"{usage.get('output_tokens', 0)} output = {total} tokens"
+    )
+
+
+def message_row(message: Message) -> dict[str, Any]:
+    """A conversation message as plain data."""
+    row: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        row["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        row["tool_call_id"] = message.tool_call_id
+    return row
+
+
+def detail(
+    run_id: str,
+    *,
+    status: str,
+    agent: str,
+    turns: int,
+    usage: Usage | Mapping[str, int] | None = None,
+    last_error: str | None = None,
+    output: str | None = None,
+    pending: Iterable[PendingApproval] = (),
+    messages: Iterable[Message] | None = None,
+    source: str = "cluster",
+) -> dict[str, Any]:
+    """What ``raygents show`` tells about a run, as plain data (``messages`` None: the
+    conversation is not known, e.g. a completed run whose records are gone)."""
+    if isinstance(usage, Usage):
+        usage = usage.model_dump(mode="json")
+    return {
+        "run_id": run_id,
+        "status": status,
+        "agent": agent,
+        "turns": turns,
+        "usage": dict(usage) if usage is not None else None,
+        "last_error": last_error,
+        "output": output,
+        "pending": [p.model_dump(mode="json") for p in pending],
+        "messages": None if messages is None else [message_row(m) for m in messages],
+        "source": source,
+    }
+
+
+def render_detail(doc: Mapping[str, Any], last: int = 20) -> str:
+    """``raygents show``'s text for a :func:`detail`, with the conversation's ``last``
+    messages (JSON output has them all)."""
+    lines = [
+        f"run         {doc['run_id']}",
+        f"status      {doc['status']}",
+        f"agent       {doc['agent']}",
+        f"turns       {doc['turns']}",
+        f"usage       {usage_text(doc.get('usage'))}",
+        f"last error  {doc.get('last_error') or '-'}",
+    ]
+    if doc.get("output") is not None:
+        lines.append(f"output      {_indent(doc['output'], 12)}")
+    pending = doc.get("pending") or []
+    if pending:
+        lines.append("pending approvals")
+        for p in pending:
+            lines.append(f"  {p['call_id']}  {p['agent_name']}: {p['tool_name']}({p['arguments']})")
+    messages = doc.get("messages")
+    if messages is None:
+        lines.append("conversation  (not kept)")
+    else:
+        lines.append(f"conversation  ({len(messages)} messages)")
+        if len(messages) > last:
+            lines.append(f"  ... {len(messages) - last} earlier messages (--json has them)")
+        lines.extend(_conversation_line(m) for m in messages[max(0, len(messages) - last) :])
+    return "\n".join(lines)
+
+
+def _conversation_line(row: Mapping[str, Any]) -> str:
+    role = str(row["role"])
+    parts = []
+    if row.get("tool_call_id"):
+        parts.append(f"[{row['tool_call_id']}]")
+    if row.get("content"):
+        parts.append(str(row["content"]))
+    for c in row.get("tool_calls") or ():
+        parts.append(f"-> {c['name']}({c['arguments']}) [{c['id']}]")
+    return f"  {role:<10} {_indent(' '.join(parts), 13)}"
+
+
+def _indent(text: str, by: int) -> str:
+    return text.replace("\n", "\n" + " " * by)
+
+
+def wall_seconds(
+    status: str, started_at: float | None, updated_at: float, now: float | None = None
+) -> float | None:
+    """A run's wall time: from its first dispatch to its last update (the end of a run that
+    stopped), or to ``now`` (default: the time now) while it runs; None where when it started
+    is not known."""
+    if started_at is None:
+        return None
+    end = (time.time() if now is None else now) if status in ("running", "pending") else updated_at
+    return max(0.0, end - started_at)
+
+
+def wall_text(seconds: float | None) -> str:
+    """A wall time for people: ``0.42s``, ``12.3s``, ``4m05s``, ``2h07m``; ``-`` if unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m{int(seconds % 60):02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def tree_node(doc: Mapping[str, Any], wall_s: float | None = None) -> dict[str, Any]:
+    """A run's node in ``show --tree``: its :func:`detail` without the conversation, with its
+    wall time (``wall_s``, None where not known), the agents it handed off to and its
+    agent-as-tool children (filled in by the caller); ``tokens`` None where its usage is not
+    known (a completed child's records are gone)."""
+    usage = doc.get("usage")
+    tokens = None if usage is None else usage["input_tokens"] + usage["output_tokens"]
+    return {
+        "run_id": doc["run_id"],
+        "status": doc["status"],
+        "agent": doc["agent"],
+        "turns": doc["turns"],
+        "tokens": tokens,
+        "wall_s": None if wall_s is None else round(wall_s, 3),
+        "handoffs": [],
+        "children": [],
+    }
+
+
+def render_tree(node: Mapping[str, Any]) -> str:
+    """``show --tree``'s text: a line per run, its children drawn below it."""
+    return "\n".join(_tree_lines(node, ""))
+
+
+def _tree_lines(node: Mapping[str, Any], indent: str) -> list[str]:
+    via = f"{node['tool']}[{node['call_id']}]  " if "tool" in node else ""
+    handoffs = "".join(f" -> {target}" for target in node["handoffs"])
+    lines = [
+        f"{via}{node['run_id']}  {node['status']}  {node['agent']}  "
+        f"handoffs:{handoffs or ' -'}  turns {node['turns']}  tokens {_cell(node['tokens'])}  "
+        f"wall {wall_text(node.get('wall_s'))}"
+    ]
+    children = node["children"]
+    for i, child in enumerate(children):
+        last = i == len(children) - 1
+        sub = _tree_lines(child, "")
+        lines.append(indent + ("└─ " if last else "├─ ") + sub[0])
+        more = indent + ("   " if last else "│  ")
+        lines.extend(more + line for line in sub[1:])
+    return lines
+
+
+def event_row(event: RunEvent) -> dict[str, Any]:
+    """A run event as plain data (its fields that are set)."""
+    return event.model_dump(mode="json", exclude_defaults=True)
+
+
+def render_event(event: RunEvent) -> str:
+    """One line for a run event."""
+    what = {
+        "tool_start": lambda e: f"{e.tool_name}({e.arguments}) [{e.call_id}]",
+        "tool_end": lambda e: f"{e.tool_name} [{e.call_id}] -> {_cell(e.result)}",
+        "handoff": lambda e: f"-> {e.to_agent}",
+        "complete": lambda e: _cell(e.output),
+        "error": lambda e: _cell(e.error),
+        "suspended": lambda e: _cell(e.error),
+        "checkpoint": lambda e: f"seq {(e.data or {}).get('seq')}",
+    }.get(event.type)
+    text = what(event) if what is not None else ""
+    return f"{event.type:<12} {event.agent_name or '-':<14} {text}".rstrip()
+
+
+def print_runs(
+    rows: Sequence[Mapping[str, Any]], as_json: bool, out: TextIO, parents: bool = False
+) -> None:
+    """The rows of ``raygents runs``: one JSON document, or a table (``parents``: with the
+    column of their agent-as-tool parents)."""
+    if as_json:
+        print_json(list(rows), out)
+    else:
+        out.write(render_table(rows, ALL_RUN_COLUMNS if parents else RUN_COLUMNS) + "\n")
+
+
+def print_json(value: Any, out: TextIO) -> None:
+    """``value`` as one JSON document (one line) on ``out``."""
+    out.write(json.dumps(value, ensure_ascii=False, default=str) + "\n")
+    out.flush()
+
+
+def print_gc(
+    rows: Sequence[Mapping[str, Any]],
+    older_than_s: float,
+    dry_run: bool,
+    as_json: bool,
+    out: TextIO,
+) -> None:
+    """What ``raygents gc`` deleted (or would, ``dry_run``): rows of ``retention.Expired``
+    (with an ``error`` where a delete failed), as one JSON document or a line and a table."""
+    from raygents.records.retention import describe
+
+    runs = [
+        {
+            "run_id": row["run_id"],
+            "status": row["status"],
+            "agent": row["agent_name"],
+            "ended": _iso(row["ended_at"]),
+            "keys": row["keys"],
+            **({"error": row["error"]} if "error" in row else {}),
+        }
+        for row in rows
+    ]
+    if as_json:
+        doc = {"older_than_s": older_than_s, "dry_run": dry_run, "runs": runs}
+        print_json(doc, out)
+        return
+    failed = sum(1 for run in runs if "error" in run)
+    verb = "would delete" if dry_run else "deleted"
+    out.write(
+        f"{verb} {len(runs) - failed} run(s) that ended over {describe(older_than_s)} ago"
+        + (f"; {failed} could not be deleted" if failed else "")
+        + "\n"
+    )
+    if runs:
+        columns = GC_COLUMNS if failed else GC_COLUMNS[:-1]
+        out.write(render_table(runs, columns) + "\n")

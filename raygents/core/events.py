@@ -1,0 +1,67 @@
+"""Run events, as delivered by ``RunHandle.events()``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from raygents.core.messages import Usage
+
+__all__ = ["EventType", "RunEvent", "TERMINAL_EVENTS"]
+
+EventType = Literal[
+    "agent_start",
+    "llm_delta",
+    "tool_start",
+    "tool_end",
+    "handoff",
+    "agent_end",
+    "checkpoint",
+    "suspended",
+    "interrupted",
+    "recovered",
+    "complete",
+    "error",
+]
+
+TERMINAL_EVENTS = frozenset({"complete", "error", "suspended", "interrupted"})
+
+
+class RunEvent(BaseModel):
+    """Something that happened in a run.
+
+    ``path`` is empty for the run itself and names the agent-as-tool calls leading to a child
+    run otherwise (``("analyst/call_1",)``). Only the fields of the event's type are set.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    type: EventType
+    run_id: str
+    agent_name: str
+    path: tuple[str, ...] = ()
+    delta: str | None = None
+    """``llm_delta``: a piece of the model's text."""
+    tool_name: str | None = None
+    call_id: str | None = None
+    arguments: str | None = None
+    result: str | None = None
+    """``tool_end``: the content sent to the model."""
+    is_error: bool | None = None
+    duration_s: float | None = None
+    """``tool_end``: how long the call took."""
+    to_agent: str | None = None
+    """``handoff``: the agent taking over."""
+    output: str | None = None
+    """``agent_end`` / ``complete``: the final output."""
+    error: str | None = None
+    """``error`` / ``suspended`` / ``interrupted``: what happened."""
+    turns: int | None = None
+    usage: Usage | None = None
+    data: dict[str, Any] | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether this event ends the run (for this driver)."""
+        return self.type in TERMINAL_EVENTS and not self.path

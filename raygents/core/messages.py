@@ -1,0 +1,252 @@
+"""Messages, tool calls, usage, and the request and response exchanged with a model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from raygents.core.toolcall import clean_text
+from raygents.errors import UserError
+
+__all__ = [
+    "FinishReason",
+    "Message",
+    "ModelRequest",
+    "ModelResponse",
+    "Role",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "Usage",
+    "to_messages",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolResult(BaseModel):
+    """What a tool call returns to the model. ``is_error`` is for hooks and events only."""
+
+    model_config = ConfigDict(frozen=True)
+
+    content: str
+    is_error: bool = False
+
+    _clean = field_validator("content")(clean_text)
+
+    def __init__(self, content: str, is_error: bool = False, **data: Any) -> None:
+        super().__init__(content=content, is_error=is_error, **data)
+
+
+class ToolCall(_Frozen):
+    """One tool call chosen by the model."""
+
+    id: str
+    """The call id; tool messages answer it through ``tool_call_id``."""
+    name: str
+    """The tool's name."""
+    arguments: str = "{}"
+    """The arguments as a JSON text, as the model produced them (lone surrogates replaced)."""
+
+    _clean = field_validator("id", "name", "arguments")(clean_text)
+
+    def __init__(self, id: str, name: str, arguments: str = "{}", **data: Any) -> None:
+        BaseModel.__init__(self, id=id, name=name, arguments=arguments, **data)
+
+
+class Usage(_Frozen):
+    """Token counts of one or more model calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    """Model calls counted in this usage (a run counts each of its own and its children's)."""
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider served from its prompt cache (when it says)."""
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``, those a reasoning model spent thinking (when the provider says)."""
+
+    def __init__(self, input_tokens: int = 0, output_tokens: int = 0, **data: Any) -> None:
+        BaseModel.__init__(self, input_tokens=input_tokens, output_tokens=output_tokens, **data)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            requests=self.requests + other.requests,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input and output tokens together."""
+        return self.input_tokens + self.output_tokens
+
+
+class Message(_Frozen):
+    """One conversation message.
+
+    Text that cannot be encoded as UTF-8 (lone surrogates, as ``os.listdir`` gives for a
+    file name that is not UTF-8) is stored with U+FFFD in their place, so that checkpoints,
+    sessions and model providers only ever see valid text.
+    """
+
+    role: Role
+    content: str | None = None
+    """The text of the message; ``None`` for an assistant message that only calls tools."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls of an assistant message."""
+    tool_call_id: str | None = None
+    """For a tool message: the id of the call it answers."""
+
+    _clean = field_validator("content", "tool_call_id")(clean_text)
+
+    def __init__(
+        self,
+        role: Role,
+        content: str | None = None,
+        tool_calls: Iterable[ToolCall] = (),
+        tool_call_id: str | None = None,
+        **data: Any,
+    ) -> None:
+        BaseModel.__init__(
+            self,
+            role=role,
+            content=content,
+            tool_calls=tuple(tool_calls),
+            tool_call_id=tool_call_id,
+            **data,
+        )
+
+    @property
+    def text(self) -> str:
+        """The message's text, or ``""`` when it has none."""
+        return self.content or ""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as a Chat Completions message dict."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> Message:
+        """Build a message from a Chat Completions message dict."""
+        calls = []
+        for raw in data.get("tool_calls") or ():
+            fn = raw.get("function") or {}
+            args = fn.get("arguments", "{}")
+            if not isinstance(args, str):
+                args = json.dumps(args)
+            calls.append(ToolCall(str(raw.get("id", "")), str(fn.get("name", "")), args))
+        content = data.get("content")
+        if isinstance(content, list):
+            content = "".join(_text_part(index, part) for index, part in enumerate(content))
+        return cls(
+            data["role"],
+            content,
+            tool_calls=calls,
+            tool_call_id=data.get("tool_call_id"),
+        )
+
+
+def _text_part(index: int, part: Any) -> str:
+    """The text of one content part; anything but text is refused, never dropped."""
+    if isinstance(part, Mapping) and part.get("type", "text") == "text":
+        text = part.get("text", "")
+        if isinstance(text, str):
+            return text
+    kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+    raise UserError(
+        f"message content part #{index} is of type {kind!r}: raygents messages carry text "
+        "only (no images, audio or files); describe the content in text or pass a URL as text"
+    )
+
+
+class ToolSpec(_Frozen):
+    """What a model sees of a tool: its name, description and JSON-schema parameters."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelSettingsData(_Frozen):
+    """Plain-data copy of :class:`raygents.ModelSettings` as sent in a request."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    extra: dict[str, Any] | None = None
+
+
+class ModelRequest(_Frozen):
+    """Everything a model needs for one turn."""
+
+    agent_name: str
+    system: str = ""
+    """The system prompt; empty means no system message is sent."""
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    response_format: dict[str, Any] | None = None
+    """``{"name": ..., "schema": ...}`` for strict JSON output, or ``None`` for free text."""
+    settings: ModelSettingsData = Field(default_factory=ModelSettingsData)
+    stream: bool = False
+    """Whether the run asked for streamed model output."""
+
+
+class ModelResponse(_Frozen):
+    """A model's answer for one turn."""
+
+    message: Message
+    finish_reason: FinishReason = "stop"
+    usage: Usage = Field(default_factory=Usage)
+
+    def __init__(
+        self,
+        message: Message,
+        finish_reason: FinishReason = "stop",
+        usage: Usage | None = None,
+        **data: Any,
+    ) -> None:
+        BaseModel.__init__(
+            self, message=message, finish_reason=finish_reason, usage=usage or Usage(), **data
+        )
+
+
+def to_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> tuple[Message, ...]:
+    """Normalise a run input (a string, or messages and OpenAI-style dicts) to messages."""
+    if isinstance(value, str):
+        return (Message("user", value),)
+    out = []
+    for item in value:
+        if isinstance(item, Message):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            out.append(Message.from_openai(item))
+        else:
+            raise TypeError(f"input items must be Message or dict, got {type(item).__name__!r}")
+    return tuple(out)

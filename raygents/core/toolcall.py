@@ -1,0 +1,99 @@
+"""A tool call as a Ray worker sees it: its :class:`ToolContext`, and the text of its result.
+
+Only the standard library here: a Ray worker that runs a function tool loads this module, and
+neither raygents' model classes nor the tool's argument model (which would cost every fresh
+worker their import time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ToolContext", "clean_text", "result_text", "split_arguments"]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool call knows about the run that made it."""
+
+    run_id: str
+    call_id: str
+    tool_name: str
+    agent_name: str
+    depth: int = 0
+    context: Any = None
+    """The user's run context, as passed to ``run(..., context=...)``."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key stable across retries and recovery of this call: ``"<run_id>:<call_id>"``."""
+        return f"{self.run_id}:{self.call_id}"
+
+
+def split_arguments(
+    kwargs: dict[str, Any], positional: tuple[str, ...]
+) -> tuple[list[Any], dict[str, Any]]:
+    """A function tool's checked arguments as its function takes them: the values of its
+    positional-only parameters (``positional``, in order) and the rest by keyword."""
+    if not positional:
+        return [], kwargs
+    rest = dict(kwargs)
+    return [rest.pop(name) for name in positional], rest
+
+
+def clean_text(value: Any) -> Any:
+    """``value`` with lone surrogates replaced by U+FFFD when it is a string that UTF-8 cannot
+    encode (a surrogate pair becomes its character); any other value as it is.
+
+    Python strings may hold lone surrogates (``os.listdir`` gives ``'report-\\udcff.txt'`` for
+    a file name that is not UTF-8); checkpoints, sessions and model providers need UTF-8.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value
+
+
+def result_text(value: Any) -> tuple[str, bool]:
+    """A tool function's return value as the text the model sees, and whether it is an error.
+
+    A string as it is; a ``ToolResult`` as its content; a pydantic model, a dataclass or any
+    JSON-serialisable value as JSON; anything else is an error. The text is always valid
+    UTF-8 (see :func:`clean_text`; ``json.dumps`` escapes lone surrogates itself). Pydantic
+    values can only exist where pydantic is loaded, so they are recognised without importing
+    it.
+    """
+    if isinstance(value, str):
+        return clean_text(value), False
+    tools = sys.modules.get("raygents.agents.tools")
+    if tools is not None and isinstance(value, tools.ToolResult):
+        return clean_text(value.content), value.is_error
+    model = _base_model()
+    if model is not None and isinstance(value, model):
+        return value.model_dump_json(), False
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    try:
+        return json.dumps(value, default=_json_default), False
+    except (TypeError, ValueError) as exc:
+        return f"Error: tool returned a value that is not JSON: {exc}", True
+
+
+def _json_default(value: Any) -> Any:
+    model = _base_model()
+    if model is not None and isinstance(value, model):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _base_model() -> Any:
+    """pydantic's ``BaseModel`` where pydantic is loaded, else ``None``."""
+    pydantic = sys.modules.get("pydantic")
+    return None if pydantic is None else pydantic.BaseModel

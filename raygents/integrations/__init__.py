@@ -1,0 +1,1 @@
+"""Integrations with other systems: MCP servers and Ray Data."""

@@ -1,0 +1,148 @@
+"""Retention: how long ended runs' records and kept results stay in the store, which runs
+are past it, and removing them (the coordinator's background expiry and ``raygents gc``).
+
+Only ended runs (completed, failed, cancelled) are ever removed, by the age of their end:
+the marker's end time for a completed run, its newest record's for a failed or cancelled
+one. Running, suspended and awaiting-approval runs, and runs whose keys or records cannot be
+read, are never touched. A run's records go before its completion marker, so a removal cut
+short leaves a run that is still completed (never one that looks resumable).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from raygents.errors import UserError
+from raygents.records import checkpoint, rebuild
+from raygents.stores.open import Store
+
+__all__ = [
+    "DEFAULT_GC_S",
+    "ENDED",
+    "Expired",
+    "cutoff_of",
+    "describe",
+    "parse_duration",
+    "remove",
+    "retention_seconds",
+    "scan",
+]
+
+ENDED = ("completed", "failed", "cancelled")
+"""The statuses of runs whose records and kept results retention removes."""
+DEFAULT_GC_S = 7 * 86400.0
+"""What ``raygents gc`` removes without ``--older-than`` or a retention: ended over 7 days ago."""
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+
+Known = Callable[[str], tuple[str, float, str] | None]
+"""A run's ``(status, ended_at, agent_name)`` as the caller knows it (its run table), or None
+to read it from the store."""
+
+
+@dataclass(frozen=True)
+class Expired:
+    """An ended run past retention: removed, or to be removed."""
+
+    run_id: str
+    status: str
+    agent_name: str
+    ended_at: float
+    keys: list[str]
+
+    def row(self) -> dict[str, Any]:
+        """As ``raygents gc`` prints it (``keys``: how many)."""
+        row = asdict(self)
+        row["keys"] = len(self.keys)
+        return row
+
+
+def retention_seconds(value: Any) -> float | None:
+    """``init(retention=)`` in seconds: a ``timedelta`` or a number of seconds, or None
+    (keep until ``raygents gc``).
+
+    Raises:
+        UserError: it is neither, or not a positive finite time.
+    """
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise UserError(
+            f"retention must be a datetime.timedelta or a number of seconds (or None to keep "
+            f"ended runs until raygents gc), got {value!r}"
+        )
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UserError(f"retention must be a positive, finite time, got {value!r}")
+    return seconds
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration such as ``7d``, ``12h``, ``30m``, ``45s``, ``2w`` or ``90`` (s).
+
+    Raises:
+        ValueError: it is not one.
+    """
+    found = _DURATION.fullmatch(text.strip().lower())
+    if found is None:
+        raise ValueError(
+            f"expected a duration such as 7d, 12h, 30m, 45s or 2w (a number with a unit s, m, "
+            f"h, d or w; seconds without one), got {text!r}"
+        )
+    return float(found[1]) * _UNITS[found[2] or "s"]
+
+
+def describe(seconds: float) -> str:
+    """A duration in its largest whole unit (``7d``), else in seconds."""
+    for unit in ("w", "d", "h", "m"):
+        size = _UNITS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def scan(
+    store: Store, key: bytes | None, cutoff: float, known: Known | None = None
+) -> list[Expired]:
+    """The ended runs in ``store`` that ended before ``cutoff`` (a ``time.time()``), oldest
+    first (blocking: one listing, and one read of each run ``known`` does not know)."""
+    found: list[Expired] = []
+    for run_id, listed in rebuild.group(store.list("runs/")).items():
+        entry = known(run_id) if known is not None else None
+        if entry is None:
+            read = rebuild.read(store, listed, key)
+            if read is None or read.unreadable or read.status not in ENDED:
+                continue
+            entry = (read.status, read.at, read.agent_name)
+        status, ended_at, agent_name = entry
+        if status in ENDED and ended_at < cutoff:
+            found.append(Expired(run_id, status, agent_name, ended_at, listed.keys))
+    found.sort(key=lambda e: e.ended_at)
+    return found
+
+
+def remove(store: Store, run_id: str, keys: list[str]) -> None:
+    """Delete a run's ``keys``: its records and marks first, its completion marker last."""
+    if not keys:
+        return
+    markers = [k for k in keys if k.rpartition("/")[2].startswith(rebuild.DONE)]
+    rest = [k for k in keys if k not in markers]
+    if rest:
+        store.delete(rest)
+    if markers:
+        store.delete(markers)
+    store.remove_empty_dir(checkpoint.run_prefix(run_id))
+
+
+def cutoff_of(older_than_s: float) -> float:
+    """The end time before which a run is older than ``older_than_s``."""
+    return time.time() - older_than_s

@@ -1,0 +1,127 @@
+"""The agent actor registry: the coordinator's agent graphs, the actors serving each agent, and
+their beats."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from raygents.errors import RaygentsError
+from raygents.runtime.actor.actor import AgentActor
+from raygents.runtime.link.handles import actor_key
+from raygents.runtime.link.liveness import Beats
+
+__all__ = ["ActorRegistry"]
+
+_MAX_CONCURRENCY = 10_000
+_FLUSH_S = 3.0
+"""How long stopping the agent actors waits for their spans to be exported."""
+
+
+@dataclass
+class _Graph:
+    blob: bytes
+    replicas: dict[str, int]
+
+
+class ActorRegistry:
+    """Creates agent actors on first use, retires those of older graph definitions, and
+    replaces unresponsive ones.
+
+    Args:
+        namespace: the Ray namespace of the actors.
+        detached: the actors are detached and named by what they serve, so a restarted
+            coordinator finds its predecessor's.
+        actor_options: Ray options for every agent actor, over the defaults.
+    """
+
+    def __init__(
+        self, namespace: str, *, detached: bool = False, actor_options: dict[str, Any] | None = None
+    ) -> None:
+        self.namespace = namespace
+        self.detached = detached
+        self.actor_options = dict(actor_options or {})
+        me = ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
+        self.incarnation = (me or os.urandom(8).hex())[:16]
+        """Tells this coordinator's (non-detached) agent actors from those of another one; its
+        actor id, which its restarts keep."""
+        self.graphs: dict[str, _Graph] = {}
+        self.actors: dict[tuple[str, str], list[Any]] = {}
+        self.beats = Beats()
+
+    def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
+        """Remember a graph snapshot; actors of older definitions of its agents retire."""
+        if graph_fp in self.graphs:
+            return
+        self.graphs[graph_fp] = _Graph(blob, dict(replicas))
+        for (fp, name), handles in list(self.actors.items()):
+            if fp != graph_fp and name in replicas:
+                for handle in handles:
+                    handle.retire.remote()
+                    self.beats.forget(actor_key(handle))
+                del self.actors[(fp, name)]
+
+    def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
+        """The actors serving ``name`` in ``graph_fp``, created on first use."""
+        key = (graph_fp, name)
+        if key not in self.actors:
+            graph = self.graphs.get(graph_fp)
+            if graph is None:
+                raise RaygentsError(
+                    f"unknown agent graph {graph_fp!r}; start or resume the run again"
+                )
+            count = graph.replicas.get(name, 1)
+            self.actors[key] = [self._create(graph, graph_fp, name, i) for i in range(count)]
+        return self.actors[key]
+
+    def replace_actor(self, graph_fp: str, name: str, stale: Any) -> None:
+        """Stop handing out an unresponsive actor; the next lookup creates a fresh one."""
+        handles = self.actors.get((graph_fp, name))
+        if handles is None:
+            return
+        stale_id = actor_key(stale)
+        self.beats.forget(stale_id)
+        fresh = [h for h in handles if actor_key(h) != stale_id]
+        if len(fresh) == len(handles):
+            return  # already replaced by an earlier report of the same actor
+        graph = self.graphs.get(graph_fp)
+        if graph is not None:
+            fresh.append(self._create(graph, graph_fp, name, f"r{os.urandom(3).hex()}"))
+        self.actors[(graph_fp, name)] = fresh
+
+    async def stop_all(self) -> None:
+        """Stop every agent actor this coordinator knows (it is going away for good), once
+        each has exported the spans it holds (``ray.kill`` runs no exit handler), or after
+        :data:`_FLUSH_S`."""
+        handles = [handle for known in self.actors.values() for handle in known]
+        if handles:
+            flushed = [asyncio.ensure_future(h.flush_spans.remote()) for h in handles]
+            await asyncio.wait(flushed, timeout=_FLUSH_S)
+        for handle in handles:
+            ray.kill(handle, no_restart=True)
+        self.actors.clear()
+
+    def _create(self, graph: _Graph, graph_fp: str, name: str, index: int | str) -> Any:
+        label = f"agent:{name}@{graph_fp[:8]}" + (f"#{index}" if index else "")
+        # Detached, so that runs keep going while the coordinator restarts (an agent actor
+        # stops itself once its coordinator is gone for good, see AgentActor), and named, so
+        # that a restarted coordinator finds them. In detached mode a coordinator created
+        # again finds its predecessor's; otherwise the name carries the coordinator's id and
+        # never meets a stopping actor of an earlier coordinator. A replacement's name is new.
+        options: dict[str, Any] = {
+            "namespace": self.namespace,
+            "num_cpus": 0,
+            "max_concurrency": _MAX_CONCURRENCY,
+            "max_restarts": -1,
+            "lifetime": "detached",
+            "get_if_exists": True,
+            "name": label if self.detached else f"{label}~{self.incarnation}",
+        }
+        options.update(self.actor_options)
+        remote_cls = ray.remote(AgentActor).options(**options)
+        me = ray.get_runtime_context().current_actor
+        return remote_cls.remote(graph.blob, name, graph_fp, self.namespace, me)

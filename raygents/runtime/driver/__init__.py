@@ -1,0 +1,1 @@
+"""The driver's API: init, run/start/resume, handles, attach."""

@@ -1,0 +1,307 @@
+"""Runs that exist, from any driver: ``attach`` (a run's handle, with the history its
+checkpoints hold replayed as events, then its end as the coordinator reports it), ``cancel``
+and ``runs`` (the run table)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast, get_args
+
+from raygents.agents.agent import Agent
+from raygents.agents.result import RunResult, parse_output
+from raygents.agents.tools import ToolResult
+from raygents.core.approvals import PendingApproval
+from raygents.core.envelope import RunState
+from raygents.core.events import RunEvent
+from raygents.core.messages import Message, ToolCall, Usage
+from raygents.errors import (
+    CANCEL,
+    SUSPEND_FOR_CHECKPOINT,
+    CheckpointError,
+    OutputValidationError,
+    RaygentsError,
+    RunCancelled,
+    RunInterrupted,
+    RunNotFound,
+    SuspendedError,
+)
+from raygents.ids import validate_id
+from raygents.records.runinfo import RunInfo, RunSummary
+from raygents.runtime.driver.client import Runtime, current
+from raygents.runtime.driver.handle import RunHandle, RunStatus
+from raygents.runtime.driver.snapshot import known_agent
+from raygents.runtime.link.drive import SuspendToken
+
+__all__ = ["attach", "cancel", "runs"]
+
+
+def attach(run_id: str) -> RunHandle:
+    """A handle to a run, possibly started by another driver.
+
+    A run of this driver that is running, or whose handle is still referenced, gives its own
+    handle (with every event). For other runs the handle resolves when the run ends (a
+    completed run's result comes from the coordinator, or from the result its completion
+    marker keeps in the store, e.g. after a restart of Ray), and the result's ``last_agent``
+    is the agent of that name this process started a run with, whose ``output_type`` types
+    ``final_output``; else a placeholder ``Agent`` carrying the agent's name
+    (``final_output`` is then the final text; ``final_output_as(T)`` parses it). Their
+    ``events()`` replay what the run's newest checkpoint records (``agent_start``, a
+    ``tool_start`` and ``tool_end`` for each tool call with a result, a ``handoff`` for each
+    transfer, then a ``checkpoint`` with its seq; each with ``data["replayed"]``), and when the
+    run ends, what it recorded since and its terminal event. Live events (model text deltas,
+    calls still in flight) of a run driven by another driver are not relayed. A run awaiting
+    approval raises :class:`RunInterrupted` with its pending calls (read from its newest
+    checkpoint), which any driver can approve with :func:`resume`.
+
+    Raises:
+        UserError: ``run_id`` is not a valid run id.
+        RunNotFound: the coordinator knows no such run.
+    """
+    validate_id(run_id, "run id")
+    rt = current()
+    handle = rt.handles.get(run_id)
+    if handle is not None:
+        return handle
+    rt.send_notes()
+    info = rt.ask(rt.directory.client.get_run(run_id))
+    if info is None:
+        raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
+    token = SuspendToken(run_id)
+    token.actor = rt.coordinator  # (it passes suspends and cancels to the run's actor)
+    handle = RunHandle(run_id, rt, token)
+    handle._set_status(_status(info.status))
+    rt.submit(_follow(rt, handle))
+    return handle
+
+
+async def _follow(rt: Runtime, handle: RunHandle) -> None:
+    replay = _HistoryReplay(handle.run_id)
+    state = await _newest_state(rt, handle.run_id)
+    if state is not None:
+        _emit_replayed(handle, replay, state.agent_name, state.messages, state.journal, state.seq)
+    info, summary = await rt.directory.client.wait(handle.run_id)
+    if info is None:  # (forgotten meanwhile: the table keeps a bounded number of ended runs)
+        gone = RunNotFound(f"run {handle.run_id!r} is no longer known", run_id=handle.run_id)
+        handle._resolve(None, gone, "failed")
+        return
+    status = _status(info.status)
+    if info.status == "completed" and summary is not None:
+        messages = summary["messages"]
+        _emit_replayed(handle, replay, summary["agent_name"], messages, {}, info.seq)
+    elif info.seq != (state.seq if state is not None else 0):
+        state = await _newest_state(rt, handle.run_id)
+        if state is not None:
+            journal = state.journal
+            _emit_replayed(handle, replay, state.agent_name, state.messages, journal, state.seq)
+    base = {"run_id": handle.run_id, "agent_name": info.agent_name, "turns": info.turns}
+    if info.status == "completed" and summary is not None:
+        result = _result(handle.run_id, summary)
+        handle._emit(RunEvent(type="complete", output=result.output_text, **base))
+        handle._resolve(result, None, "completed")
+        return
+    error: RaygentsError
+    if info.status == "suspended":
+        error = SuspendedError(
+            "agent run suspended", run_id=handle.run_id, cause=SUSPEND_FOR_CHECKPOINT
+        )
+    elif info.status == "awaiting_approval":
+        pending = await _pending(rt, handle.run_id)
+        error = RunInterrupted(
+            f"run is waiting for approval of {len(pending)} tool call(s); resume it with decisions",
+            run_id=handle.run_id,
+            pending=pending,
+        )
+        data = {"pending": [p.model_dump() for p in pending]}
+        handle._emit(RunEvent(type="interrupted", data=data, **base))
+        handle._resolve(None, error, status)
+        return
+    elif info.status == "cancelled":
+        error = RunCancelled(info.last_error or "run cancelled", run_id=handle.run_id)
+    elif info.status == "completed":  # (its marker kept no result, or cannot be read)
+        error = RaygentsError(
+            "run completed, but its result is not kept: it was stored in a memory:// store, "
+            "by an older raygents, or its completion marker cannot be read (see the "
+            "coordinator's log)",
+            run_id=handle.run_id,
+        )
+    else:
+        error = RaygentsError(
+            info.last_error or f"run ended as {info.status}", run_id=handle.run_id
+        )
+    handle._emit(RunEvent(type="error", error=str(error), **base))
+    handle._resolve(None, error, status)
+
+
+def _result(run_id: str, summary: RunSummary) -> RunResult:
+    """A completed run's result from its summary: its final output parsed into the last
+    agent's ``output_type`` where this process knows the agent (it started a run with its
+    graph), else the text (also when the text does not parse: the run did complete)."""
+    text = summary["final_output"]
+    agent = known_agent(summary["agent_name"])
+    output: Any = text
+    if agent is not None:
+        try:
+            output = parse_output(text, agent.output_type, run_id=run_id)
+        except OutputValidationError:
+            output = text
+    return RunResult(
+        run_id=run_id,
+        final_output=output,
+        messages=tuple(summary["messages"]),
+        output_text=text,
+        usage=summary["usage"] or Usage(),
+        turns=summary["turns"],
+        last_agent=agent if agent is not None else Agent(summary["agent_name"]),
+        input_count=summary.get("input_count", 0),
+    )
+
+
+def _status(value: str) -> RunStatus:
+    """A status from the run table, as a handle reports it."""
+    if value not in get_args(RunStatus):
+        raise RaygentsError(f"the run table holds an unknown run status {value!r}")
+    return cast(RunStatus, value)
+
+
+_REPLAYED = {"replayed": True}
+_TRANSFERRED = "Transferred to "
+
+
+class _HistoryReplay:
+    """The events a run's recorded history implies, for a handle that did not see them live.
+
+    Each look at a newer history (:meth:`events`) gives only what earlier looks did not: tool
+    calls are known by their call id, so a run that went on between two looks adds its new
+    calls only. Events before a run's first handoff carry an empty ``agent_name`` when the
+    history has a handoff (it does not say which agent started the run).
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.seen: set[str] = set()
+        self.first_agent: str | None = None
+
+    def events(
+        self,
+        agent_name: str,
+        messages: Sequence[Message],
+        journal: Mapping[str, ToolResult],
+    ) -> list[RunEvent]:
+        """What ``messages`` (and the pending batch's finished calls in ``journal``) hold
+        that this replay has not given yet; ``agent_name`` is the run's current agent."""
+        results: dict[str, ToolResult] = dict(journal)
+        for m in messages:
+            if m.role == "tool" and m.tool_call_id is not None:
+                results[m.tool_call_id] = ToolResult(m.text)
+        calls = [c for m in messages if m.role == "assistant" for c in m.tool_calls]
+        handoffs = [c for c in calls if _handoff_target(c, results) is not None]
+        if self.first_agent is None:
+            self.first_agent = "" if handoffs else agent_name
+        agent = self.first_agent
+        out: list[RunEvent] = []
+        if agent and self._new("agent_start"):
+            out.append(self._event("agent_start", agent))
+        for c in calls:
+            if c.id not in results:
+                continue
+            target = _handoff_target(c, results)
+            if target is not None:
+                if self._new(c.id):
+                    out.append(self._event("handoff", agent, to_agent=target))
+                    out.append(self._event("agent_start", target))
+                agent = target
+                continue
+            if not self._new(c.id):
+                continue
+            result = results[c.id]
+            start = {"tool_name": c.name, "call_id": c.id}
+            out.append(self._event("tool_start", agent, arguments=c.arguments, **start))
+            end = {"result": result.content, "is_error": result.is_error}
+            out.append(self._event("tool_end", agent, **start, **end))
+        return out
+
+    def _new(self, key: str) -> bool:
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+    def _event(self, kind: Any, agent_name: str, **fields: Any) -> RunEvent:
+        return RunEvent(
+            type=kind, run_id=self.run_id, agent_name=agent_name, data=_REPLAYED, **fields
+        )
+
+
+def _handoff_target(call: ToolCall, results: Mapping[str, ToolResult]) -> str | None:
+    """The agent a ``transfer_to_*`` call with a result handed the run to, else None."""
+    result = results.get(call.id)
+    if result is None or result.is_error or not call.name.startswith("transfer_to_"):
+        return None
+    if not result.content.startswith(_TRANSFERRED):
+        return None
+    return result.content[len(_TRANSFERRED) :] or None
+
+
+def _emit_replayed(
+    handle: RunHandle,
+    replay: _HistoryReplay,
+    agent_name: str,
+    messages: Sequence[Message],
+    journal: Mapping[str, ToolResult],
+    seq: int,
+) -> None:
+    """Emit what ``replay`` has not given yet of a history, then a ``checkpoint`` event."""
+    for event in replay.events(agent_name, messages, journal):
+        handle._emit(event)
+    if seq > 0 and replay._new(f"seq:{seq}"):
+        data = {"seq": seq, **_REPLAYED}
+        handle._emit(
+            RunEvent(type="checkpoint", run_id=handle.run_id, agent_name=agent_name, data=data)
+        )
+
+
+async def _newest_state(rt: Runtime, run_id: str) -> RunState | None:
+    """The run's state at its newest checkpoint (the coordinator's copy, else the store's), or
+    None when it has none or it cannot be read (the terminal event still comes)."""
+    try:
+        found = await rt.directory.client.load_state(run_id)
+    except CheckpointError:
+        return None
+    return found[0] if found is not None else None
+
+
+async def _pending(rt: Runtime, run_id: str) -> list[PendingApproval]:
+    """The calls a run awaiting approval waits for, from its newest checkpoint (the
+    coordinator's copy, else the store's)."""
+    found = await rt.directory.client.load_state(run_id)
+    return list(found[0].pending) if found is not None else []
+
+
+def cancel(run_id: str) -> None:
+    """Cancel a run wherever it runs, started by this driver or another one (see
+    :meth:`RunHandle.cancel`). A run that is not running (ended, suspended, awaiting
+    approval) is left as it is.
+
+    Raises:
+        UserError: ``run_id`` is not a valid run id.
+        RunNotFound: the coordinator knows no such run.
+    """
+    validate_id(run_id, "run id")
+    rt = current()
+    handle = rt.handles.get(run_id)
+    if handle is not None and not handle.done():
+        handle.cancel()
+        return
+    rt.send_notes()
+    info = rt.ask(rt.directory.client.get_run(run_id))
+    if info is None:
+        raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
+    if info.status == "running":
+        rt.ask(rt.directory.client.suspend([(run_id, CANCEL)]))
+
+
+def runs(status: str | None = None) -> list[RunInfo]:
+    """What the coordinator knows about runs, optionally only those with ``status``."""
+    rt = current()
+    rt.send_notes()
+    return rt.ask(rt.directory.client.list_runs(status))

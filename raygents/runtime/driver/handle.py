@@ -1,0 +1,173 @@
+"""RunHandle: the driver's view of a run (its result, status, events and suspend)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from raygents.agents.result import RunResult
+from raygents.core.events import RunEvent
+from raygents.errors import CANCEL, SUSPEND_FOR_CHECKPOINT, RaygentsError
+
+if TYPE_CHECKING:
+    from raygents.runtime.link.drive import SuspendToken
+
+__all__ = ["EventLog", "RunHandle", "RunStatus"]
+
+RunStatus = Literal[
+    "pending", "running", "suspended", "awaiting_approval", "completed", "failed", "cancelled"
+]
+
+
+class EventLog:
+    """Every event of a run, kept so that any number of readers see them all, from the start.
+
+    The run appends without ever waiting for readers, so a slow reader never stalls a run.
+    """
+
+    def __init__(self) -> None:
+        self._events: list[RunEvent] = []
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def append(self, event: RunEvent) -> None:
+        """Add an event (called from the runtime's event loop)."""
+        with self._cond:
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """No more events will come."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _wait(self, index: int, timeout: float | None = None) -> RunEvent | None:
+        with self._cond:
+            while index >= len(self._events):
+                if self._closed:
+                    return None
+                if not self._cond.wait(timeout) and timeout is not None:
+                    raise TimeoutError
+            return self._events[index]
+
+    def __iter__(self) -> Iterator[RunEvent]:
+        index = 0
+        while (event := self._wait(index)) is not None:
+            yield event
+            index += 1
+
+    def __aiter__(self) -> AsyncIterator[RunEvent]:
+        return self._aiter()
+
+    async def _aiter(self) -> AsyncIterator[RunEvent]:
+        index = 0
+        while True:
+            with self._cond:
+                ready = index < len(self._events)
+                event = self._events[index] if ready else None
+                closed = self._closed
+            if event is None and closed:
+                return
+            if event is None:
+                event = await asyncio.to_thread(self._wait, index)
+                if event is None:
+                    return
+            yield event
+            index += 1
+
+    def snapshot(self) -> list[RunEvent]:
+        """The events so far."""
+        with self._cond:
+            return list(self._events)
+
+
+class RunHandle:
+    """A run in progress. ``await handle`` or ``handle.result()`` gives its :class:`RunResult`.
+
+    Errors of the run (``MaxTurnsExceeded``, ``SuspendedError``, ...) are raised from
+    ``result()`` and ``await``.
+    """
+
+    def __init__(self, run_id: str, runtime: Any, token: SuspendToken) -> None:
+        self.run_id = run_id
+        self._runtime = runtime
+        self._token = token
+        self._future: concurrent.futures.Future[RunResult] = concurrent.futures.Future()
+        self._events = EventLog()
+        self._status: RunStatus = "pending"
+        self._listener: Callable[[RunEvent], None] | None = None
+        """Also handed each event (the run-level hooks' relay), on the runtime's loop."""
+
+    def result(self, timeout_s: float | None = None) -> RunResult:
+        """Wait for the run to end and return its result (or raise its error).
+
+        Raises:
+            TimeoutError: the run did not end within ``timeout_s`` (it keeps running).
+        """
+        try:
+            return self._future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"run {self.run_id} did not end within {timeout_s} s") from None
+
+    def __await__(self) -> Generator[Any, None, RunResult]:
+        return asyncio.wrap_future(self._future).__await__()
+
+    def done(self) -> bool:
+        """Whether the run has ended."""
+        return self._future.done()
+
+    def status(self) -> RunStatus:
+        """The run's status as this driver last saw it."""
+        return self._status
+
+    def events(self) -> EventLog:
+        """Every event of the run from its start; iterate with ``for`` or ``async for``.
+
+        A handle from :func:`~raygents.attach` to a run another driver drives holds the events
+        replayed from the run's checkpoints (``data["replayed"]``), then its terminal event.
+        """
+        return self._events
+
+    def suspend(self, cause: str = SUSPEND_FOR_CHECKPOINT) -> None:
+        """Ask the run to suspend gracefully: in-flight work finishes, then it stops.
+
+        ``result()`` then raises :class:`~raygents.SuspendedError`.
+        """
+        self._runtime.call_soon(self._token.request, cause)
+
+    def cancel(self) -> None:
+        """Stop the run now, unlike :meth:`suspend`: the model call in flight is abandoned,
+        its running tool tasks are cancelled through Ray and its agent-as-tool children are
+        cancelled. Its records stay in the store for inspection; it cannot be resumed.
+
+        ``result()`` then raises :class:`~raygents.RunCancelled` (unless the run ended
+        first); the run's status is ``cancelled``.
+        """
+        self._runtime.call_soon(self._token.request, CANCEL)
+
+    # --- called by the runtime ----------------------------------------------------------
+    def _set_status(self, status: RunStatus) -> None:
+        self._status = status
+
+    def _emit(self, event: RunEvent) -> None:
+        self._events.append(event)
+        if self._listener is not None:
+            self._listener(event)
+
+    def _resolve(
+        self, result: RunResult | None, error: RaygentsError | None, status: RunStatus
+    ) -> None:
+        self._status = status
+        self._events.close()
+        if error is not None:
+            self._future.set_exception(error)
+        else:
+            assert result is not None
+            self._future.set_result(result)
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id} {self._status}>"

@@ -1,0 +1,160 @@
+"""A top-level run driven from its driver: the drive itself (here, or by the coordinator for a
+detached namespace), and its end: the result or the error, the last event, the run table's
+note, the hooks' ``on_run_end``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from raygents.agents.agent import Agent
+from raygents.agents.hooks import HookRelay
+from raygents.agents.result import RunResult, parse_output
+from raygents.core.envelope import Envelope, Outcome, RunState
+from raygents.core.events import RunEvent
+from raygents.errors import (
+    SUSPEND_FOR_CHECKPOINT,
+    OutputValidationError,
+    RaygentsError,
+    RunInterrupted,
+    SuspendedError,
+)
+from raygents.records.runinfo import outcome_entry, outcome_status
+from raygents.runtime.driver.client import Runtime
+from raygents.runtime.driver.handle import RunHandle, RunStatus
+from raygents.runtime.link.drive import drive
+
+__all__ = ["Ending", "drive_root"]
+
+
+async def drive_root(
+    rt: Runtime,
+    handle: RunHandle,
+    envelope: Envelope,
+    blob: bytes,
+    replicas: dict[str, int],
+    ending: Ending,
+    timeout_s: float | None,
+    claim: bool = False,
+) -> None:
+    state = envelope.state
+    timer = None
+    try:
+        if claim:  # a generated id: nobody else has claimed it, so its first epoch is 1
+            envelope = dataclasses.replace(envelope, state=state.evolve(epoch=1))
+            rt.note("claim", state.run_id, rt.owner, state.agent_name)
+        await rt.ensure_graph(envelope.graph_fp, blob, replicas)
+        if timeout_s is not None:
+            timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
+        handle._set_status("running")
+        if rt.detached:  # the coordinator drives it, so it outlives this driver
+            outcome = await _drive_detached(rt, handle, envelope)
+        else:
+            outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
+    except Exception as exc:
+        error = (
+            exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
+        )
+        outcome = Outcome("failed", state, error=error.with_run_id(state.run_id))
+    finally:
+        if timer is not None:
+            timer.cancel()
+    result, failure, status = _finish(rt, handle, outcome, ending)
+    if ending.relay is not None:
+        output = result.final_output if result is not None else None
+        ending.relay.run_ended(outcome.state.run_id, outcome.state.agent_name, output, failure)
+        await ending.relay.drain()
+    handle._resolve(result, failure, status)
+
+
+async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) -> Outcome:
+    handle._token.actor = rt.coordinator  # suspend requests go to the coordinator
+    outcome: Outcome | None = None
+    async for ref in rt.coordinator.drive_root.remote(envelope):
+        item = await ref
+        if isinstance(item, Outcome):
+            outcome = item
+        else:
+            for event in item:
+                handle._emit(event)
+    handle._token.actor = None
+    if outcome is None:
+        raise RaygentsError(
+            "the coordinator ended the run without an outcome", run_id=handle.run_id
+        )
+    return outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class Ending:
+    """What the driver needs to end a run: its graph (for ``last_agent``), the type its final
+    output is parsed into (``run_typed``'s, else the last agent's ``output_type``), and the
+    relay of its run-level hooks."""
+
+    graph: dict[str, Agent]
+    output_type: Any = None
+    relay: HookRelay | None = None
+
+    def output(self, state: RunState, text: str) -> Any:
+        """The final output parsed on the driver (an ``OutputValidationError`` if it does
+        not parse); a run typed by ``run_typed`` that resumed here keeps its text."""
+        output_type = self.output_type
+        if output_type is None and state.response_format is None:
+            output_type = self.graph[state.agent_name].output_type
+        return parse_output(text, output_type, run_id=state.run_id)
+
+
+def _finish(
+    rt: Runtime, handle: RunHandle, outcome: Outcome, ending: Ending
+) -> tuple[RunResult | None, RaygentsError | None, RunStatus]:
+    """Emit a run's terminal event and tell the coordinator; what the handle resolves to."""
+    state = outcome.state
+    base = {"run_id": state.run_id, "agent_name": state.agent_name, "turns": state.turns}
+    error: RaygentsError | None = None
+    result: RunResult | None = None
+    if outcome.kind == "completed":
+        text = outcome.output or ""
+        try:
+            result = RunResult(
+                run_id=state.run_id,
+                final_output=ending.output(state, text),
+                messages=state.messages,
+                usage=state.usage,
+                turns=state.turns,
+                last_agent=ending.graph[state.agent_name],
+                output_text=text,
+                input_count=state.input_len,
+            )
+            event = RunEvent(type="complete", output=text, usage=state.usage, **base)
+        except OutputValidationError as exc:
+            error = exc
+            event = RunEvent(type="error", error=str(error), **base)
+    elif outcome.kind == "suspended":
+        inline = state if outcome.checkpoint_error else None
+        error = SuspendedError(
+            "agent run suspended"
+            + (f" (checkpoint not stored: {outcome.checkpoint_error})" if inline else ""),
+            run_id=state.run_id,
+            cause=outcome.cause,
+            checkpoint=inline,
+        )
+        event = RunEvent(type="suspended", error=outcome.cause, **base)
+    elif outcome.kind == "interrupted":
+        pending = list(state.pending)
+        error = RunInterrupted(
+            f"run interrupted: {len(pending)} tool call(s) require approval",
+            run_id=state.run_id,
+            pending=pending,
+        )
+        event = RunEvent(
+            type="interrupted", data={"pending": [p.model_dump() for p in pending]}, **base
+        )
+    else:
+        error = outcome.error or RaygentsError("run failed", run_id=state.run_id)
+        event = RunEvent(type="error", error=str(error), **base)
+    handle._emit(event)
+    info, summary = outcome_entry(outcome, None if outcome.kind == "completed" else str(error))
+    rt.note("finish", info, summary)
+    if result is None and outcome.kind == "completed":  # (its output did not parse)
+        return None, error, "failed"
+    return result, error, outcome_status(outcome)

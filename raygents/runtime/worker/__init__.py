@@ -1,0 +1,1 @@
+"""Tool tasks: what runs in a Ray worker for one tool call."""

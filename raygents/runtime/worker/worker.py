@@ -1,0 +1,109 @@
+"""What a tool task runs in its Ray worker process.
+
+A fresh worker loads this module, named by the task's function, to run its first call. A
+function tool's call arrives with its arguments already checked by the agent actor, as keyword
+arguments, so the worker loads no more than this module, :mod:`raygents.core.toolcall`,
+:mod:`raygents.runtime.link.wire`, :mod:`raygents.telemetry.tracing` and the tool's function: none
+of
+raygents' model classes, and no argument model to build (nor OpenTelemetry, unless tracing is
+on). A custom :class:`~raygents.agents.tools.Tool` runs its ``execute`` here, loaded with its class
+and
+what that imports. A traced call's task runs in a span under the call's ``execute_tool`` span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from raygents.core.toolcall import result_text, split_arguments
+from raygents.runtime.link import wire
+from raygents.telemetry import tracing
+
+__all__ = ["TaskReport", "describe", "error_text", "function_task", "tool_task"]
+
+Call = Callable[[Any, Any], tuple[str, bool]]
+"""One call of a tool: (context, payload) to the result's text and whether it is an error."""
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What a tool task sends back: its result, and where and how long it ran."""
+
+    content: str
+    is_error: bool
+    seconds: float
+    pid: int
+
+
+def error_text(name: str, error: object) -> str:
+    """What a model sees when a call of tool ``name`` failed."""
+    return f'Error: cannot execute tool "{name}": {error}'
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line of an error result."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def function_task(
+    name: str, fn: Callable[..., Any], takes_context: bool, positional: tuple[str, ...] = ()
+) -> Callable[..., bytes]:
+    """A task that calls ``fn`` with the call's context (when it takes one) and its checked
+    arguments (those named in ``positional``, its positional-only parameters, by position;
+    the others by keyword), sync or async."""
+
+    def call(ctx: Any, kwargs: dict[str, Any]) -> tuple[str, bool]:
+        args, keywords = split_arguments(kwargs, positional)
+        out = fn(ctx, *args, **keywords) if takes_context else fn(*args, **keywords)
+        if inspect.isawaitable(out):
+            out = asyncio.run(_awaited(out))
+        return result_text(out)
+
+    return _task(name, call)
+
+
+def tool_task(tool: Any) -> Callable[..., bytes]:
+    """A task that runs a custom tool's ``execute`` with the model's JSON arguments."""
+
+    def call(ctx: Any, arguments: str) -> tuple[str, bool]:
+        from raygents.agents.tools import ToolResult  # loaded with the tool's class
+
+        result = asyncio.run(tool.execute(ctx, arguments))
+        if not isinstance(result, ToolResult):
+            kind = type(result).__name__
+            return error_text(tool.name, f"execute() returned {kind}, not ToolResult"), True
+        return result.content, result.is_error
+
+    return _task(tool.name, call)
+
+
+def _task(name: str, call: Call) -> Callable[..., bytes]:
+    """The remote function's body: it takes the call packed by :mod:`raygents.runtime.link.wire`
+    (the context, the payload and, when the call is traced, its span's ``traceparent``) and
+    returns its :class:`TaskReport` packed the same way."""
+
+    def run_tool(blob: bytes) -> bytes:
+        started = time.perf_counter()
+        ctx, payload, *parent = wire.loads(blob)
+        with tracing.worker_span(parent[0] if parent else None, name, ctx.call_id) as span:
+            try:
+                content, is_error = call(ctx, payload)
+            except Exception as exc:  # a tool's failure is the model's business, not the run's
+                content, is_error = error_text(name, describe(exc)), True
+            tracing.tool_done(span, is_error, content)
+        seconds = time.perf_counter() - started
+        return wire.dumps(TaskReport(content, is_error, seconds, os.getpid()))
+
+    run_tool.__name__ = run_tool.__qualname__ = f"tool:{name}"
+    return run_tool
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value

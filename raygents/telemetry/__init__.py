@@ -1,0 +1,1 @@
+"""Logs, metrics and tracing."""
