@@ -87,9 +87,9 @@ class _Runner:
         options: Mapping[str, Any],
         columns: tuple[str, str, str | None],
     ) -> None:
-        import raygents
+        from raygents.runtime.driver.client import init
 
-        raygents.init(handle_sigterm=False, **joined)
+        init(handle_sigterm=False, **joined)
         self.agent = agent
         self.options = dict(options)
         self.input_column, self.output_column, self.context_column = columns
