@@ -3,6 +3,12 @@
 Each agent is a Ray actor, each tool call a Ray task; runs hand off between actors, fan out to
 sub-agents in parallel, and suspend and resume from durable checkpoints. Importing raygents
 starts nothing and reads no environment; ``run`` / ``start`` connect to Ray on first use.
+
+The public API is this module's ``__all__`` (where each name lives: ``_HOMES`` below) and the
+modules ``raygents.testing``, ``raygents.data``, ``raygents.guardrails``, ``raygents.templates``,
+``raygents.sessions`` and ``raygents.models.function``. Every other module, in the packages
+``core``, ``agents``, ``models``, ``stores``, ``records``, ``telemetry``, ``runtime``, ``batch``,
+``integrations`` and ``cli``, is internal: import from the paths above, which stay.
 """
 
 from __future__ import annotations
