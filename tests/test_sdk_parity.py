@@ -15,8 +15,8 @@ import raygents as rg
 from raygents.agents.guardrails import bind_output_type, run_output_guardrails
 from raygents.agents.hooks import HookRelay
 from raygents.agents.result import RunResult, parse_output
-from raygents.agents.tools import RunContext
 from raygents.core import loop
+from raygents.core.context import RunContext
 from raygents.core.envelope import RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, ToolCall, ToolSpec, to_messages

@@ -17,13 +17,7 @@ from raygents.agents.handoffs import (
     handoff_section,
 )
 from raygents.agents.hooks import check_hooks
-from raygents.agents.tools import (
-    AgentTool,
-    IsEnabled,
-    OutputExtractor,
-    RunContext,
-    Tool,
-)
+from raygents.agents.tools import AgentTool, OutputExtractor, Tool
 from raygents.agents.tooluse import (
     StopAtTools,
     ToolsToFinalOutput,
@@ -31,6 +25,7 @@ from raygents.agents.tooluse import (
     check_stop_at_tools,
     check_tool_use_behavior,
 )
+from raygents.core.context import IsEnabled, RunContext
 from raygents.core.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.core.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.core.schema import excerpt, output_type_problem

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 
 from raygents.agents.guardrails import GuardrailResult, InputGuardrail, OutputGuardrail
-from raygents.agents.tools import RunContext
+from raygents.core.context import RunContext
 from raygents.core.messages import Message, ModelRequest, ModelSettingsData
 from raygents.errors import UserError
 from raygents.models.base import Model, resolve_model

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, overload
 
-from raygents.agents.tools import RunContext
+from raygents.core.context import RunContext
 from raygents.core.messages import Message
 from raygents.errors import InputGuardrailTripped, OutputGuardrailTripped, RaygentsError, UserError
 

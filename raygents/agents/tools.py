@@ -26,7 +26,8 @@ from raygents.agents.params import (
     parsed_arguments,
     signature,
 )
-from raygents.core.messages import ToolCall, ToolResult, ToolSpec, Usage
+from raygents.core.context import IsEnabled, NeedsApproval, RunContext, is_enabled
+from raygents.core.messages import ToolCall, ToolResult, ToolSpec
 from raygents.core.schema import EXCERPT, drop_defaulted_nulls, excerpt
 from raygents.core.toolcall import ToolContext, result_text, split_arguments
 from raygents.errors import UserError
@@ -36,35 +37,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FunctionTool",
+    "IsEnabled",
+    "NeedsApproval",
     "RunContext",
     "Tool",
     "ToolContext",
     "ToolResult",
+    "is_enabled",
     "tool",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-NeedsApproval = bool | Callable[..., Any]
-"""``needs_approval`` of a tool: always (``True``), never (``False``), or a predicate
-``(RunContext, arguments) -> bool`` (sync or async) asked per call, ``arguments`` being the
-call's JSON arguments as a dict; a predicate with a third parameter also gets the call id."""
-
-IsEnabled = bool | Callable[..., Any]
-"""``is_enabled`` of a tool or handoff: whether the model is offered it, or a predicate
-``(RunContext, Agent) -> bool`` (sync or async) asked in the agent actor each time the agent
-becomes active."""
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What dynamic instructions and guardrails know about the run."""
-
-    run_id: str
-    agent_name: str
-    context: Any = None
-    turns: int = 0
-    usage: Usage = dataclasses.field(default_factory=Usage)
 
 
 @dataclass(frozen=True)
@@ -232,29 +215,6 @@ def _is_context_param(param: inspect.Parameter) -> bool:
     if annotation is ToolContext or annotation == "ToolContext":
         return True
     return param.name == "ctx" and annotation is inspect.Parameter.empty
-
-
-async def is_enabled(owner: str, value: IsEnabled, ctx: RunContext, agent: Agent) -> bool:
-    """Whether a tool or handoff is offered now (see :data:`IsEnabled`).
-
-    Raises:
-        UserError: the predicate raised or returned something other than a bool.
-    """
-    if isinstance(value, bool):
-        return value
-    try:
-        verdict = value(ctx, agent)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
-    except Exception as exc:
-        raise UserError(
-            f"{owner}: its is_enabled function raised {type(exc).__name__}: {excerpt(str(exc))}"
-        ) from None
-    if not isinstance(verdict, bool):
-        raise UserError(
-            f"{owner}: its is_enabled function must return a bool, got {excerpt(repr(verdict), 80)}"
-        )
-    return verdict
 
 
 async def call_needs_approval(t: Tool, ctx: RunContext, call: ToolCall) -> bool:
