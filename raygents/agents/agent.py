@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from raygents.agents.agent_tool import AgentTool, OutputExtractor
 from raygents.agents.checks import check_needs_approval, check_options
 from raygents.agents.guardrails import check_guardrails
 from raygents.agents.handoffs import (
@@ -17,7 +18,7 @@ from raygents.agents.handoffs import (
     handoff_section,
 )
 from raygents.agents.hooks import check_hooks
-from raygents.agents.tools import AgentTool, OutputExtractor, Tool
+from raygents.agents.tools import Tool
 from raygents.agents.tooluse import (
     StopAtTools,
     ToolsToFinalOutput,
