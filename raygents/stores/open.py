@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
+from raygents.core.secrets import mask
 from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
 from raygents.stores.base import (
     MAX_KEY_LENGTH,
@@ -436,11 +437,8 @@ def _error_message(exc: Any) -> str:
 
 
 def _redact(text: str) -> str:
-    for name in _SECRET_VARIABLES:
-        secret = os.environ.get(name)
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    """``text`` with the AWS secrets of this process's environment masked."""
+    return mask(text, (os.environ.get(name) for name in _SECRET_VARIABLES))
 
 
 def open_store(url: str) -> Store:
