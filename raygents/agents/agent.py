@@ -29,8 +29,8 @@ from raygents.agents.tooluse import (
 from raygents.core.context import IsEnabled, RunContext
 from raygents.core.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.core.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
-from raygents.core.schema import excerpt, output_type_problem
-from raygents.errors import UserError
+from raygents.core.schema import output_type_problem
+from raygents.errors import UserError, excerpt
 from raygents.ids import validate_agent_name
 from raygents.models.base import Model, ModelSettings
 

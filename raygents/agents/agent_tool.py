@@ -9,9 +9,8 @@ from raygents.agents.checks import check_is_enabled, check_tool_name
 from raygents.agents.tools import Tool
 from raygents.core.context import IsEnabled
 from raygents.core.messages import ToolResult
-from raygents.core.schema import excerpt
 from raygents.core.toolcall import ToolContext
-from raygents.errors import UserError
+from raygents.errors import UserError, excerpt
 
 if TYPE_CHECKING:
     from raygents.agents.agent import Agent

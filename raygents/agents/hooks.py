@@ -117,8 +117,7 @@ def check_hooks(owner: str, hooks: object) -> None:
     Raises:
         UserError: one is not (no hook of it would ever fire), naming ``owner``.
     """
-    from raygents.core.schema import excerpt
-    from raygents.errors import UserError
+    from raygents.errors import UserError, excerpt
 
     for hook in hooks if isinstance(hooks, list | tuple) else [] if hooks is None else [hooks]:
         if not any(callable(getattr(hook, method, None)) for method in _METHODS):

@@ -27,9 +27,9 @@ from raygents.agents.params import (
 )
 from raygents.core.context import IsEnabled, NeedsApproval, RunContext, is_enabled
 from raygents.core.messages import ToolCall, ToolResult, ToolSpec
-from raygents.core.schema import EXCERPT, drop_defaulted_nulls, excerpt
+from raygents.core.schema import drop_defaulted_nulls
 from raygents.core.toolcall import ToolContext, result_text, split_arguments
-from raygents.errors import UserError
+from raygents.errors import EXCERPT, UserError, excerpt
 
 if TYPE_CHECKING:
     from raygents.agents.agent_tool import AgentTool as AgentTool

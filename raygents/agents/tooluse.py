@@ -8,8 +8,7 @@ from typing import Any, Literal
 
 from raygents.agents.checks import is_function
 from raygents.core.context import RunContext
-from raygents.core.schema import excerpt
-from raygents.errors import UserError
+from raygents.errors import UserError, excerpt
 
 __all__ = [
     "StopAtTools",

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raygents.core.messages import Usage
-from raygents.core.schema import excerpt
-from raygents.errors import UserError
+from raygents.errors import UserError, excerpt
 
 if TYPE_CHECKING:
     # Recursive data: an is_enabled predicate is given the agent it belongs to.

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raygents.core.messages import Message, ToolSpec
-from raygents.core.schema import bounded_errors, excerpt, parse_json
+from raygents.core.schema import bounded_errors, parse_json
 from raygents.core.secrets import detect
-from raygents.errors import ModelOutputError, OutputValidationError
+from raygents.errors import ModelOutputError, OutputValidationError, excerpt
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_RETRIES",

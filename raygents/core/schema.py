@@ -13,6 +13,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+# excerpt lives with the errors; it is named here too for the loop, which imports it from here.
+from raygents.errors import excerpt
+
 __all__ = [
     "bounded_errors",
     "excerpt",
@@ -398,17 +401,6 @@ def unbounded_patterns(schema: Any) -> str | None:
             "matches patterns against a model's output in bounded time, and cannot there)"
         )
     return None
-
-
-EXCERPT = 200
-"""How much of a model-made value an error message quotes."""
-
-
-def excerpt(value: str, limit: int = EXCERPT) -> str:
-    """``value`` cut to ``limit`` characters, with how much was left out."""
-    if len(value) <= limit:
-        return value
-    return f"{value[:limit]}... ({len(value) - limit} more characters)"
 
 
 def parse_json(text: str) -> Any:
