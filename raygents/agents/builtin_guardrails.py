@@ -14,10 +14,10 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationErr
 
 from raygents.agents.guardrails import GuardrailResult, InputGuardrail, OutputGuardrail
 from raygents.core.context import RunContext
-from raygents.core.messages import Message, ModelRequest, ModelSettingsData
+from raygents.core.messages import Message, ModelRequest
 from raygents.core.secrets import detect
 from raygents.errors import UserError
-from raygents.models.base import Model, resolve_model
+from raygents.models.base import Model, ModelSettings, resolve_model
 
 __all__ = ["PromptInjectionGuardrail", "SensitiveDataGuardrail", "SystemPromptLeakGuardrail"]
 
@@ -200,7 +200,7 @@ class PromptInjectionGuardrail(InputGuardrail):
             system=self.instructions,
             messages=(Message("user", f"<message>\n{text}\n</message>"),),
             response_format=_VERDICT_FORMAT,
-            settings=ModelSettingsData(temperature=0.0, max_tokens=300),
+            settings=ModelSettings(temperature=0.0, max_tokens=300).to_data(),
         )
         response = await self._resolved.respond(request)
         try:
