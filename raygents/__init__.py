@@ -58,11 +58,12 @@ if TYPE_CHECKING:
     from raygents.agents.handoffs import Handoff, HandoffInputData, handoff
     from raygents.agents.hooks import RunHooks
     from raygents.agents.result import RunResult, TypedResult
-    from raygents.agents.tools import RunContext, Tool, ToolContext, ToolResult, tool
+    from raygents.agents.tools import Tool, ToolContext, ToolResult, tool
     from raygents.agents.tooluse import StopAtTools
     from raygents.batch.job import BatchHandle, BatchItem, BatchResult, run_batch, start_batch
     from raygents.batch.progress import BatchProgress
     from raygents.core.approvals import Approval, ApprovalDecision, PendingApproval
+    from raygents.core.context import RunContext
     from raygents.core.events import RunEvent
     from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "raygents.agents.agent": ("Agent",),
     "raygents.core.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
+    "raygents.core.context": ("RunContext",),
     "raygents.batch.job": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
     "raygents.batch.progress": ("BatchProgress",),
     "raygents.core.events": ("RunEvent",),
@@ -106,7 +108,7 @@ _HOMES = {
     "raygents.runtime.driver.attach": ("attach", "cancel", "runs"),
     "raygents.runtime.driver.runs": ("resume", "run", "run_streamed", "run_typed", "start"),
     "raygents.sessions": ("MemorySession", "Session", "SQLiteSession", "StoreSession"),
-    "raygents.agents.tools": ("RunContext", "Tool", "ToolContext", "ToolResult", "tool"),
+    "raygents.agents.tools": ("Tool", "ToolContext", "ToolResult", "tool"),
     "raygents.agents.tooluse": ("StopAtTools",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}

@@ -26,7 +26,8 @@
 
 Errors can be built from a message alone; every other field is a keyword argument and is kept
 when the error crosses a process boundary. A message that is not text (``MaxTurnsExceeded(3)``)
-is made text with ``str()``, and so is a run id.
+is made text with ``str()``, and so is a run id. A message quotes a value made by a model or a
+user through :func:`excerpt`, so that it stays short.
 """
 
 from __future__ import annotations
@@ -66,6 +67,15 @@ SUSPEND_FOR_CHECKPOINT = "suspend_for_checkpoint"
 """The cause of a graceful suspend asked for by a user or a driver shutting down."""
 CANCEL = "raygents:cancel"
 """The cause of a cancel: a suspend request that stops the run at once (see ``cancel``)."""
+EXCERPT = 200
+"""How much of a model-made value an error message quotes."""
+
+
+def excerpt(value: str, limit: int = EXCERPT) -> str:
+    """``value`` cut to ``limit`` characters, with how much was left out."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value) - limit} more characters)"
 
 
 class RaygentsError(Exception):

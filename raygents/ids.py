@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 128
-"""The longest id: a store key segment (``raygents.stores.open.MAX_SEGMENT_LENGTH``)."""
+"""The longest id: a store key segment (``raygents.stores.base.MAX_SEGMENT_LENGTH``)."""
 MAX_NAME_LENGTH = 128
 """The longest agent name."""
 IdKind = Literal["run id", "session id", "job id", "tenant"]

@@ -13,7 +13,7 @@ import raygents as rg
 from raygents.batch.items import batch_run_id, check_job_id, item_from_json
 from raygents.batch.output import is_marked, mark, open_ledger, open_output
 from raygents.batch.progress import BatchProgress, Display, open_display
-from raygents.stores.open import MemoryStore
+from raygents.stores.memory import MemoryStore
 
 AGENT = rg.Agent("batch-unit")
 

@@ -20,7 +20,7 @@ from raygents.runtime.coordinator import coordinator as coordinator_module
 from raygents.runtime.coordinator import recordstore
 from raygents.runtime.coordinator.coordinator import Coordinator
 from raygents.runtime.link.settings import Settings
-from raygents.stores.open import _MEMORY, MemoryStore
+from raygents.stores.memory import _MEMORY, MemoryStore
 
 
 def _url() -> str:

@@ -26,7 +26,7 @@ from raygents.agents.guardrails import (
     run_input_guardrails,
     run_output_guardrails,
 )
-from raygents.agents.tools import RunContext
+from raygents.core.context import RunContext
 from raygents.core.messages import Message, ModelRequest, ModelResponse
 from raygents.errors import (
     InputGuardrailTripped,

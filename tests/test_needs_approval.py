@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.agents.tools import RunContext, Tool, call_needs_approval
+from raygents.agents.tools import Tool, call_needs_approval
 from raygents.core import loop
+from raygents.core.context import RunContext
 from raygents.core.envelope import RunState
 from raygents.core.messages import ToolCall
 from raygents.runtime.actor.toolbox import Toolbox

@@ -14,13 +14,13 @@ from pydantic import BaseModel, Field
 import raygents as rg
 from raygents.agents.guardrails import bind_output_type, run_output_guardrails
 from raygents.agents.hooks import HookRelay
-from raygents.agents.result import RunResult, parse_output
-from raygents.agents.tools import RunContext
+from raygents.agents.result import RunResult
 from raygents.core import loop
+from raygents.core.context import RunContext
 from raygents.core.envelope import RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, ToolCall, ToolSpec, to_messages
-from raygents.core.schema import type_schema
+from raygents.core.schema import parse_output, type_schema
 from raygents.errors import OutputValidationError
 from raygents.runtime.actor.toolbox import Toolbox
 from raygents.testing import calls, text

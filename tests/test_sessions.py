@@ -30,7 +30,8 @@ from raygents.sessions import (
 )
 from raygents.sessions import memory as memory_sessions
 from raygents.sessions import store as store_sessions
-from raygents.stores.open import MemoryStore, Store, open_store
+from raygents.stores.memory import MemoryStore
+from raygents.stores.open import Store, open_store
 
 CONVERSATION = [
     Message("system", "You are terse."),

@@ -1,4 +1,4 @@
-"""Tests for raygents.stores.open: one behaviour suite over memory, file and S3 (moto over HTTP)."""
+"""Tests for raygents.stores: one behaviour suite over memory, file and S3 (moto over HTTP)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ import pytest
 from s3_server import Fault, LocalS3, MotoServer, aws_env, local_s3
 
 from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
+from raygents.stores.memory import MemoryStore
 from raygents.stores.open import (
     FileStore,
-    MemoryStore,
-    S3Store,
     Store,
     default_store_url,
     open_store,
     validate_key,
 )
+from raygents.stores.s3 import S3Store
 
 BACKENDS = ["memory", "file", "s3"]
 

@@ -13,8 +13,9 @@ from ray import cloudpickle
 
 import raygents as rg
 from raygents.agents.agent import agent_graph
+from raygents.agents.agent_tool import AgentTool
 from raygents.agents.params import parse_docstring
-from raygents.agents.tools import AgentTool, to_tool_result
+from raygents.agents.tools import to_tool_result
 from raygents.core.schema import strict_schema, type_schema
 from raygents.integrations.mcp import MCPServerStdio
 

@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from raygents.agents.agent_tool import AgentTool, OutputExtractor
 from raygents.agents.checks import check_needs_approval, check_options
 from raygents.agents.guardrails import check_guardrails
 from raygents.agents.handoffs import (
@@ -17,13 +18,7 @@ from raygents.agents.handoffs import (
     handoff_section,
 )
 from raygents.agents.hooks import check_hooks
-from raygents.agents.tools import (
-    AgentTool,
-    IsEnabled,
-    OutputExtractor,
-    RunContext,
-    Tool,
-)
+from raygents.agents.tools import Tool
 from raygents.agents.tooluse import (
     StopAtTools,
     ToolsToFinalOutput,
@@ -31,10 +26,11 @@ from raygents.agents.tooluse import (
     check_stop_at_tools,
     check_tool_use_behavior,
 )
+from raygents.core.context import IsEnabled, RunContext
 from raygents.core.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.core.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
-from raygents.core.schema import excerpt, output_type_problem
-from raygents.errors import UserError
+from raygents.core.schema import output_type_problem
+from raygents.errors import UserError, excerpt
 from raygents.ids import validate_agent_name
 from raygents.models.base import Model, ModelSettings
 

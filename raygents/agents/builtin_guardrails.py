@@ -5,182 +5,23 @@ They are re-exported by :mod:`raygents.agents.guardrails`, which holds the proto
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 
 from raygents.agents.guardrails import GuardrailResult, InputGuardrail, OutputGuardrail
-from raygents.agents.tools import RunContext
-from raygents.core.messages import Message, ModelRequest, ModelSettingsData
+from raygents.core.context import RunContext
+from raygents.core.messages import Message, ModelRequest
+from raygents.core.secrets import detect
 from raygents.errors import UserError
-from raygents.models.base import Model, resolve_model
+from raygents.models.base import Model, ModelSettings, resolve_model
 
 __all__ = ["PromptInjectionGuardrail", "SensitiveDataGuardrail", "SystemPromptLeakGuardrail"]
 
 _log = logging.getLogger("raygents.guardrails")
-
-
-@dataclass(frozen=True)
-class _Detector:
-    kind: str
-    pattern: re.Pattern[str]
-    check: Literal["random", "strong", "basic", "userinfo", "password", "none"] = "random"
-    """How a match is confirmed: ``random`` needs two of upper / lower / digit characters in
-    the captured value, ``strong`` all three, ``basic`` needs it to be base64 of
-    ``user:password``, ``userinfo`` a ``user:password`` whose password is no placeholder,
-    ``password`` a value with a digit or a symbol that is no placeholder or code."""
-
-
-_TOKEN_START = r"(?<![A-Za-z0-9_-])"
-_TOKEN_END = r"(?![A-Za-z0-9_-])"
-_DATABASE_SCHEMES = (
-    r"(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?)(?:\+[a-z0-9]+)?"
-)
-_DETECTORS = (
-    _Detector("Anthropic API key", re.compile(_TOKEN_START + r"sk-ant-([A-Za-z0-9_-]{20,})")),
-    _Detector(
-        "OpenAI API key",
-        re.compile(_TOKEN_START + r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?([A-Za-z0-9_-]{20,})"),
-    ),
-    _Detector("Stripe secret key", re.compile(_TOKEN_START + r"(?:sk|rk)_live_([A-Za-z0-9]{16,})")),
-    _Detector(
-        "AWS access key id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)([A-Z0-9]{16})(?![A-Z0-9])")
-    ),
-    _Detector(
-        "AWS secret access key",
-        re.compile(
-            r"(?:aws[ _.-]?secret[A-Za-z _.-]{0,16}?|secret[ _.-]?access[ _.-]?key)"
-            r"[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
-            re.IGNORECASE,
-        ),
-    ),
-    _Detector(  # unlabelled, right after its access key id
-        "AWS secret access key",
-        re.compile(
-            r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}[\"',:;=|\s]{1,20}"
-            r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
-        ),
-        check="strong",
-    ),
-    _Detector(
-        "GitHub token",
-        re.compile(_TOKEN_START + r"(?:gh[pousr]_([A-Za-z0-9]{36,})|github_pat_(\w{22,}))"),
-    ),
-    _Detector("Slack token", re.compile(_TOKEN_START + r"xox[baprs]-([A-Za-z0-9-]{10,})")),
-    _Detector(
-        "GitLab token", re.compile(_TOKEN_START + r"gl(?:pat|dt|rt|ptt)-([\w-]{20,}(?:\.[\w.-]+)?)")
-    ),
-    _Detector(
-        "Hugging Face token",
-        re.compile(_TOKEN_START + r"(?:hf_|api_org_)([A-Za-z0-9]{34,})" + _TOKEN_END),
-    ),
-    _Detector("npm token", re.compile(_TOKEN_START + r"npm_([A-Za-z0-9]{36})" + _TOKEN_END)),
-    _Detector(
-        "SendGrid API key",
-        re.compile(_TOKEN_START + r"SG\.([\w-]{22}\.[\w-]{43})" + _TOKEN_END),
-    ),
-    _Detector(
-        "Azure storage key",
-        re.compile(
-            r"(?<![A-Za-z0-9])(?:AccountKey|SharedAccessKey)\s*=\s*([A-Za-z0-9+/]{30,}={0,2})",
-            re.IGNORECASE,
-        ),
-    ),
-    _Detector("Google API key", re.compile(_TOKEN_START + r"AIza([0-9A-Za-z_-]{35})" + _TOKEN_END)),
-    _Detector(
-        "JSON web token",
-        re.compile(
-            _TOKEN_START + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.([A-Za-z0-9_-]{16,})"
-        ),
-    ),
-    _Detector(
-        "bearer credential",
-        re.compile(
-            r"\bauthorization[\"']?\s*[:=]\s*[\"']?bearer\s+([A-Za-z0-9._~+/-]{8,}=*)",
-            re.IGNORECASE,
-        ),
-    ),
-    _Detector(
-        "bearer credential",
-        re.compile(r"\bbearer\s+([A-Za-z0-9._~+/-]{20,}=*)", re.IGNORECASE),
-    ),
-    _Detector(
-        "basic credential",
-        re.compile(r"\bbasic\s+([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE),
-        check="basic",
-    ),
-    _Detector(
-        "private key",
-        re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
-        check="none",
-    ),
-    _Detector(
-        "database URL with credentials",
-        re.compile(
-            r"\b" + _DATABASE_SCHEMES + r"://[^\s:/@]*:[^\s/@]+@[^\s/@]+",
-            re.IGNORECASE,
-        ),
-        check="none",
-    ),
-    _Detector(
-        "URL with credentials",
-        re.compile(
-            # any scheme but the database ones above, which name their own kind
-            r"(?<![A-Za-z0-9+.-])(?!" + _DATABASE_SCHEMES + r"://)[a-z][a-z0-9+.-]*://"
-            r"([^\s:/?#@]*:[^\s/?#@]+)@[^\s/?#@]+",
-            re.IGNORECASE,
-        ),
-        check="userinfo",
-    ),
-    _Detector(
-        "password",
-        re.compile(
-            r"(?<![A-Za-z0-9_])(?:password|passwd|passphrase)[\"']?\s*[:=]\s*[\"']?"
-            r"([^\s\"'`,;&<>{}()\[\]$]{4,})",
-            re.IGNORECASE,
-        ),
-        check="password",
-    ),
-)
-_PLACEHOLDER = re.compile(r"[A-Z_]+|[*xX.\u2022]+|[<{\[$%(].*")
-"""Values that stand for a secret rather than being one: ``PASSWORD``, ``****``, ``<pw>``."""
-_CODE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
-"""A dotted name such as ``os.environ`` or ``settings.db.password``: code, not a value."""
-_NOT_PASSWORDS = frozenset({"none", "null", "nil", "true", "false", "undefined", "redacted"})
-
-
-def _confirmed(detector: _Detector, match: re.Match[str]) -> bool:
-    value = next((group for group in match.groups() if group), "")
-    if detector.check == "none":
-        return True
-    if detector.check == "userinfo":
-        return not _PLACEHOLDER.fullmatch(value.partition(":")[2])
-    if detector.check == "password":
-        return not (
-            _PLACEHOLDER.fullmatch(value)
-            or _CODE.fullmatch(value)
-            or value.casefold() in _NOT_PASSWORDS
-            or value.isalpha()
-        )
-    if detector.check == "basic":
-        try:
-            decoded = base64.b64decode(value, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        return ":" in decoded and decoded.isprintable()
-    classes = (
-        any(c.isupper() for c in value),
-        any(c.islower() for c in value),
-        any(c.isdigit() for c in value),
-    )
-    return sum(classes) >= (3 if detector.check == "strong" else 2)
 
 
 class SensitiveDataGuardrail(OutputGuardrail):
@@ -202,13 +43,7 @@ class SensitiveDataGuardrail(OutputGuardrail):
     @staticmethod
     def detect(text: str) -> list[str]:
         """The kinds of credentials found in ``text``, in a fixed order, without duplicates."""
-        found: list[str] = []
-        for detector in _DETECTORS:
-            if detector.kind in found:
-                continue
-            if any(_confirmed(detector, m) for m in detector.pattern.finditer(text)):
-                found.append(detector.kind)
-        return found
+        return detect(text)
 
     async def check(self, ctx: RunContext, message: Message) -> GuardrailResult | None:
         """Trip if the message text holds credentials."""
@@ -365,7 +200,7 @@ class PromptInjectionGuardrail(InputGuardrail):
             system=self.instructions,
             messages=(Message("user", f"<message>\n{text}\n</message>"),),
             response_format=_VERDICT_FORMAT,
-            settings=ModelSettingsData(temperature=0.0, max_tokens=300),
+            settings=ModelSettings(temperature=0.0, max_tokens=300).to_data(),
         )
         response = await self._resolved.respond(request)
         try:

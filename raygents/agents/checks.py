@@ -9,8 +9,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from raygents.core.schema import excerpt, unbounded_patterns
-from raygents.errors import UserError
+from raygents.core.schema import unbounded_patterns
+from raygents.errors import UserError, excerpt
 
 if TYPE_CHECKING:
     from raygents.agents.tools import ExecutionOptions

@@ -16,8 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, overload
 
-from raygents.agents.tools import RunContext
+from raygents.core.context import RunContext
 from raygents.core.messages import Message
+from raygents.core.schema import is_typed, parse_output
 from raygents.errors import InputGuardrailTripped, OutputGuardrailTripped, RaygentsError, UserError
 
 __all__ = [
@@ -88,8 +89,6 @@ class OutputGuardrail:
     def output(self, message: Message) -> Any:
         """The final output of ``message`` as the run's result holds it: an instance of
         ``output_type`` (parsed from the message's JSON), or the text for an untyped agent."""
-        from raygents.agents.result import parse_output
-
         return parse_output(message.text, self.output_type)
 
     async def check(self, ctx: RunContext, message: Message) -> GuardrailResult | None:
@@ -255,8 +254,6 @@ def _takes(fn: Callable[..., Any], count: int) -> bool:
 def bind_output_type(guardrails: Sequence[Any], output_type: Any) -> list[Any]:
     """``guardrails`` with each :class:`OutputGuardrail` copied to know ``output_type`` (the
     same objects when there is nothing to bind)."""
-    from raygents.agents.result import is_typed
-
     if not is_typed(output_type):
         return list(guardrails)
     bound = []

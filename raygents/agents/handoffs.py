@@ -6,10 +6,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from raygents.agents.agent_tool import _sanitise
 from raygents.agents.checks import check_is_enabled, is_function, valid_tool_name
-from raygents.agents.tools import IsEnabled, RunContext, _sanitise
-from raygents.core.schema import excerpt
-from raygents.errors import UserError
+from raygents.core.context import IsEnabled, RunContext
+from raygents.errors import UserError, excerpt
 
 if TYPE_CHECKING:
     from raygents.agents.agent import Agent

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from raygents.agents.agent import Agent
-    from raygents.agents.tools import RunContext, ToolResult
+    from raygents.agents.tools import ToolResult
+    from raygents.core.context import RunContext
     from raygents.core.events import RunEvent
     from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall
 
@@ -116,8 +117,7 @@ def check_hooks(owner: str, hooks: object) -> None:
     Raises:
         UserError: one is not (no hook of it would ever fire), naming ``owner``.
     """
-    from raygents.core.schema import excerpt
-    from raygents.errors import UserError
+    from raygents.errors import UserError, excerpt
 
     for hook in hooks if isinstance(hooks, list | tuple) else [] if hooks is None else [hooks]:
         if not any(callable(getattr(hook, method, None)) for method in _METHODS):
@@ -186,7 +186,7 @@ class HookRelay:
                 return ()
 
     def _ctx(self, run_id: str, agent_name: str, event: RunEvent | None = None) -> RunContext:
-        from raygents.agents.tools import RunContext
+        from raygents.core.context import RunContext
         from raygents.core.messages import Usage
 
         turns = event.turns if event is not None and event.turns is not None else 0

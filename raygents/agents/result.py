@@ -1,13 +1,12 @@
-"""Results of a completed run, and the parsing of a final output into its type."""
+"""Results of a completed run; a final output is parsed into its type by core/schema.py."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from raygents.core.messages import Message, Usage
-from raygents.errors import OutputValidationError
+from raygents.core.schema import is_typed, parse_output
 
 if TYPE_CHECKING:
     from raygents.agents.agent import Agent
@@ -91,41 +90,3 @@ class TypedResult(RunResult, Generic[T]):
     (``final_output`` holds the same object)."""
 
     output: T = None  # type: ignore[assignment]
-
-
-def is_typed(output_type: Any) -> bool:
-    """Whether ``output_type`` asks for a parsed final output (not None and not ``str``)."""
-    return output_type is not None and output_type is not str
-
-
-def parse_output(text: str, output_type: Any, *, run_id: str | None = None) -> Any:
-    """Parse the structured output ``text`` into ``output_type`` (``text`` for an untyped
-    agent).
-
-    Raises:
-        OutputValidationError: the text is not JSON, or does not match, with the failing paths.
-    """
-    if not is_typed(output_type):
-        return text
-    from pydantic import TypeAdapter, ValidationError
-
-    from raygents.core.schema import drop_defaulted_nulls, type_is_wrapped
-
-    adapter: TypeAdapter[Any] = TypeAdapter(output_type)
-    try:
-        value = json.loads(text)
-        raw = adapter.json_schema()
-        if type_is_wrapped(raw):
-            value = value["value"]
-        return adapter.validate_python(drop_defaulted_nulls(value, raw))
-    except ValidationError as exc:
-        errors = [("/" + "/".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
-        raise OutputValidationError(
-            f"output does not match {output_type!r}: {errors}", run_id=run_id, errors=errors
-        ) from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise OutputValidationError(
-            f"output is not valid JSON for {output_type!r}: {exc}",
-            run_id=run_id,
-            errors=[("/", str(exc))],
-        ) from None

@@ -11,7 +11,7 @@ from raygents.errors import UserError
 
 if TYPE_CHECKING:
     from raygents.agents.agent import Agent
-    from raygents.agents.tools import RunContext
+    from raygents.core.context import RunContext
 
 __all__ = ["load_template", "render", "template_instructions"]
 

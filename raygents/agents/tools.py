@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
 from raygents.agents.checks import (
-    check_is_enabled,
     check_needs_approval,
     check_options,
     check_resources,
@@ -26,45 +25,29 @@ from raygents.agents.params import (
     parsed_arguments,
     signature,
 )
-from raygents.core.messages import ToolCall, ToolResult, ToolSpec, Usage
-from raygents.core.schema import EXCERPT, drop_defaulted_nulls, excerpt
+from raygents.core.context import IsEnabled, NeedsApproval, RunContext, is_enabled
+from raygents.core.messages import ToolCall, ToolResult, ToolSpec
+from raygents.core.schema import drop_defaulted_nulls
 from raygents.core.toolcall import ToolContext, result_text, split_arguments
-from raygents.errors import UserError
+from raygents.errors import EXCERPT, UserError, excerpt
 
 if TYPE_CHECKING:
-    from raygents.agents.agent import Agent
+    from raygents.agents.agent_tool import AgentTool as AgentTool
+    from raygents.agents.agent_tool import OutputExtractor as OutputExtractor
 
 __all__ = [
     "FunctionTool",
+    "IsEnabled",
+    "NeedsApproval",
     "RunContext",
     "Tool",
     "ToolContext",
     "ToolResult",
+    "is_enabled",
     "tool",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-NeedsApproval = bool | Callable[..., Any]
-"""``needs_approval`` of a tool: always (``True``), never (``False``), or a predicate
-``(RunContext, arguments) -> bool`` (sync or async) asked per call, ``arguments`` being the
-call's JSON arguments as a dict; a predicate with a third parameter also gets the call id."""
-
-IsEnabled = bool | Callable[..., Any]
-"""``is_enabled`` of a tool or handoff: whether the model is offered it, or a predicate
-``(RunContext, Agent) -> bool`` (sync or async) asked in the agent actor each time the agent
-becomes active."""
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What dynamic instructions and guardrails know about the run."""
-
-    run_id: str
-    agent_name: str
-    context: Any = None
-    turns: int = 0
-    usage: Usage = dataclasses.field(default_factory=Usage)
 
 
 @dataclass(frozen=True)
@@ -234,29 +217,6 @@ def _is_context_param(param: inspect.Parameter) -> bool:
     return param.name == "ctx" and annotation is inspect.Parameter.empty
 
 
-async def is_enabled(owner: str, value: IsEnabled, ctx: RunContext, agent: Agent) -> bool:
-    """Whether a tool or handoff is offered now (see :data:`IsEnabled`).
-
-    Raises:
-        UserError: the predicate raised or returned something other than a bool.
-    """
-    if isinstance(value, bool):
-        return value
-    try:
-        verdict = value(ctx, agent)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
-    except Exception as exc:
-        raise UserError(
-            f"{owner}: its is_enabled function raised {type(exc).__name__}: {excerpt(str(exc))}"
-        ) from None
-    if not isinstance(verdict, bool):
-        raise UserError(
-            f"{owner}: its is_enabled function must return a bool, got {excerpt(repr(verdict), 80)}"
-        )
-    return verdict
-
-
 async def call_needs_approval(t: Tool, ctx: RunContext, call: ToolCall) -> bool:
     """Whether ``call`` of tool ``t`` needs a human's approval (see :data:`NeedsApproval`).
 
@@ -388,63 +348,11 @@ def tool(
     return wrap(fn) if fn is not None else wrap
 
 
-OutputExtractor = Callable[[Any], Any]
-"""``custom_output_extractor`` of an agent tool: the child run's ``RunResult`` in, the tool's
-result out (a str, or any value a tool may return; sync or async)."""
+def __getattr__(name: str) -> Any:
+    # AgentTool lives in agents/agent_tool.py, which imports this module; the Ray shell's
+    # imports of it from here load it on first use (a tool worker never does).
+    if name in ("AgentTool", "OutputExtractor"):
+        from raygents.agents import agent_tool
 
-
-class AgentTool(Tool):
-    """An agent called as a tool: each call is a child run on the callee's actor."""
-
-    parameters = {  # noqa: RUF012
-        "type": "object",
-        "properties": {"input": {"type": "string", "description": "The request for the agent."}},
-        "required": ["input"],
-        "additionalProperties": False,
-    }
-    _checked_parameters = parameters
-
-    def __init__(
-        self,
-        agent: Agent,
-        name: str | None,
-        description: str | None,
-        *,
-        output_extractor: OutputExtractor | None = None,
-        is_enabled: IsEnabled = True,
-    ) -> None:
-        self.agent = agent
-        if name == "":
-            raise UserError(
-                f"agent tool of {agent.name!r}: name is empty: pass a name, or leave it out "
-                "for the agent's own"
-            )
-        self.name = name or _sanitise(agent.name)
-        check_tool_name(self.name)
-        if not isinstance(description, str | None):
-            raise UserError(
-                f"agent tool {self.name!r}: description must be a str or None, "
-                f"got {excerpt(repr(description), 80)}"
-            )
-        self.description = (
-            description or agent.handoff_description or f"Ask the {agent.name} agent."
-        )
-        if output_extractor is not None and not callable(output_extractor):
-            raise UserError(
-                f"agent tool {self.name!r}: custom_output_extractor must be a function "
-                f"(RunResult) -> str, got {excerpt(repr(output_extractor), 80)}"
-            )
-        self.output_extractor = output_extractor
-        check_is_enabled(f"tool {self.name!r}", is_enabled)
-        self.is_enabled = is_enabled
-
-    async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
-        """Agent tools run as child runs through the runtime, never through this method."""
-        raise UserError(f"agent tool {self.name!r} can only run inside a raygents run")
-
-
-def _sanitise(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name).lower()
-
-
-InstructionsFn = Callable[[RunContext, "Agent"], "str | Awaitable[str]"]
+        return getattr(agent_tool, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from raygents.agents.checks import is_function
-from raygents.agents.tools import RunContext
-from raygents.core.schema import excerpt
-from raygents.errors import UserError
+from raygents.core.context import RunContext
+from raygents.errors import UserError, excerpt
 
 __all__ = [
     "StopAtTools",

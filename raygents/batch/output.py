@@ -175,7 +175,7 @@ def open_output(url: str | os.PathLike[str], job_id: str, shard_items: int = 10_
     if type(text) is not str or not text:
         raise UserError(f"output must be a directory or an s3:// prefix, got {url!r}")
     if text.startswith("s3://"):
-        from raygents.stores.open import S3Store
+        from raygents.stores.s3 import S3Store
 
         bucket, _, prefix = text[len("s3://") :].partition("/")
         shards = Shards(job_id, store=S3Store(bucket, prefix), shard_items=shard_items)

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from raygents.agents.tools import RunContext
+from raygents.core.context import RunContext
 from raygents.core.messages import ToolCall
 
 __all__ = ["Approval", "ApprovalDecision", "PendingApproval", "DENIED"]

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raygents.core.messages import Message, ToolSpec
-from raygents.core.schema import bounded_errors, excerpt, parse_json
-from raygents.errors import ModelOutputError, OutputValidationError
+from raygents.core.schema import bounded_errors, parse_json
+from raygents.core.secrets import detect
+from raygents.errors import ModelOutputError, OutputValidationError, excerpt
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_RETRIES",
@@ -82,12 +83,8 @@ def shown_excerpt(text: str) -> str:
     An error travels further than the conversation (logs, dashboards, the caller's process),
     so an excerpt holding an API key, a token or a password is not quoted.
     """
-    from raygents.agents.builtin_guardrails import (
-        SensitiveDataGuardrail,  # only on this failure path
-    )
-
     cut = excerpt(text)
-    kinds = SensitiveDataGuardrail.detect(text[:_SCANNED])  # (a credential the cut splits too)
+    kinds = detect(text[:_SCANNED])  # (a credential the cut splits too)
     if kinds:
         return f"<{len(text)} characters withheld: they look like credentials ({', '.join(kinds)})>"
     return repr(cut)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -190,8 +191,11 @@ class ToolSpec(_Frozen):
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 
-class ModelSettingsData(_Frozen):
-    """Plain-data copy of :class:`raygents.ModelSettings` as sent in a request."""
+@dataclass(frozen=True)
+class ModelSettingsFields:
+    """The settings of a model call, declared once: :class:`raygents.ModelSettings` (what an
+    agent is given) and :class:`ModelSettingsData` (what a request carries) are both made of
+    these fields."""
 
     temperature: float | None = None
     top_p: float | None = None
@@ -201,6 +205,16 @@ class ModelSettingsData(_Frozen):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     extra: dict[str, Any] | None = None
+
+
+class ModelSettingsData(_Frozen, ModelSettingsFields):
+    """Plain-data copy of :class:`raygents.ModelSettings` as sent in a request: the same
+    fields (pydantic takes them from the dataclass base), checked.
+
+    Type checkers see the fields as attributes but not as arguments of the constructor
+    (pydantic's mypy plugin reads only pydantic bases): typed code builds one with
+    ``ModelSettings(...).to_data()``.
+    """
 
 
 class ModelRequest(_Frozen):

@@ -1,4 +1,5 @@
-"""JSON schemas in OpenAI strict form, generated from Python types, and validation against them."""
+"""JSON schemas in OpenAI strict form, generated from Python types; validation against them, and
+the parsing of a final output into its type."""
 
 from __future__ import annotations
 
@@ -12,12 +13,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
+
+# excerpt lives with the errors; it is named here too for the loop, which imports it from here.
+from raygents.errors import OutputValidationError, excerpt
 
 __all__ = [
     "bounded_errors",
     "excerpt",
+    "is_typed",
     "output_type_problem",
     "parse_json",
+    "parse_output",
     "schema_errors",
     "strict_schema",
     "type_name",
@@ -400,17 +407,6 @@ def unbounded_patterns(schema: Any) -> str | None:
     return None
 
 
-EXCERPT = 200
-"""How much of a model-made value an error message quotes."""
-
-
-def excerpt(value: str, limit: int = EXCERPT) -> str:
-    """``value`` cut to ``limit`` characters, with how much was left out."""
-    if len(value) <= limit:
-        return value
-    return f"{value[:limit]}... ({len(value) - limit} more characters)"
-
-
 def parse_json(text: str) -> Any:
     """Parse strict JSON: no ``NaN`` or ``Infinity``, no repeated keys in an object.
 
@@ -490,3 +486,37 @@ def _drop(value: Any, node: dict[str, Any], defs: dict[str, Any], hops: int) -> 
     if isinstance(value, list) and isinstance(node.get("items"), dict):
         return [_drop(v, node["items"], defs, 0) for v in value]
     return value
+
+
+def is_typed(output_type: Any) -> bool:
+    """Whether ``output_type`` asks for a parsed final output (not None and not ``str``)."""
+    return output_type is not None and output_type is not str
+
+
+def parse_output(text: str, output_type: Any, *, run_id: str | None = None) -> Any:
+    """Parse the structured output ``text`` into ``output_type`` (``text`` for an untyped
+    agent).
+
+    Raises:
+        OutputValidationError: the text is not JSON, or does not match, with the failing paths.
+    """
+    if not is_typed(output_type):
+        return text
+    adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+    try:
+        value = json.loads(text)
+        raw = adapter.json_schema()
+        if type_is_wrapped(raw):
+            value = value["value"]
+        return adapter.validate_python(drop_defaulted_nulls(value, raw))
+    except PydanticValidationError as exc:
+        errors = [("/" + "/".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+        raise OutputValidationError(
+            f"output does not match {output_type!r}: {errors}", run_id=run_id, errors=errors
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise OutputValidationError(
+            f"output is not valid JSON for {output_type!r}: {exc}",
+            run_id=run_id,
+            errors=[("/", str(exc))],
+        ) from None

@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from raygents.agents.checks import parameters_problem, valid_tool_name
 from raygents.agents.tools import Tool, ToolContext, ToolResult
-from raygents.core.schema import excerpt
-from raygents.errors import RaygentsError, UserError
+from raygents.errors import RaygentsError, UserError, excerpt
 from raygents.integrations.mcp_connection import (
     Connection,
     Late,

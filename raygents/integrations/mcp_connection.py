@@ -18,8 +18,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from raygents.agents.tools import ToolResult
-from raygents.core.schema import excerpt
-from raygents.errors import UserError
+from raygents.errors import UserError, excerpt
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup

@@ -6,9 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from raygents.core.messages import ModelRequest, ModelResponse, ModelSettingsData
+from raygents.core.messages import (
+    ModelRequest,
+    ModelResponse,
+    ModelSettingsData,
+    ModelSettingsFields,
+)
 from raygents.errors import PayloadTooLarge
 
 __all__ = ["Model", "ModelSettings", "StreamingModel", "check_response", "resolve_model"]
@@ -37,21 +42,13 @@ class StreamingModel(Model, Protocol):
 
 
 @dataclass(frozen=True)
-class ModelSettings:
+class ModelSettings(ModelSettingsFields):
     """Sampling and tool-choice settings forwarded to the model.
 
     ``parallel_tool_calls`` is only a hint to the provider: raygents runs every tool call of a
-    turn in parallel either way. ``extra`` is merged into the provider request as is.
+    turn in parallel either way. ``extra`` is merged into the provider request as is. The
+    fields are those of :class:`~raygents.core.messages.ModelSettingsFields`.
     """
-
-    temperature: float | None = None
-    top_p: float | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    max_tokens: int | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    extra: dict[str, Any] | None = None
 
     def to_data(self) -> ModelSettingsData:
         """The settings as plain request data."""

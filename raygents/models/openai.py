@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 import openai
 
@@ -27,6 +27,7 @@ from raygents.core.messages import (
     ToolSpec,
     Usage,
 )
+from raygents.core.secrets import mask, shown_url, url_secrets
 from raygents.errors import ModelError, UserError
 from raygents.models import ratelimit
 
@@ -50,7 +51,6 @@ _FINISH_REASONS: dict[str, FinishReason] = {
 }
 _SHOWN_QUERY = frozenset({"api-version", "api_version"})
 """Query parameters of a base URL shown in repr and errors; every other value is masked."""
-_MASK = "***"
 _SAMPLING_SETTINGS = ("temperature", "top_p", "frequency_penalty", "presence_penalty", "max_tokens")
 _TOOL_SETTINGS = ("tool_choice", "parallel_tool_calls")
 
@@ -347,10 +347,8 @@ class OpenAIChatModel:
         text = text.replace(url, _shown_url(url))
         key = self._api_key or os.environ.get("OPENAI_API_KEY")
         # A very short "key" (a test value, a typo) would mask random letters instead.
-        secrets = [*_url_secrets(url), key] if key and len(key) >= 8 else _url_secrets(url)
-        for secret in sorted(secrets, key=len, reverse=True):
-            text = text.replace(secret, _MASK)
-        return text
+        key = key if key and len(key) >= 8 else None
+        return mask(text, [*url_secrets(url, _SHOWN_QUERY), key])
 
     def _invalid(self, what: str) -> ModelError:
         return ModelError(self._scrub(f"{self._where()} {what} (model {self.model!r})"))
@@ -545,44 +543,6 @@ def _body_status(body: object) -> int | None:
     return code if isinstance(code, int) and 400 <= code <= 599 else None
 
 
-def _split_url(url: str) -> tuple[str, str, str, str, str]:
-    """``url`` as (scheme and ``//``, userinfo, host and path, query, fragment), each part
-    without its separator. Everything up to the last ``@`` before the path's end counts as
-    userinfo, so that a password with an unescaped ``/`` or ``@`` is never shown."""
-    rest, _, fragment = url.partition("#")
-    head, _, query = rest.partition("?")
-    start = head.find("//") + 2 if "//" in head else 0
-    at = head.rfind("@")
-    if at < start:
-        return head[:start], "", head[start:], query, fragment
-    return head[:start], head[start:at], head[at + 1 :], query, fragment
-
-
 def _shown_url(url: str) -> str:
     """``url`` with its userinfo, query values (but ``api-version``) and fragment masked."""
-    scheme, userinfo, host, query, fragment = _split_url(url)
-    shown = scheme + (f"{_MASK}@" if userinfo else "") + host
-    if query:
-        pairs = []
-        for pair in query.split("&"):
-            name, eq, value = pair.partition("=")
-            if not eq:
-                pairs.append(_MASK if pair else "")
-            else:
-                pairs.append(f"{name}={value if name.lower() in _SHOWN_QUERY else _MASK}")
-        shown += "?" + "&".join(pairs)
-    return shown + (f"#{_MASK}" if fragment else "")
-
-
-def _url_secrets(url: str) -> list[str]:
-    """The parts of ``url`` that :func:`_shown_url` masks, as written and percent-decoded;
-    very short ones are left out (masking them would garble other words)."""
-    _, userinfo, _, query, fragment = _split_url(url)
-    found = [userinfo, *userinfo.split(":", 1), fragment]
-    for pair in query.split("&"):
-        name, eq, value = pair.partition("=")
-        if not eq:
-            found.append(pair)
-        elif name.lower() not in _SHOWN_QUERY:
-            found.append(value)
-    return [s for s in {*found, *map(unquote, found)} if len(s) >= 4]
+    return shown_url(url, _SHOWN_QUERY)

@@ -27,6 +27,7 @@ from typing import Any, NoReturn, TypeAlias
 import msgpack
 
 from raygents.errors import CheckpointCorrupt, CheckpointError, CheckpointTooLarge, UserError
+from raygents.stores.base import DEFAULT_MAX_BYTES  # (a record fits a default read)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -44,7 +45,6 @@ __all__ = [
 MAGIC = b"RGCK"
 FORMAT_VERSION = 1
 """The version this code writes; it reads every version up to this one."""
-DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MAX_DEPTH = 256
 """Deepest container nesting that encodes; the msgpack unpacker itself stops at 1024."""
 MIN_KEY_BYTES = 16

@@ -1,4 +1,11 @@
-"""The store interface and the rules of its keys: what every checkpoint store implements."""
+"""The store interface and the rules of its keys: what every checkpoint store implements.
+
+Every store is synchronous and thread-safe; callers run it in a thread pool. Keys are
+``/``-separated safe segments (see :func:`validate_key`). Writes are create-only: putting an
+existing key fails unless the stored bytes are identical, so a retried put is harmless and
+nothing is ever overwritten in place. No read returns (or reads) more than a limit,
+:data:`DEFAULT_MAX_BYTES` by default.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +16,9 @@ from collections.abc import Iterable
 from typing import NoReturn
 
 from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
-from raygents.records.codec import DEFAULT_MAX_BYTES
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "MAX_KEY_LENGTH",
     "MAX_SEGMENT_LENGTH",
     "Store",
@@ -22,6 +29,9 @@ __all__ = [
     "validate_prefix",
 ]
 
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+"""The largest value a read returns unless told otherwise: the largest record the codec
+writes (:mod:`raygents.records.codec` holds its records to it)."""
 MAX_KEY_LENGTH = 512
 MAX_SEGMENT_LENGTH = 128
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
@@ -121,8 +131,8 @@ class Store(abc.ABC):
         Args:
             key: the key.
             max_bytes: the largest value returned; of a larger one, no more than
-                ``max_bytes`` + 1 bytes are read. The codec's limit by default, which no
-                checkpoint raygents writes exceeds.
+                ``max_bytes`` + 1 bytes are read. :data:`DEFAULT_MAX_BYTES` by default, which
+                no checkpoint raygents writes exceeds.
 
         Raises:
             CheckpointCorrupt: the value is larger than ``max_bytes`` (``reason`` "too large").
