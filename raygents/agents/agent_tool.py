@@ -13,6 +13,7 @@ from raygents.core.toolcall import ToolContext
 from raygents.errors import UserError, excerpt
 
 if TYPE_CHECKING:
+    # Recursive data: an agent tool holds the agent it calls, and an agent holds its tools.
     from raygents.agents.agent import Agent
 
 __all__ = ["AgentTool", "OutputExtractor"]

@@ -7,16 +7,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeGuard
+from dataclasses import dataclass
+from typing import Any, TypeGuard
 
+from raygents.core.context import IsEnabled, NeedsApproval
 from raygents.core.schema import unbounded_patterns
 from raygents.errors import UserError, excerpt
 
-if TYPE_CHECKING:
-    from raygents.agents.tools import ExecutionOptions
-
 __all__ = [
     "TOOL_NAME",
+    "ExecutionOptions",
     "check_is_enabled",
     "check_needs_approval",
     "check_options",
@@ -27,6 +27,21 @@ __all__ = [
     "parameters_problem",
     "valid_tool_name",
 ]
+
+
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """Where and how a tool call runs."""
+
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    resources: Mapping[str, float] | None = None
+    max_retries: int | None = None
+    timeout_s: float | None = None
+    needs_approval: NeedsApproval = False
+    remote: bool = True
+    is_enabled: IsEnabled = True
+
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """What a tool name may be: what model APIs accept (OpenAI's function names)."""

@@ -12,6 +12,7 @@ from raygents.core.context import IsEnabled, RunContext
 from raygents.errors import UserError, excerpt
 
 if TYPE_CHECKING:
+    # Recursive data: a handoff holds the agent it goes to, and an agent holds its handoffs.
     from raygents.agents.agent import Agent
     from raygents.core.messages import Message
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    # Recursive data: hooks are given the agent they run for, and an agent holds its hooks.
     from raygents.agents.agent import Agent
-    from raygents.agents.tools import ToolResult
     from raygents.core.context import RunContext
     from raygents.core.events import RunEvent
-    from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall
+    from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult
 
 __all__ = ["HookRelay", "RunHooks", "check_hooks", "fire"]
 

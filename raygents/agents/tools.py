@@ -6,12 +6,12 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
 from raygents.agents.checks import (
+    ExecutionOptions,
     check_needs_approval,
     check_options,
     check_resources,
@@ -48,20 +48,6 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class ExecutionOptions:
-    """Where and how a tool call runs."""
-
-    num_cpus: float | None = None
-    num_gpus: float | None = None
-    resources: Mapping[str, float] | None = None
-    max_retries: int | None = None
-    timeout_s: float | None = None
-    needs_approval: NeedsApproval = False
-    remote: bool = True
-    is_enabled: IsEnabled = True
 
 
 class Tool:
