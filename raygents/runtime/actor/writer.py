@@ -25,7 +25,8 @@ from raygents.core.envelope import Outcome, RunState
 from raygents.core.events import RunEvent
 from raygents.errors import CheckpointError, UserError
 from raygents.records import checkpoint, codec, rebuild
-from raygents.records.runinfo import RecordEntry, done_marker, ended_info, run_summary
+from raygents.records.keptresult import done_marker
+from raygents.records.runinfo import RecordEntry, ended_info, run_summary
 from raygents.runtime.actor.journal import Journal
 from raygents.runtime.actor.reports import Reports
 from raygents.runtime.link.directory import Directory
@@ -260,7 +261,7 @@ class RecordWriter:
     async def _mark_done(self, outcome: Outcome) -> None:
         """Store a completed run's marker (``runs/<id>/done.<epoch>``, create-only, what the
         coordinator's clean-up would write), which keeps its result (see
-        :func:`~raygents.records.runinfo.done_marker`): a coordinator that crashes before
+        :func:`~raygents.records.keptresult.done_marker`): a coordinator that crashes before
         its clean-up then still finds the run completed, and never runs it again, and the
         result outlives a restart of Ray. Its clean-up finds the marker there and keeps it.
         A run without records is marked only in a durable store (nothing would run it

@@ -26,9 +26,9 @@ from raygents.errors import (
     SuspendedError,
 )
 from raygents.ids import validate_id
-from raygents.records.runinfo import RunInfo, RunSummary
+from raygents.records.runinfo import RunInfo, RunStatus, RunSummary
 from raygents.runtime.driver.client import Runtime, current
-from raygents.runtime.driver.handle import RunHandle, RunStatus
+from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.snapshot import known_agent
 from raygents.runtime.link.drive import SuspendToken
 

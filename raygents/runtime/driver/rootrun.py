@@ -19,9 +19,9 @@ from raygents.errors import (
     RunInterrupted,
     SuspendedError,
 )
-from raygents.records.runinfo import outcome_entry, outcome_status
+from raygents.records.runinfo import RunStatus, outcome_entry, outcome_status
 from raygents.runtime.driver.client import Runtime
-from raygents.runtime.driver.handle import RunHandle, RunStatus
+from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.link.drive import drive
 
 __all__ = ["Ending", "drive_root"]
