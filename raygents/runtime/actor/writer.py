@@ -27,7 +27,6 @@ from raygents.errors import CheckpointError, UserError
 from raygents.records import checkpoint, codec, rebuild
 from raygents.records.keptresult import done_marker
 from raygents.records.runinfo import RecordEntry, ended_info, run_summary
-from raygents.runtime.actor.journal import Journal
 from raygents.runtime.actor.reports import Reports
 from raygents.runtime.link.directory import Directory
 from raygents.stores.open import FileStore, Store, open_store
@@ -214,10 +213,6 @@ class RecordWriter:
     ) -> None:
         """Tell the run a record it waited for is written (see :data:`Written`)."""
         await self._written(state, status, emit)
-
-    def journal(self, state: RunState, emit: Emit, calls: int) -> Journal:
-        """The journal of a batch of ``calls`` steps starting from ``state``."""
-        return Journal(self, state, emit, calls)
 
     def newest(self, run_id: str) -> RunState | None:
         """The run's state as the newest record written for it here wrote it."""
