@@ -65,7 +65,7 @@ class Stops:
         tracing.event(
             "raygents.suspend", {"raygents.status": status, "raygents.cause": cause or ""}
         )
-        state = tracing.ended(state)
+        state = state.evolve(trace=tracing.ended(state))
         try:
             state = await self._writer().save(state, status, emit, cause=cause, durable=True)
         except (CheckpointError, ray.exceptions.RayError) as exc:
