@@ -219,12 +219,12 @@ class AgentActor:
         actor_id = ray.get_runtime_context().get_actor_id()
         if actor_id is None:
             return None
-        coordinator = self.directory.coordinator()
+        client = self.directory.client
         every = self.directory.cached_settings().recovery.heartbeat_s
-        self._watch = asyncio.ensure_future(watch_coordinator(coordinator, every, self.agent.name))
+        self._watch = asyncio.ensure_future(watch_coordinator(client, every, self.agent.name))
         return Beater(
             asyncio.get_running_loop(),
-            lambda lag: coordinator.beat.remote(actor_id, lag),
+            lambda lag: client.beat(actor_id, lag),
             every,
             lambda: bool(self._active),
         ).start()

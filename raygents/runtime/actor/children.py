@@ -146,7 +146,14 @@ async def run_child(
         approvals=envelope.approvals,
     )
     try:
-        outcome = await drive(child_envelope, directory, token, emit)
+        outcome = await drive(
+            child_envelope,
+            directory,
+            token,
+            emit,
+            client=directory.client,
+            mailboxes=directory.mailboxes,
+        )
     finally:
         if tokens is not None:
             tokens.pop(child_id, None)

@@ -51,13 +51,13 @@ class RecordWriter:
     """The checkpoint records of the runs on one agent actor.
 
     Args:
-        directory: the actor's directory (settings, the coordinator's handle).
+        directory: the actor's directory (settings, the coordinator's client).
         written: see :data:`Written`.
     """
 
     def __init__(self, directory: Directory, written: Written) -> None:
         self.directory = directory
-        self.reports = Reports(directory.coordinator)
+        self.reports = Reports(directory.client.noted)
         self._written = written
         self._store: Store | None = None
         self._store_known = False
@@ -176,7 +176,7 @@ class RecordWriter:
             return new, write
         args = (run_id, new.seq, data, info, durable, new.epoch, full)
         if tail is None:
-            return new, self.directory.coordinator().save.remote(*args)
+            return new, self.directory.client.save(*args)
         del self._tails[run_id]
         return new, asyncio.ensure_future(self._save_after(tail, args))
 
@@ -270,8 +270,7 @@ class RecordWriter:
         try:
             data = codec.encode(done, key=settings.key)
             if store is None:  # the coordinator writes this run's records: it marks it too
-                marking = self.directory.coordinator().mark_done.remote
-                await marking(state.run_id, state.epoch, data)
+                await self.directory.client.mark_done(state.run_id, state.epoch, data)
             else:
                 await asyncio.to_thread(_put_marker, store, state.run_id, state.epoch, data)
         except (CheckpointError, ray.exceptions.RayError) as exc:  # (its clean-up writes it)
@@ -368,7 +367,7 @@ class RecordWriter:
         """
         run_id, seq, epoch = put.state.run_id, put.state.seq, put.state.epoch
         if fenced:
-            self.directory.coordinator().discard.remote(run_id, put.key)
+            self.directory.client.discard(run_id, put.key)
             raise CheckpointError(
                 f"run {run_id!r}: checkpoint {seq} comes from dispatch {epoch}, but the run "
                 "was dispatched again; this copy of the run is fenced",
@@ -381,7 +380,7 @@ class RecordWriter:
         """Have the coordinator store a record once the run's own writes are reported."""
         await asyncio.wait([tail])
         await self.reports.settled()
-        await self.directory.coordinator().save.remote(*args)
+        await self.directory.client.save(*args)
 
     async def _settle_writes(self, run_id: str, keep: int) -> None:
         """Wait for a run's write-behind records until at most ``keep`` are in flight."""

@@ -67,7 +67,7 @@ def attach(run_id: str) -> RunHandle:
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
     token = SuspendToken(run_id)
-    token.actor = rt.coordinator  # (it passes suspends and cancels to the run's actor)
+    token.actor = rt.directory.client  # (it passes suspends and cancels to the run's actor)
     handle = RunHandle(run_id, rt, token)
     handle._set_status(_status(info.status))
     rt.submit(_follow(rt, handle))

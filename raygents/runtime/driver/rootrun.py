@@ -50,7 +50,15 @@ async def drive_root(
         if rt.detached:  # the coordinator drives it, so it outlives this driver
             outcome = await _drive_detached(rt, handle, envelope)
         else:
-            outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
+            directory = rt.directory
+            outcome = await drive(
+                envelope,
+                directory,
+                handle._token,
+                handle._emit,
+                client=directory.client,
+                mailboxes=directory.mailboxes,
+            )
     except Exception as exc:
         error = (
             exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
@@ -68,9 +76,9 @@ async def drive_root(
 
 
 async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) -> Outcome:
-    handle._token.actor = rt.coordinator  # suspend requests go to the coordinator
+    handle._token.actor = rt.directory.client  # suspend requests go to the coordinator
     outcome: Outcome | None = None
-    async for ref in rt.coordinator.drive_root.remote(envelope):
+    async for ref in rt.directory.client.drive_root(envelope):
         item = await ref
         if isinstance(item, Outcome):
             outcome = item
