@@ -8,7 +8,6 @@ import dataclasses
 from typing import Any
 
 from raygents.agents.agent import Agent
-from raygents.agents.hooks import HookRelay
 from raygents.agents.result import RunResult, parse_output
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.events import RunEvent
@@ -22,6 +21,7 @@ from raygents.errors import (
 from raygents.records.runinfo import RunStatus, outcome_entry, outcome_status
 from raygents.runtime.driver.client import Runtime
 from raygents.runtime.driver.handle import RunHandle
+from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.runtime.link.drive import drive
 
 __all__ = ["Ending", "drive_root"]
