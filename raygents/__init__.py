@@ -70,10 +70,10 @@ if TYPE_CHECKING:
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
     from raygents.models.ratelimit import RateLimit
-    from raygents.records.runinfo import RunInfo
+    from raygents.records.runinfo import RunInfo, RunStatus
     from raygents.runtime.driver.attach import attach, cancel, runs
     from raygents.runtime.driver.client import init, shutdown
-    from raygents.runtime.driver.handle import RunHandle, RunStatus
+    from raygents.runtime.driver.handle import RunHandle
     from raygents.runtime.driver.runs import resume, run, run_streamed, run_typed, start
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
 
@@ -103,8 +103,8 @@ _HOMES = {
     "raygents.models.ratelimit": ("RateLimit",),
     "raygents.agents.result": ("RunResult", "TypedResult"),
     "raygents.runtime.driver.client": ("init", "shutdown"),
-    "raygents.runtime.driver.handle": ("RunHandle", "RunStatus"),
-    "raygents.records.runinfo": ("RunInfo",),
+    "raygents.runtime.driver.handle": ("RunHandle",),
+    "raygents.records.runinfo": ("RunInfo", "RunStatus"),
     "raygents.runtime.driver.attach": ("attach", "cancel", "runs"),
     "raygents.runtime.driver.runs": ("resume", "run", "run_streamed", "run_typed", "start"),
     "raygents.sessions": ("MemorySession", "Session", "SQLiteSession", "StoreSession"),

@@ -290,7 +290,7 @@ async def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path
 
 def test_an_actor_write_finds_out_that_its_copy_of_the_run_is_fenced(tmp_path: Any) -> None:
     from raygents.runtime.actor.writer import _put_unless_fenced
-    from raygents.stores.open import FileStore
+    from raygents.stores.file import FileStore
 
     store = FileStore(tmp_path)
     key = functools.partial(checkpoint.key_for, "r1")

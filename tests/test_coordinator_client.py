@@ -110,5 +110,6 @@ async def test_past_its_patience_the_call_raises() -> None:
     client, _ = _client(_Coordinator(failures=1_000))
     with pytest.raises(ray.exceptions.ActorUnavailableError):
         await asyncio.wait_for(
-            client._call("claim", "r1", "me", "a", False, None, patience_s=0.0), 5
+            client._call(lambda c: c.claim.remote("r1", "me", "a", False, None), patience_s=0.0),
+            5,
         )

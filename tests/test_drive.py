@@ -60,7 +60,16 @@ async def test_a_suspend_asked_before_the_run_reaches_its_actor_goes_with_it(whe
     if when == "before":
         token.request("stop")
         coordinator.ready.set()
-    driving = asyncio.ensure_future(drive(_envelope(), directory, token, lambda event: None))
+    driving = asyncio.ensure_future(
+        drive(
+            _envelope(),
+            directory,
+            token,
+            lambda event: None,
+            client=directory.client,
+            mailboxes=directory.mailboxes,
+        )
+    )
     if when != "before":
         await asyncio.sleep(0.05)  # the drive waits for its actor
         token.request("stop")

@@ -14,6 +14,7 @@ from raygents.core.messages import Message
 from raygents.records.runinfo import Note
 from raygents.runtime.actor import reports as reports_module
 from raygents.runtime.actor.reports import Reports
+from raygents.runtime.link.coordinator_client import CoordinatorClient
 
 
 def _reports() -> tuple[Reports, list[tuple[list[Any], list[Any]]]]:
@@ -24,7 +25,7 @@ def _reports() -> tuple[Reports, list[tuple[list[Any], list[Any]]]]:
             calls.append((list(notes), list(ends)))
 
     handle = FakeHandle(Target())
-    return Reports(lambda: handle), calls
+    return Reports(CoordinatorClient("ns", handle).noted), calls
 
 
 def _child(run_id: str, seq: int) -> RunState:
@@ -101,7 +102,7 @@ async def test_a_coordinator_that_missed_reports_is_only_logged(
             return failed
 
     handle = FakeHandle(Target())
-    reports = Reports(lambda: handle)
+    reports = Reports(CoordinatorClient("ns", handle).noted)
     reports.stored(_note("r1", 1))
     await reports.settled()
     assert "missed reports" in caplog.text

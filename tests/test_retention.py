@@ -19,10 +19,11 @@ from raygents.cli.main import main
 from raygents.core.messages import Message, ToolCall, Usage
 from raygents.errors import UserError
 from raygents.records import checkpoint, codec, keptresult, retention
-from raygents.records.runinfo import RunInfo, RunSummary, done_marker
+from raygents.records.keptresult import done_marker
+from raygents.records.runinfo import RunInfo, RunSummary
 from raygents.runtime.coordinator.coordinator import Coordinator
 from raygents.runtime.link.settings import Settings
-from raygents.stores.open import FileStore
+from raygents.stores.file import FileStore
 
 
 def _summary(output: str = "the answer", messages: int = 3) -> RunSummary:

@@ -14,7 +14,8 @@ from raygents.cli.main import main
 from raygents.core.envelope import Outcome, RunState
 from raygents.core.messages import Message
 from raygents.records import checkpoint, codec, keptresult, rebuild
-from raygents.records.runinfo import RunInfo, done_marker, outcome_entry, parent_of
+from raygents.records.keptresult import done_marker
+from raygents.records.runinfo import RunInfo, outcome_entry, parent_of
 from raygents.runtime.actor.children import child_run_id
 from raygents.runtime.coordinator.coordinator import Coordinator
 from raygents.runtime.coordinator.runtable import RunTable

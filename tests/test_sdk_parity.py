@@ -13,7 +13,6 @@ from pydantic import BaseModel, Field
 
 import raygents as rg
 from raygents.agents.guardrails import bind_output_type, run_output_guardrails
-from raygents.agents.hooks import HookRelay
 from raygents.agents.result import RunResult
 from raygents.core import loop
 from raygents.core.context import RunContext
@@ -23,6 +22,7 @@ from raygents.core.messages import Message, ToolCall, ToolSpec, to_messages
 from raygents.core.schema import parse_output, type_schema
 from raygents.errors import OutputValidationError
 from raygents.runtime.actor.toolbox import Toolbox
+from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.testing import calls, text
 
 

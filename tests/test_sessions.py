@@ -30,8 +30,9 @@ from raygents.sessions import (
 )
 from raygents.sessions import memory as memory_sessions
 from raygents.sessions import store as store_sessions
+from raygents.stores.base import Store
 from raygents.stores.memory import MemoryStore
-from raygents.stores.open import Store, open_store
+from raygents.stores.open import open_store
 
 CONVERSATION = [
     Message("system", "You are terse."),

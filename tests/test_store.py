@@ -19,14 +19,10 @@ import pytest
 from s3_server import Fault, LocalS3, MotoServer, aws_env, local_s3
 
 from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
+from raygents.stores.base import Store, validate_key
+from raygents.stores.file import FileStore
 from raygents.stores.memory import MemoryStore
-from raygents.stores.open import (
-    FileStore,
-    Store,
-    default_store_url,
-    open_store,
-    validate_key,
-)
+from raygents.stores.open import default_store_url, open_store
 from raygents.stores.s3 import S3Store
 
 BACKENDS = ["memory", "file", "s3"]

@@ -20,8 +20,10 @@ from s3_server import LocalS3, MotoServer, local_s3
 
 from raygents.errors import CheckpointCorrupt, CheckpointError, UserError
 from raygents.records.codec import DEFAULT_MAX_BYTES
+from raygents.stores.base import Store
+from raygents.stores.file import FileStore
 from raygents.stores.memory import MemoryStore
-from raygents.stores.open import FileStore, Store, open_store
+from raygents.stores.open import open_store
 from raygents.stores.s3 import S3Store
 
 # --- links ----------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def test_the_environment_turns_tracing_on(env: dict[str, str], on: bool) -> None
 
 def test_off_no_spans_and_no_trace_context(off: None) -> None:
     state = RunState(run_id="r", agent_name="a")
-    assert tracing.bind(state) is state
+    assert tracing.trace_of(state) is None
     shared = tracing.agent_span(state, "a", resumed=False)
     assert shared is tracing.chat_span(object(), "a") is tracing.tool_span("r", "t", "c", "x")
     with shared as span:
@@ -91,7 +91,7 @@ def test_without_opentelemetry_raygents_runs_untraced() -> None:
         "from raygents.telemetry import tracing\n"
         "from raygents.core.envelope import RunState\n"
         "state = RunState(run_id='r', agent_name='a')\n"
-        "assert tracing.bind(state) is state\n"
+        "assert tracing.trace_of(state) is None\n"
         "assert tracing.tracer() is None\n"
         "assert not any(m.startswith('opentelemetry') for m in sys.modules)\n"
     )
@@ -104,15 +104,16 @@ def test_without_opentelemetry_raygents_runs_untraced() -> None:
 
 
 def test_a_top_level_runs_trace_follows_from_its_id(spans: InMemorySpanExporter) -> None:
-    state = tracing.bind(RunState(run_id="run-1", agent_name="a"))
-    again = tracing.bind(RunState(run_id="run-1", agent_name="a"))
-    assert state.trace is not None and again.trace is not None
-    assert state.trace.traceparent == again.trace.traceparent  # (a restart from the input)
+    trace = tracing.trace_of(RunState(run_id="run-1", agent_name="a"))
+    again = tracing.trace_of(RunState(run_id="run-1", agent_name="a"))
+    assert trace is not None and again is not None
+    assert trace.traceparent == again.traceparent  # (a restart from the input)
     trace_id, span_id = otel.run_ids("run-1")
-    assert state.trace.traceparent == f"00-{trace_id:032x}-{span_id:016x}-01"
-    assert tracing.bind(state) is state
+    assert trace.traceparent == f"00-{trace_id:032x}-{span_id:016x}-01"
+    state = RunState(run_id="run-1", agent_name="a", trace=trace)
+    assert tracing.trace_of(state) is trace
     child = RunState(run_id="run-1.x", agent_name="a", depth=1)
-    assert tracing.bind(child) is child  # (a child's context comes from its tool call)
+    assert tracing.trace_of(child) is None  # (a child's context comes from its tool call)
 
 
 def test_the_trace_context_survives_a_checkpoint() -> None:
@@ -197,7 +198,8 @@ async def test_off_a_run_on_an_agent_actor_has_no_trace(off: None) -> None:
 def test_a_tool_tasks_span_joins_the_calls_span(spans: InMemorySpanExporter) -> None:
     body = task_body(lookup)
     ctx = ToolContext("r", "c9", "lookup", "a")
-    with tracing.agent_span(tracing.bind(RunState(run_id="r", agent_name="a")), "a", resumed=False):
+    state = RunState(run_id="r", agent_name="a")
+    with tracing.agent_span(state.evolve(trace=tracing.trace_of(state)), "a", resumed=False):
         parent = tracing.traceparent()
         assert parent is not None
         report = wire.loads(body(wire.dumps((ctx, {"city": "Rome"}, parent))))

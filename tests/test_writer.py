@@ -20,10 +20,13 @@ from raygents.errors import CheckpointError
 from raygents.records import checkpoint
 from raygents.runtime.actor import reports as reports_module
 from raygents.runtime.actor import writer as writer_module
+from raygents.runtime.actor.journal import Journal
 from raygents.runtime.actor.writer import RecordWriter
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.settings import Settings
-from raygents.stores.open import FileStore, Store, open_store
+from raygents.stores.base import Store
+from raygents.stores.file import FileStore
+from raygents.stores.open import open_store
 
 
 class _Coordinator:
@@ -376,7 +379,7 @@ async def test_a_batchs_slow_call_is_journaled_at_once_and_its_last_left_to_the_
     tmp_path: Path,
 ) -> None:
     writer, _, written = await _writer(FileStore(tmp_path / "store"))
-    journal = writer.journal(_state("r1"), lambda event: None, calls=2)
+    journal = Journal(writer, _state("r1"), lambda event: None, calls=2)
     journal.finished(1.0, "c1", ToolResult("one"))  # slow: its record goes at once
     assert await journal.settle()
     assert written.records == [("r1", 1, "running")]

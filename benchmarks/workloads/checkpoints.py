@@ -137,7 +137,8 @@ def _kept_put_micro(
     """Build, encode and put the marker of ``result`` (a completed run's) ``n`` times per
     store, as an agent actor does when the run completes."""
     from raygents.records import codec
-    from raygents.records.runinfo import RunInfo, RunSummary, done_marker
+    from raygents.records.keptresult import done_marker
+    from raygents.records.runinfo import RunInfo, RunSummary
     from raygents.stores.open import open_store
 
     summary = RunSummary(

@@ -125,7 +125,8 @@ def _span_turns(on: bool, turns: int, k: int) -> tuple[list[float], list[float]]
         tracing._tracer, tracing._checked = None, True
     model = fakes.rg_model(fakes.ToolTurns(), 0.0)
     response = text("done")
-    state = tracing.bind(RunState(run_id=f"run-bench-{on}", agent_name="a"))
+    state = RunState(run_id=f"run-bench-{on}", agent_name="a")
+    state = state.evolve(trace=tracing.trace_of(state))
     times, tasks = [], []
     with tracing.agent_span(state, "a", resumed=False):
         for _ in range(turns):

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from raygents.core.messages import Message, Usage
-from raygents.core.schema import is_typed, parse_output
+from raygents.core.schema import parse_output
 
 if TYPE_CHECKING:
     from raygents.agents.agent import Agent
 
-__all__ = ["RunResult", "TypedResult", "is_typed", "parse_output"]
+__all__ = ["RunResult", "TypedResult"]
 
 T = TypeVar("T")
 

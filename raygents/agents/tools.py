@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,10 +30,6 @@ from raygents.core.messages import ToolCall, ToolResult, ToolSpec
 from raygents.core.schema import drop_defaulted_nulls
 from raygents.core.toolcall import ToolContext, result_text, split_arguments
 from raygents.errors import EXCERPT, UserError, excerpt
-
-if TYPE_CHECKING:
-    from raygents.agents.agent_tool import AgentTool as AgentTool
-    from raygents.agents.agent_tool import OutputExtractor as OutputExtractor
 
 __all__ = [
     "FunctionTool",
@@ -332,13 +328,3 @@ def tool(
         return FunctionTool(f, name=name, description=description, options=options)
 
     return wrap(fn) if fn is not None else wrap
-
-
-def __getattr__(name: str) -> Any:
-    # AgentTool lives in agents/agent_tool.py, which imports this module; the Ray shell's
-    # imports of it from here load it on first use (a tool worker never does).
-    if name in ("AgentTool", "OutputExtractor"):
-        from raygents.agents import agent_tool
-
-        return getattr(agent_tool, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

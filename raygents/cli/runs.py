@@ -331,7 +331,7 @@ def _suspend(args: argparse.Namespace, out: TextIO) -> int:
     # A run of a detached namespace is driven by the coordinator: the request goes there.
     from raygents.runtime.driver.client import current
 
-    current().coordinator.suspend.remote([(args.run_id, SUSPEND_FOR_CHECKPOINT)])
+    current().directory.client.send_suspends([(args.run_id, SUSPEND_FOR_CHECKPOINT)])
     return _report_end(handle, args, out, "suspend")
 
 

@@ -33,13 +33,13 @@ from raygents.core.messages import (
     ToolSpec,
     Usage,
 )
-from raygents.core.schema import excerpt
 from raygents.errors import (
     MaxTurnsExceeded,
     ModelError,
     RaygentsError,
     ToolNotFound,
     UsageLimitExceeded,
+    excerpt,
 )
 
 __all__ = [
@@ -297,7 +297,9 @@ def on_response(
 
     Call ids the reply repeats (in it or from earlier turns), and empty or overlong ones, are
     renamed before the reply enters the history, so each call has its own id everywhere: in
-    the journal, its idempotency key, its approval and its answer.
+    the journal, its idempotency key, its approval and its answer. A reply whose calls are
+    to run fixes the active agent's turn limit in the state (its checkpoints keep it, and it
+    wins over the live agent's on resume).
     """
     message = unique_call_ids(response.message, state.messages)
     state = state.evolve(
@@ -312,8 +314,7 @@ def on_response(
         case "stop" | "length":
             return _on_stop(state, view, response.message)
         case "tool_calls":
-            state = state.evolve(tool_used_in_run=True, empty_retries=0)
-            return count_corrections(state, view, plan_tools(state, view, message.tool_calls))
+            return _on_tool_calls(state, view, message.tool_calls)
         case "content_filter":
             return state, Fail(
                 ModelError(
@@ -322,6 +323,16 @@ def on_response(
             )
         case _:
             assert_never(reason)
+
+
+def _on_tool_calls(
+    state: RunState, view: AgentView, calls: Sequence[ToolCall]
+) -> tuple[RunState, RunTools | Fail]:
+    state = state.evolve(tool_used_in_run=True, empty_retries=0)
+    state, plan = count_corrections(state, view, plan_tools(state, view, calls))
+    if isinstance(plan, RunTools):
+        state = state.evolve(turn_limit=turn_limit(state, view))
+    return state, plan
 
 
 def _on_stop(state: RunState, view: AgentView, message: Message) -> tuple[RunState, Action]:

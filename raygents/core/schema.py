@@ -15,12 +15,10 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
-# excerpt lives with the errors; it is named here too for the loop, which imports it from here.
 from raygents.errors import OutputValidationError, excerpt
 
 __all__ = [
     "bounded_errors",
-    "excerpt",
     "is_typed",
     "output_type_problem",
     "parse_json",

@@ -1,5 +1,5 @@
-"""Kept results: what a completed run's marker (``runs/<id>/done.<epoch>``) holds of its
-result, fitted into one checkpoint frame, and read back.
+"""Kept results: a completed run's marker (``runs/<id>/done.<epoch>``), written with its
+result fitted into one checkpoint frame, and read back.
 
 The marker holds the run's entry (agent, turns, seq, end time; when it started and its
 agent-as-tool parent, where known: markers written before they were kept lack them) and its
@@ -13,18 +13,18 @@ whole length), and no history.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raygents.core.messages import Message, Usage
 from raygents.ids import is_id
 from raygents.records import codec
-
-if TYPE_CHECKING:
-    from raygents.records.runinfo import RunSummary
+from raygents.records.runinfo import RunInfo, RunSummary
 
 __all__ = [
     "FORMAT",
+    "done_marker",
     "dump_messages",
     "ended_at",
     "fitted",
@@ -89,6 +89,34 @@ def _upper_bound(done: Mapping[str, Any], messages: list[dict[str, Any]]) -> int
         for call in m.get("tool_calls") or ():
             size += _MESSAGE_BOUND + 4 * (len(call.get("arguments") or "") + len(call["name"]))
     return size
+
+
+def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> dict[str, Any]:
+    """What a completed run's marker holds: its entry, and its result fitted into one
+    checkpoint frame."""
+    done: dict[str, Any] = {
+        "format": FORMAT,
+        "kind": "done",
+        "run_id": info.run_id,
+        "epoch": epoch,
+        "seq": info.seq,
+        "agent_name": info.agent_name,
+        "turns": info.turns,
+        "at": time.time(),
+    }
+    if info.started_at is not None:
+        done["started_at"] = info.started_at
+    if info.parent is not None:
+        done["parent"] = info.parent
+    if not isinstance(result, dict) or not isinstance(result.get("final_output"), str):
+        return done
+    done["output"] = result["final_output"]
+    usage = result.get("usage")
+    if isinstance(usage, Usage):
+        done["usage"] = usage.model_dump(mode="json")
+    done["input_count"] = result.get("input_count", 0)
+    done["messages"] = dump_messages(result.get("messages") or ())
+    return fitted(done)
 
 
 def read_marker(data: bytes, *, key: bytes | None, run_id: str, source: str) -> dict[str, Any]:

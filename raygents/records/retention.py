@@ -20,7 +20,7 @@ from typing import Any
 
 from raygents.errors import UserError
 from raygents.records import checkpoint, rebuild
-from raygents.stores.open import Store
+from raygents.stores.base import Store
 
 __all__ = [
     "DEFAULT_GC_S",

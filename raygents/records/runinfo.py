@@ -1,6 +1,6 @@
-"""RunInfo: a run's entry in the run table, plain data that crosses processes; the summary
-of a completed run's result that the table keeps for ``attach``, and its completion marker
-(which keeps the result in the store: :mod:`~raygents.records.keptresult`)."""
+"""RunInfo: a run's status and its entry in the run table, plain data that crosses processes,
+and the summary of a completed run's result that the table keeps for ``attach`` (its
+completion marker, which keeps the result in the store: :mod:`~raygents.records.keptresult`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import re
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, get_args
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast, get_args
 
 from raygents.core.messages import Usage
 from raygents.errors import RunCancelled
-from raygents.records.keptresult import FORMAT, dump_messages, fitted
-from raygents.runtime.driver.handle import RunStatus
 
 if TYPE_CHECKING:
     from raygents.core.envelope import Outcome, RunState
@@ -23,9 +21,9 @@ __all__ = [
     "Note",
     "RecordEntry",
     "RunInfo",
+    "RunStatus",
     "RunSummary",
     "TableStatus",
-    "done_marker",
     "ended_info",
     "outcome_entry",
     "outcome_status",
@@ -33,6 +31,11 @@ __all__ = [
     "run_summary",
     "table_status",
 ]
+
+RunStatus = Literal[
+    "pending", "running", "suspended", "awaiting_approval", "completed", "failed", "cancelled"
+]
+"""Where a run stands: what :meth:`~raygents.RunHandle.status` and the run table say."""
 
 TableStatus = RunStatus | Literal["unknown"]
 """A status in the run table: a run's, or ``"unknown"`` for one not read back yet."""
@@ -145,34 +148,6 @@ def table_status(value: str) -> TableStatus:
     if value not in _TABLE_STATUSES:
         raise ValueError(f"not a run status: {value!r}")
     return cast(TableStatus, value)
-
-
-def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> dict[str, Any]:
-    """What a completed run's marker holds: its entry, and its result (the kept result, see
-    :mod:`~raygents.records.keptresult`), fitted into one checkpoint frame."""
-    done: dict[str, Any] = {
-        "format": FORMAT,
-        "kind": "done",
-        "run_id": info.run_id,
-        "epoch": epoch,
-        "seq": info.seq,
-        "agent_name": info.agent_name,
-        "turns": info.turns,
-        "at": time.time(),
-    }
-    if info.started_at is not None:
-        done["started_at"] = info.started_at
-    if info.parent is not None:
-        done["parent"] = info.parent
-    if not isinstance(result, dict) or not isinstance(result.get("final_output"), str):
-        return done
-    done["output"] = result["final_output"]
-    usage = result.get("usage")
-    if isinstance(usage, Usage):
-        done["usage"] = usage.model_dump(mode="json")
-    done["input_count"] = result.get("input_count", 0)
-    done["messages"] = dump_messages(result.get("messages") or ())
-    return fitted(done)
 
 
 def parent_of(run_id: str, known: Collection[str]) -> str | None:

@@ -17,7 +17,8 @@ from raygents.sessions.base import (
     merge_save,
     validate_session_id,
 )
-from raygents.stores.open import Store, default_store_url, open_store
+from raygents.stores.base import Store
+from raygents.stores.open import default_store_url, open_store
 
 __all__ = ["StoreSession"]
 

@@ -10,22 +10,12 @@ from __future__ import annotations
 import os
 
 from raygents.errors import UserError
-from raygents.stores.base import MAX_KEY_LENGTH, MAX_SEGMENT_LENGTH, Store, short, validate_key
+from raygents.stores.base import Store, short
 from raygents.stores.file import FileStore
 from raygents.stores.memory import MemoryStore
 from raygents.stores.s3 import S3Store
 
-__all__ = [
-    "FileStore",
-    "MAX_KEY_LENGTH",
-    "MAX_SEGMENT_LENGTH",
-    "MemoryStore",
-    "S3Store",
-    "Store",
-    "default_store_url",
-    "open_store",
-    "validate_key",
-]
+__all__ = ["default_store_url", "open_store"]
 
 _SCHEMES = "memory://[name], file://<dir>, s3://<bucket>[/<prefix>]"
 

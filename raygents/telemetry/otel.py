@@ -217,16 +217,14 @@ class Tracing:
         ) as span:
             yield span
 
-    def begun(self, state: RunState, span: Span) -> RunState:
-        """``state`` naming ``span`` as its activation's (see ``TraceContext.activation``)."""
-        assert state.trace is not None
-        trace_ctx = state.trace.model_copy(
+    def begun(self, trace_ctx: TraceContext, span: Span) -> TraceContext:
+        """``trace_ctx`` naming ``span`` as its activation's (see ``TraceContext.activation``)."""
+        return trace_ctx.model_copy(
             update={
                 "activation": f"{span.get_span_context().span_id:016x}",
                 "activation_ns": time.time_ns(),
             }
         )
-        return state.evolve(trace=trace_ctx)
 
     def lost(self, state: RunState, agent: str) -> None:
         """Export the agent span of the activation a recovered run lost (its process died

@@ -38,7 +38,6 @@ __all__ = [
     "agent_done",
     "agent_span",
     "begun",
-    "bind",
     "chat_done",
     "chat_span",
     "child_trace",
@@ -50,6 +49,7 @@ __all__ = [
     "tool_done",
     "tool_span",
     "traceparent",
+    "trace_of",
     "tracer",
     "wanted",
     "worker_span",
@@ -106,12 +106,13 @@ def _set_up() -> Tracing | None:
         return None
 
 
-def bind(state: RunState) -> RunState:
-    """``state`` with its trace context: a top-level run without one gets its trace here."""
+def trace_of(state: RunState) -> TraceContext | None:
+    """The trace context of the run of ``state``: its own (``state.trace``, the same object),
+    or for a top-level run without one a new trace, which begins here (None: untraced)."""
     if state.trace is not None or state.depth > 0:
-        return state
+        return state.trace
     t = tracer()
-    return state if t is None else state.evolve(trace=t.new_trace(state.run_id))
+    return None if t is None else t.new_trace(state.run_id)
 
 
 def agent_span(state: RunState, agent: str, *, resumed: bool) -> AbstractContextManager[Any]:
@@ -123,19 +124,21 @@ def agent_span(state: RunState, agent: str, *, resumed: bool) -> AbstractContext
     return t.agent_span(state, agent, resumed=resumed)
 
 
-def begun(state: RunState, span: Any) -> RunState:
-    """``state`` naming the agent span of the activation under way (``span``), so that a
-    recovery that finds it in a record knows the activation was lost."""
+def begun(state: RunState, span: Any) -> TraceContext | None:
+    """The run's trace context naming the agent span of the activation under way (``span``),
+    so that a recovery that finds it in a record knows the activation was lost;
+    ``state.trace`` itself where there is no span to name."""
     if span is None or _tracer is None or state.trace is None:
-        return state
-    return _tracer.begun(state, span)
+        return state.trace
+    return _tracer.begun(state.trace, span)
 
 
-def ended(state: RunState) -> RunState:
-    """``state`` without its activation's span: the activation ends (a handoff, a halt)."""
+def ended(state: RunState) -> TraceContext | None:
+    """The run's trace context without its activation's span: the activation ends (a
+    handoff, a halt); ``state.trace`` itself where it names none."""
     if state.trace is None or not state.trace.activation:
-        return state
-    return state.evolve(trace=state.trace.model_copy(update={"activation": "", "activation_ns": 0}))
+        return state.trace
+    return state.trace.model_copy(update={"activation": "", "activation_ns": 0})
 
 
 def lost(state: RunState) -> None:

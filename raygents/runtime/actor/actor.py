@@ -18,8 +18,9 @@ from typing_extensions import assert_never
 from raygents.agents.agent import Agent
 from raygents.agents.guardrails import run_input_guardrails, run_output_guardrails
 from raygents.agents.hooks import fire
-from raygents.agents.tools import RunContext, Tool
+from raygents.agents.tools import Tool
 from raygents.core import loop
+from raygents.core.context import RunContext
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.errors import CANCEL, RaygentsError, RunCancelled
@@ -219,12 +220,12 @@ class AgentActor:
         actor_id = ray.get_runtime_context().get_actor_id()
         if actor_id is None:
             return None
-        coordinator = self.directory.coordinator()
+        client = self.directory.client
         every = self.directory.cached_settings().recovery.heartbeat_s
-        self._watch = asyncio.ensure_future(watch_coordinator(coordinator, every, self.agent.name))
+        self._watch = asyncio.ensure_future(watch_coordinator(client, every, self.agent.name))
         return Beater(
             asyncio.get_running_loop(),
-            lambda lag: coordinator.beat.remote(actor_id, lag),
+            lambda lag: client.beat(actor_id, lag),
             every,
             lambda: bool(self._active),
         ).start()
@@ -236,9 +237,9 @@ class AgentActor:
     # --- driving one activation ---------------------------------------------------------
     async def _run(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
         logs.bind(envelope.state.run_id, self.agent.name)  # (this task's log records)
-        traced = tracing.bind(envelope.state)  # (a top-level run's trace begins here)
-        if traced is not envelope.state:
-            envelope = dataclasses.replace(envelope, state=traced)
+        trace = tracing.trace_of(envelope.state)  # (a top-level run's trace begins here)
+        if trace is not envelope.state.trace:
+            envelope = dataclasses.replace(envelope, state=envelope.state.evolve(trace=trace))
         outcome = await self._outcome(envelope, token, emit)
         await self.writer.finish(outcome)
         metrics.run_ended(self.agent.name, outcome)
@@ -294,9 +295,9 @@ class AgentActor:
         if envelope.resumed:
             tracing.lost(first)  # (the activation its record names never ended)
         with tracing.agent_span(first, self.agent.name, resumed=envelope.resumed) as span:
-            begun = tracing.begun(first, span)  # (its records name this activation)
-            if begun is not first:
-                envelope = dataclasses.replace(envelope, state=begun)
+            trace = tracing.begun(first, span)  # (its records name this activation)
+            if trace is not first.trace:
+                envelope = dataclasses.replace(envelope, state=first.evolve(trace=trace))
             state, view, action = await self._begin(envelope, token, emit)
             record = False  # the last tool batch's record is still to be written
             while True:
@@ -351,7 +352,8 @@ class AgentActor:
                 raise error
             case loop.HandoffTo(target=target):
                 await fire(hooks, "on_handoff", ctx, self.agent, self.graph[target])
-                state = tracing.ended(self.toolbox.handoff(state, target))
+                state = self.toolbox.handoff(state, target)
+                state = state.evolve(trace=tracing.ended(state))
                 state = await self.writer.save(state, "running", emit)
                 tracing.event("raygents.handoff", {"raygents.to_agent": target})
                 self._emit(emit, state, "handoff", to_agent=target)
@@ -404,8 +406,6 @@ class AgentActor:
         state, action = loop.on_response(state, view, response)
         ctx = self._run_context(state, envelope.context)  # (usage with this call)
         await fire(hooks, "on_llm_end", ctx, self.agent, response)
-        if isinstance(action, loop.RunTools):
-            state = state.evolve(turn_limit=loop.turn_limit(state, view))
         return None, state, action, False
 
     async def _begin(

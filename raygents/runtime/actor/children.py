@@ -10,11 +10,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from raygents.agents.agent import agent_graph
-from raygents.agents.result import RunResult, parse_output
-from raygents.agents.tools import AgentTool, ToolResult, to_tool_result
+from raygents.agents.agent_tool import AgentTool
+from raygents.agents.result import RunResult
+from raygents.agents.tools import ToolResult, to_tool_result
 from raygents.core.envelope import Envelope, RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, ToolCall
+from raygents.core.schema import parse_output
 from raygents.runtime.link.drive import SuspendToken, drive
 from raygents.runtime.worker.tasks import StepResult, tool_error
 from raygents.telemetry import tracing
@@ -146,7 +148,14 @@ async def run_child(
         approvals=envelope.approvals,
     )
     try:
-        outcome = await drive(child_envelope, directory, token, emit)
+        outcome = await drive(
+            child_envelope,
+            directory,
+            token,
+            emit,
+            client=directory.client,
+            mailboxes=directory.mailboxes,
+        )
     finally:
         if tokens is not None:
             tokens.pop(child_id, None)

@@ -11,7 +11,7 @@ import ray
 
 from raygents.models import ratelimit
 from raygents.models.ratelimit import Gate, Limiter, RateLimit
-from raygents.runtime.link.coordinator_client import COORDINATOR_NAME
+from raygents.runtime.link.coordinator_client import COORDINATOR_NAME, CoordinatorClient
 
 __all__ = ["LIMITER_NAME", "gate"]
 
@@ -43,9 +43,8 @@ async def _open_gate(namespace: str | None) -> Gate | None:
     if namespace is None:
         return None
     coordinator = await _in_executor(ray.get_actor, COORDINATOR_NAME, namespace)
-    limits: Mapping[str, RateLimit] = getattr(
-        await coordinator.settings.remote(), "rate_limits", {}
-    )
+    settings = await CoordinatorClient(namespace, coordinator).settings()
+    limits: Mapping[str, RateLimit] = settings.rate_limits
     if not limits:
         return None
     limiter = ray.remote(Limiter).options(

@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from raygents.agents.tools import ToolResult
 from raygents.core.envelope import RunState
 from raygents.core.events import RunEvent
-
-if TYPE_CHECKING:
-    from raygents.runtime.actor.writer import RecordWriter
+from raygents.runtime.actor.writer import RecordWriter
 
 __all__ = ["Journal"]
 

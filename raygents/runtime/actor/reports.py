@@ -27,11 +27,12 @@ class Reports:
     """The reports of one agent actor waiting to go to the coordinator.
 
     Args:
-        coordinator: answers the coordinator's handle (``noted.remote(notes, ends)``).
+        noted: sends reports to the coordinator, ``noted(notes, ends)``, and returns the
+            call's object ref (``CoordinatorClient.noted``).
     """
 
-    def __init__(self, coordinator: Callable[[], Any]) -> None:
-        self._coordinator = coordinator
+    def __init__(self, noted: Callable[[list[Note], list[RunInfo]], Any]) -> None:
+        self._noted = noted
         self._notes: list[Note] = []
         self._ends: list[RunInfo] = []
         """Ends of agent-as-tool children run from here."""
@@ -68,7 +69,7 @@ class Reports:
             return
         notes, self._notes = self._notes, []
         ends, self._ends = self._ends, []
-        ack = self._coordinator().noted.remote(notes, ends)
+        ack = self._noted(notes, ends)
         sent = asyncio.ensure_future(_acknowledged(ack))
         self._sent.add(sent)
         sent.add_done_callback(self._sent.discard)

@@ -25,7 +25,7 @@ async def open_session(directory: Directory, agent: Agent, state: RunState) -> R
     """Prepend the start agent's session history (a fresh top-level run only)."""
     if state.session_id is None or agent.session is None:
         return state
-    holder = await directory.coordinator().lock_session.remote(state.session_id, state.run_id)
+    holder = await directory.client.lock_session(state.session_id, state.run_id)
     if holder is not None:
         raise UserError(
             f"session {state.session_id!r} is in use by run {holder!r}; runs on one session "
@@ -53,7 +53,7 @@ async def resume_session(
         return
     delay, waited = 0.05, False
     while True:
-        holder = await directory.coordinator().lock_session.remote(session_id, state.run_id)
+        holder = await directory.client.lock_session(session_id, state.run_id)
         if holder is None or suspending():
             return
         if not waited:

@@ -12,7 +12,7 @@ import ray
 
 from raygents.agents.agent import Agent
 from raygents.agents.hooks import fire
-from raygents.agents.tools import RunContext
+from raygents.core.context import RunContext
 from raygents.core.envelope import Outcome, OutcomeKind, RunState
 from raygents.core.events import RunEvent
 from raygents.errors import CheckpointError, RaygentsError, RunCancelled
@@ -65,7 +65,7 @@ class Stops:
         tracing.event(
             "raygents.suspend", {"raygents.status": status, "raygents.cause": cause or ""}
         )
-        state = tracing.ended(state)
+        state = state.evolve(trace=tracing.ended(state))
         try:
             state = await self._writer().save(state, status, emit, cause=cause, durable=True)
         except (CheckpointError, ray.exceptions.RayError) as exc:

@@ -11,13 +11,13 @@ from typing import Any
 from raygents.agents.agent import Agent
 from raygents.agents.guardrails import bind_output_type
 from raygents.agents.handoffs import Handoff, HandoffInputData
-from raygents.agents.result import is_typed
-from raygents.agents.tools import RunContext, Tool, is_enabled, to_tool_result
+from raygents.agents.tools import Tool, to_tool_result
 from raygents.agents.tooluse import StopAtTools
 from raygents.core import loop
+from raygents.core.context import RunContext, is_enabled
 from raygents.core.envelope import RunState
 from raygents.core.messages import Message, ToolCall, ToolResult, ToolSpec
-from raygents.core.schema import type_name, type_schema
+from raygents.core.schema import is_typed, type_name, type_schema
 from raygents.errors import RaygentsError, UserError
 
 __all__ = ["Toolbox"]

@@ -8,13 +8,16 @@ from collections.abc import Callable
 from typing import Any
 
 from raygents.agents.agent import Agent
+from raygents.agents.agent_tool import AgentTool
 from raygents.agents.hooks import fire
-from raygents.agents.tools import AgentTool, RunContext, Tool, ToolContext, call_needs_approval
+from raygents.agents.tools import Tool, ToolContext, call_needs_approval
 from raygents.core import loop
+from raygents.core.context import RunContext
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import ToolCall
 from raygents.runtime.actor.children import run_child
+from raygents.runtime.actor.journal import Journal
 from raygents.runtime.actor.toolbox import Toolbox
 from raygents.runtime.actor.writer import RecordWriter
 from raygents.runtime.link.directory import Directory
@@ -88,7 +91,7 @@ class ToolCalls:
         """Run a batch; finished calls go to the journal. Returns halted children too, and
         whether the journal records hold every result (then the batch needs no other record:
         a resume replays the results from the journal)."""
-        journal = self.writer.journal(state, emit, len(batch.steps))
+        journal = Journal(self.writer, state, emit, len(batch.steps))
 
         async def one(step: loop.ToolStep) -> StepResult:
             started = time.perf_counter()

@@ -25,11 +25,13 @@ from raygents.core.envelope import Outcome, RunState
 from raygents.core.events import RunEvent
 from raygents.errors import CheckpointError, UserError
 from raygents.records import checkpoint, codec, rebuild
-from raygents.records.runinfo import RecordEntry, done_marker, ended_info, run_summary
-from raygents.runtime.actor.journal import Journal
+from raygents.records.keptresult import done_marker
+from raygents.records.runinfo import RecordEntry, ended_info, run_summary
 from raygents.runtime.actor.reports import Reports
 from raygents.runtime.link.directory import Directory
-from raygents.stores.open import FileStore, Store, open_store
+from raygents.stores.base import Store
+from raygents.stores.file import FileStore
+from raygents.stores.open import open_store
 from raygents.telemetry import metrics
 
 __all__ = ["RecordWriter"]
@@ -51,13 +53,13 @@ class RecordWriter:
     """The checkpoint records of the runs on one agent actor.
 
     Args:
-        directory: the actor's directory (settings, the coordinator's handle).
+        directory: the actor's directory (settings, the coordinator's client).
         written: see :data:`Written`.
     """
 
     def __init__(self, directory: Directory, written: Written) -> None:
         self.directory = directory
-        self.reports = Reports(directory.coordinator)
+        self.reports = Reports(directory.client.noted)
         self._written = written
         self._store: Store | None = None
         self._store_known = False
@@ -176,7 +178,7 @@ class RecordWriter:
             return new, write
         args = (run_id, new.seq, data, info, durable, new.epoch, full)
         if tail is None:
-            return new, self.directory.coordinator().save.remote(*args)
+            return new, self.directory.client.save(*args)
         del self._tails[run_id]
         return new, asyncio.ensure_future(self._save_after(tail, args))
 
@@ -213,10 +215,6 @@ class RecordWriter:
     ) -> None:
         """Tell the run a record it waited for is written (see :data:`Written`)."""
         await self._written(state, status, emit)
-
-    def journal(self, state: RunState, emit: Emit, calls: int) -> Journal:
-        """The journal of a batch of ``calls`` steps starting from ``state``."""
-        return Journal(self, state, emit, calls)
 
     def newest(self, run_id: str) -> RunState | None:
         """The run's state as the newest record written for it here wrote it."""
@@ -260,7 +258,7 @@ class RecordWriter:
     async def _mark_done(self, outcome: Outcome) -> None:
         """Store a completed run's marker (``runs/<id>/done.<epoch>``, create-only, what the
         coordinator's clean-up would write), which keeps its result (see
-        :func:`~raygents.records.runinfo.done_marker`): a coordinator that crashes before
+        :func:`~raygents.records.keptresult.done_marker`): a coordinator that crashes before
         its clean-up then still finds the run completed, and never runs it again, and the
         result outlives a restart of Ray. Its clean-up finds the marker there and keeps it.
         A run without records is marked only in a durable store (nothing would run it
@@ -274,8 +272,7 @@ class RecordWriter:
         try:
             data = codec.encode(done, key=settings.key)
             if store is None:  # the coordinator writes this run's records: it marks it too
-                marking = self.directory.coordinator().mark_done.remote
-                await marking(state.run_id, state.epoch, data)
+                await self.directory.client.mark_done(state.run_id, state.epoch, data)
             else:
                 await asyncio.to_thread(_put_marker, store, state.run_id, state.epoch, data)
         except (CheckpointError, ray.exceptions.RayError) as exc:  # (its clean-up writes it)
@@ -372,7 +369,7 @@ class RecordWriter:
         """
         run_id, seq, epoch = put.state.run_id, put.state.seq, put.state.epoch
         if fenced:
-            self.directory.coordinator().discard.remote(run_id, put.key)
+            self.directory.client.discard(run_id, put.key)
             raise CheckpointError(
                 f"run {run_id!r}: checkpoint {seq} comes from dispatch {epoch}, but the run "
                 "was dispatched again; this copy of the run is fenced",
@@ -385,7 +382,7 @@ class RecordWriter:
         """Have the coordinator store a record once the run's own writes are reported."""
         await asyncio.wait([tail])
         await self.reports.settled()
-        await self.directory.coordinator().save.remote(*args)
+        await self.directory.client.save(*args)
 
     async def _settle_writes(self, run_id: str, keep: int) -> None:
         """Wait for a run's write-behind records until at most ``keep`` are in flight."""

@@ -24,7 +24,9 @@ from typing import Any
 from raygents.errors import CheckpointError
 from raygents.records import checkpoint, codec, rebuild, retention
 from raygents.runtime.coordinator.runtable import RunTable
-from raygents.stores.open import FileStore, S3Store, Store
+from raygents.stores.base import Store
+from raygents.stores.file import FileStore
+from raygents.stores.s3 import S3Store
 
 __all__ = ["Chore", "Cleaner"]
 

@@ -30,7 +30,10 @@ from raygents.runtime.coordinator.registry import ActorRegistry
 from raygents.runtime.coordinator.runtable import RunTable
 from raygents.runtime.link.process import tune_collector
 from raygents.runtime.link.settings import Settings
-from raygents.stores.open import FileStore, S3Store, Store, open_store
+from raygents.stores.base import Store
+from raygents.stores.file import FileStore
+from raygents.stores.open import open_store
+from raygents.stores.s3 import S3Store
 from raygents.telemetry import logs, tracing
 
 __all__ = ["Coordinator", "RunInfo"]  # (RunInfo lives in runtime.runinfo)

@@ -44,7 +44,16 @@ class DetachedRuns:
             )
         token = self._tokens[run_id] = SuspendToken(run_id)
         events: asyncio.Queue[Any] = asyncio.Queue()
-        task = asyncio.ensure_future(drive(envelope, self._directory, token, events.put_nowait))
+        directory = self._directory
+        driving = drive(
+            envelope,
+            directory,
+            token,
+            events.put_nowait,
+            client=directory.client,
+            mailboxes=directory.mailboxes,
+        )
+        task = asyncio.ensure_future(driving)
         task.add_done_callback(lambda _: events.put_nowait(None))
         try:
             while (item := await events.get()) is not None:

@@ -25,13 +25,12 @@ from raygents.records.runinfo import (
     RecordEntry,
     RunInfo,
     RunSummary,
-    done_marker,
     table_status,
 )
 from raygents.runtime.coordinator.cleanup import Cleaner
 from raygents.runtime.coordinator.hotrecords import HotRecords
 from raygents.runtime.coordinator.runtable import RunTable
-from raygents.stores.open import Store
+from raygents.stores.base import Store
 
 __all__ = ["Note", "RecordStore"]
 
@@ -149,7 +148,7 @@ class RecordStore:
 
     def marker(self, info: RunInfo, result: RunSummary | None = None) -> dict[str, Any]:
         """The completion marker of a run, for its dispatch in the table."""
-        return done_marker(info, self.table.epochs.get(info.run_id, 0), result)
+        return keptresult.done_marker(info, self.table.epochs.get(info.run_id, 0), result)
 
     async def mark_fence(self, run_id: str, epoch: int) -> None:
         """Create the fence mark of a run's dispatch ``epoch`` (failures are logged: its

@@ -8,12 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast, get_args
 
 from raygents.agents.agent import Agent
-from raygents.agents.result import RunResult, parse_output
+from raygents.agents.result import RunResult
 from raygents.agents.tools import ToolResult
 from raygents.core.approvals import PendingApproval
 from raygents.core.envelope import RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, ToolCall, Usage
+from raygents.core.schema import parse_output
 from raygents.errors import (
     CANCEL,
     SUSPEND_FOR_CHECKPOINT,
@@ -26,9 +27,9 @@ from raygents.errors import (
     SuspendedError,
 )
 from raygents.ids import validate_id
-from raygents.records.runinfo import RunInfo, RunSummary
+from raygents.records.runinfo import RunInfo, RunStatus, RunSummary
 from raygents.runtime.driver.client import Runtime, current
-from raygents.runtime.driver.handle import RunHandle, RunStatus
+from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.snapshot import known_agent
 from raygents.runtime.link.drive import SuspendToken
 
@@ -67,7 +68,7 @@ def attach(run_id: str) -> RunHandle:
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
     token = SuspendToken(run_id)
-    token.actor = rt.coordinator  # (it passes suspends and cancels to the run's actor)
+    token.actor = rt.directory.client  # (it passes suspends and cancels to the run's actor)
     handle = RunHandle(run_id, rt, token)
     handle._set_status(_status(info.status))
     rt.submit(_follow(rt, handle))

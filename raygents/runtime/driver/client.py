@@ -29,7 +29,7 @@ from raygents.runtime.coordinator.coordinator import Coordinator
 from raygents.runtime.driver import startup
 from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.link.coalesce import Coalescer
-from raygents.runtime.link.coordinator_client import COORDINATOR_NAME, checked_settings
+from raygents.runtime.link.coordinator_client import COORDINATOR_NAME, CoordinatorClient
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.handles import actor_key
 from raygents.runtime.link.settings import Durability, Recovery, Settings
@@ -118,7 +118,7 @@ class Runtime:
         if found is None:  # (on the lost one's node if it is still there: its store is)
             found = self._new_coordinator(self._node)
         try:
-            settings = checked_settings(await found.settings.remote(), self.namespace)
+            settings = await CoordinatorClient(self.namespace, found).settings()
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             return False  # gone as well: the caller tries again shortly
         mismatch = self._mismatch(settings)
@@ -204,7 +204,7 @@ class Runtime:
         self._thread.join(timeout=5)
         if self.created and not self.detached:  # (before ray.shutdown too: spans get out)
             with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
-                ray.get(self.coordinator.stop_agents.remote(), timeout=10.0)
+                ray.get(self.directory.client.stop_agents(), timeout=10.0)
             if release:
                 ray.kill(self.coordinator, no_restart=True)
                 _wait_until_free(self.namespace, self.coordinator, timeout_s=10.0)

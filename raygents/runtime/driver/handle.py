@@ -6,20 +6,17 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from raygents.agents.result import RunResult
 from raygents.core.events import RunEvent
 from raygents.errors import CANCEL, SUSPEND_FOR_CHECKPOINT, RaygentsError
+from raygents.records.runinfo import RunStatus
 
 if TYPE_CHECKING:
     from raygents.runtime.link.drive import SuspendToken
 
-__all__ = ["EventLog", "RunHandle", "RunStatus"]
-
-RunStatus = Literal[
-    "pending", "running", "suspended", "awaiting_approval", "completed", "failed", "cancelled"
-]
+__all__ = ["EventLog", "RunHandle"]
 
 
 class EventLog:

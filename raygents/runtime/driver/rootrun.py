@@ -8,10 +8,10 @@ import dataclasses
 from typing import Any
 
 from raygents.agents.agent import Agent
-from raygents.agents.hooks import HookRelay
-from raygents.agents.result import RunResult, parse_output
+from raygents.agents.result import RunResult
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.events import RunEvent
+from raygents.core.schema import parse_output
 from raygents.errors import (
     SUSPEND_FOR_CHECKPOINT,
     OutputValidationError,
@@ -19,9 +19,10 @@ from raygents.errors import (
     RunInterrupted,
     SuspendedError,
 )
-from raygents.records.runinfo import outcome_entry, outcome_status
+from raygents.records.runinfo import RunStatus, outcome_entry, outcome_status
 from raygents.runtime.driver.client import Runtime
-from raygents.runtime.driver.handle import RunHandle, RunStatus
+from raygents.runtime.driver.handle import RunHandle
+from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.runtime.link.drive import drive
 
 __all__ = ["Ending", "drive_root"]
@@ -50,7 +51,15 @@ async def drive_root(
         if rt.detached:  # the coordinator drives it, so it outlives this driver
             outcome = await _drive_detached(rt, handle, envelope)
         else:
-            outcome = await drive(envelope, rt.directory, handle._token, handle._emit)
+            directory = rt.directory
+            outcome = await drive(
+                envelope,
+                directory,
+                handle._token,
+                handle._emit,
+                client=directory.client,
+                mailboxes=directory.mailboxes,
+            )
     except Exception as exc:
         error = (
             exc if isinstance(exc, RaygentsError) else RaygentsError(f"{type(exc).__name__}: {exc}")
@@ -68,9 +77,9 @@ async def drive_root(
 
 
 async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) -> Outcome:
-    handle._token.actor = rt.coordinator  # suspend requests go to the coordinator
+    handle._token.actor = rt.directory.client  # suspend requests go to the coordinator
     outcome: Outcome | None = None
-    async for ref in rt.coordinator.drive_root.remote(envelope):
+    async for ref in rt.directory.client.drive_root(envelope):
         item = await ref
         if isinstance(item, Outcome):
             outcome = item

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from raygents.agents.agent import Agent
 from raygents.agents.checks import is_amount
-from raygents.agents.hooks import HookRelay, RunHooks, check_hooks
+from raygents.agents.hooks import RunHooks, check_hooks
 from raygents.agents.result import RunResult, TypedResult
 from raygents.core.approvals import ApprovalDecision, normalise
 from raygents.core.envelope import Envelope, RunState, new_run_id
@@ -30,6 +30,7 @@ from raygents.records import checkpoint
 from raygents.records.runinfo import RunInfo
 from raygents.runtime.driver.client import Runtime, current
 from raygents.runtime.driver.handle import RunHandle
+from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.runtime.driver.rootrun import Ending, drive_root
 from raygents.runtime.driver.snapshot import snapshot
 from raygents.runtime.link.drive import SuspendToken

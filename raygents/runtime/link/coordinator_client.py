@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -14,8 +14,8 @@ from raygents.records import checkpoint
 from raygents.runtime.link.settings import Settings
 
 if TYPE_CHECKING:
-    from raygents.core.envelope import RunState
-    from raygents.records.runinfo import RunInfo, RunSummary
+    from raygents.core.envelope import Envelope, RunState
+    from raygents.records.runinfo import Note, RecordEntry, RunInfo, RunSummary
 
 __all__ = ["COORDINATOR_NAME", "CoordinatorClient", "checked_settings", "raygents_error"]
 
@@ -103,14 +103,19 @@ class CoordinatorClient:
         Raises:
             TooManyRuns: the tenant has ``max_concurrent_runs`` runs in flight.
         """
-        taken, epoch = await self._call("claim", run_id, owner, agent_name, False, tenant)
+        taken, epoch = await self._call(
+            lambda c: c.claim.remote(run_id, owner, agent_name, False, tenant)
+        )
         return taken, int(epoch)
 
     async def claim_many(
         self, claims: list[tuple[str, str, str, bool]]
     ) -> list[tuple[RunInfo | None, int]]:
         """Several claims ``(run_id, owner, agent_name, force)`` in one call."""
-        return [(info, int(epoch)) for info, epoch in await self._call("claim_many", claims)]
+        return [
+            (info, int(epoch))
+            for info, epoch in await self._call(lambda c: c.claim_many.remote(claims))
+        ]
 
     async def claim_runs(
         self, claims: list[tuple[str, str, str, str | None]]
@@ -119,7 +124,7 @@ class CoordinatorClient:
         answer, or the ``TooManyRuns`` that refused it."""
         return [
             answer if isinstance(answer, TooManyRuns) else (answer[0], int(answer[1]))
-            for answer in await self._call("claim_runs", claims)
+            for answer in await self._call(lambda c: c.claim_runs.remote(claims))
         ]
 
     async def claim_and_load(
@@ -127,46 +132,50 @@ class CoordinatorClient:
     ) -> tuple[RunInfo | None, int, list[bytes], RunInfo | None]:
         """Claim a stopped run to resume it, and read its records (see
         ``Coordinator.claim_and_load``)."""
-        taken, epoch, blobs, before = await self._call("claim_and_load", run_id, owner)
+        taken, epoch, blobs, before = await self._call(
+            lambda c: c.claim_and_load.remote(run_id, owner)
+        )
         return taken, int(epoch), list(blobs), before
 
     async def unclaim(self, run_id: str, before: RunInfo | None) -> None:
         """Undo a claim whose run could not start; ``before`` is its entry before it."""
-        await self._call("unclaim", run_id, before)
+        await self._call(lambda c: c.unclaim.remote(run_id, before))
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         """The run's entry, or None."""
-        info: RunInfo | None = await self._call("get_run", run_id)
+        info: RunInfo | None = await self._call(lambda c: c.get_run.remote(run_id))
         return info
 
     async def list_runs(self, status: str | None = None) -> list[RunInfo]:
         """The run table, optionally of one status."""
-        return list(await self._call("list_runs", status))
+        return list(await self._call(lambda c: c.list_runs.remote(status)))
 
     async def wait(self, run_id: str) -> tuple[RunInfo | None, RunSummary | None]:
         """Wait until the run ends: its final entry and result, if the coordinator has it."""
-        info, result = await self._call("wait", run_id)
+        info, result = await self._call(lambda c: c.wait.remote(run_id))
         return info, result
 
     async def suspend(self, requests: list[tuple[str, str]]) -> None:
         """Pass suspend (or cancel) requests ``(run_id, cause)`` to the runs wherever they
         are (see ``Coordinator.suspend``)."""
-        await self._call("suspend", requests)
+        await self._call(lambda c: c.suspend.remote(requests))
 
     async def gc(
         self, older_than_s: float | None, dry_run: bool
     ) -> tuple[float, list[dict[str, Any]]]:
         """Delete ended runs' records and kept results past an age (see ``Coordinator.gc``)."""
-        used, rows = await self._call("gc", older_than_s, dry_run, patience_s=600.0)
+        used, rows = await self._call(
+            lambda c: c.gc.remote(older_than_s, dry_run), patience_s=600.0
+        )
         return float(used), list(rows)
 
     async def apply(self, notes: list[tuple[str, tuple[Any, ...]]]) -> None:
         """What a driver noted about its runs (claims of generated ids, ends), in order."""
-        await self._call("apply", notes)
+        await self._call(lambda c: c.apply.remote(notes))
 
     async def load(self, run_id: str) -> list[bytes]:
         """The records of the run's chain, oldest first."""
-        return list(await self._call("load", run_id))
+        return list(await self._call(lambda c: c.load.remote(run_id)))
 
     async def load_state(self, run_id: str) -> tuple[RunState, dict[str, Any]] | None:
         """The run's state at its newest checkpoint and its last record, or None without one.
@@ -183,23 +192,88 @@ class CoordinatorClient:
     # --- agent actors -------------------------------------------------------------------
     async def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
         """Tell the coordinator about an agent graph snapshot."""
-        await self._call("register_graph", graph_fp, blob, replicas)
+        await self._call(lambda c: c.register_graph.remote(graph_fp, blob, replicas))
 
     async def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
         """The actors serving agent ``name`` of graph ``graph_fp``."""
-        return list(await self._call("agent_actors", graph_fp, name))
+        return list(await self._call(lambda c: c.agent_actors.remote(graph_fp, name)))
 
     async def replace_actor(self, graph_fp: str, name: str, stale: Any) -> None:
         """Have a stale agent actor replaced."""
-        await self._call("replace_actor", graph_fp, name, stale)
+        await self._call(lambda c: c.replace_actor.remote(graph_fp, name, stale))
 
-    async def _call(self, method: str, *args: Any, patience_s: float = 120.0) -> Any:
+    # --- one try each: for callers that handle a lost coordinator themselves ------------
+    def save(
+        self,
+        run_id: str,
+        seq: int,
+        data: bytes,
+        info: RecordEntry,
+        durable: bool,
+        epoch: int,
+        full: bool,
+    ) -> Any:
+        """Have the coordinator store a checkpoint record (see ``Coordinator.save``); returns
+        the call's object ref, for the caller to await."""
+        return self.handle().save.remote(run_id, seq, data, info, durable, epoch, full)
+
+    def discard(self, run_id: str, key: str) -> None:
+        """Have the coordinator delete a record that a fenced copy of the run wrote (see
+        ``Coordinator.discard``); not waited for."""
+        self.handle().discard.remote(run_id, key)
+
+    def noted(self, notes: list[Note], ends: Sequence[RunInfo]) -> Any:
+        """Report records an agent actor stored itself, and children's ends (see
+        ``Coordinator.noted``); returns the call's object ref, its acknowledgement."""
+        return self.handle().noted.remote(notes, ends)
+
+    async def mark_done(self, run_id: str, epoch: int, data: bytes) -> None:
+        """Have the coordinator store a completed run's marker (see ``Coordinator.mark_done``)."""
+        await self.handle().mark_done.remote(run_id, epoch, data)
+
+    async def lock_session(self, session_id: str, run_id: str) -> str | None:
+        """Take a session's lock for ``run_id``: None, or the run that holds it."""
+        holder: str | None = await self.handle().lock_session.remote(session_id, run_id)
+        return holder
+
+    def beat(self, actor_id: str, lag: float) -> Any:
+        """An agent actor's beat (see :mod:`~raygents.runtime.link.liveness`); returns the
+        call's object ref, whose reply the beater drops."""
+        return self.handle().beat.remote(actor_id, lag)
+
+    async def beat_of(self, actor_id: str) -> tuple[float, float] | None:
+        """``(age, loop lag)`` of an agent actor's newest beat, or None."""
+        found: tuple[float, float] | None = await self.handle().beat_of.remote(actor_id)
+        return found
+
+    async def ready(self) -> None:
+        """Return once the coordinator answers (raises what Ray raises when it does not)."""
+        await self.handle().__ray_ready__.remote()
+
+    def send_suspends(self, requests: list[tuple[str, str]]) -> None:
+        """Pass suspend (or cancel) requests ``(run_id, cause)`` to the runs wherever they
+        are, as :meth:`suspend` does, without waiting for the coordinator to take them."""
+        self.handle().suspend.remote(requests)
+
+    def drive_root(self, envelope: Envelope) -> Any:
+        """Have the coordinator drive a top-level run (detached mode, see
+        ``Coordinator.drive_root``): an async iterator of object refs, each of an event batch,
+        then of the outcome."""
+        return self.handle().drive_root.remote(envelope)
+
+    def stop_agents(self) -> Any:
+        """Have the coordinator stop its agent actors; returns the call's object ref."""
+        return self.handle().stop_agents.remote()
+
+    async def _call(self, call: Callable[[Any], Any], *, patience_s: float = 120.0) -> Any:
+        """``call(handle)``'s answer (a call of the coordinator's actor handle), made again
+        while the coordinator restarts, for up to ``patience_s`` seconds."""
         deadline = asyncio.get_running_loop().time() + patience_s
         delay = 0.1
         while True:
             coordinator = self.handle()
             try:
-                return await getattr(coordinator, method).remote(*args)
+                return await call(coordinator)
             except ray.exceptions.RayTaskError as exc:
                 raise raygents_error(exc) from None
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):

@@ -189,7 +189,7 @@ class Directory:
         """Whether actor ``key`` sent the coordinator a beat in the last ``limit`` seconds,
         with its event loop not wedged that long."""
         try:
-            found = await asyncio.wait_for(self.coordinator().beat_of.remote(key), limit)
+            found = await asyncio.wait_for(self.client.beat_of(key), limit)
         except (asyncio.TimeoutError, ray.exceptions.RayError):
             return False
         return found is not None and found[0] <= limit and found[1] <= limit

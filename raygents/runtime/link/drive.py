@@ -8,18 +8,17 @@ import dataclasses
 import logging
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raygents.core.envelope import Envelope, Outcome
 from raygents.core.events import RunEvent
 from raygents.errors import CANCEL, RaygentsError
 from raygents.runtime.link.coalesce import Coalescer
+from raygents.runtime.link.coordinator_client import CoordinatorClient
+from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.handles import actor_key
-from raygents.runtime.link.mailbox import LOST, ActorRestarted
+from raygents.runtime.link.mailbox import LOST, ActorRestarted, Mailboxes
 from raygents.telemetry import metrics
-
-if TYPE_CHECKING:
-    from raygents.runtime.link.directory import Directory
 
 __all__ = ["StaleActor", "SuspendToken", "drive"]
 
@@ -45,6 +44,9 @@ class SuspendToken:
         self.run_id = run_id
         self.cause: str | None = None
         self.actor: Any = None
+        """Where requests go: the handle of the agent actor that has the run, or the
+        coordinator's client (:class:`CoordinatorClient`) where the coordinator drives the
+        run or passes requests on to its actor; None while the run is on its way."""
 
     def request(self, cause: str) -> None:
         """Ask for a suspend; the run stops at its next safe point (a cancel, ``CANCEL``,
@@ -56,7 +58,14 @@ class SuspendToken:
 
 
 def _send(key: tuple[asyncio.AbstractEventLoop, str], requests: list[tuple[Any, str, str]]) -> None:
-    requests[0][0].suspend.remote([(run_id, cause) for _, run_id, cause in requests])
+    _suspend(requests[0][0], [(run_id, cause) for _, run_id, cause in requests])
+
+
+def _suspend(target: Any, requests: list[tuple[str, str]]) -> None:
+    if isinstance(target, CoordinatorClient):
+        target.send_suspends(requests)
+    else:
+        target.suspend.remote(requests)
 
 
 # Suspend requests for one actor made in the same turn of the event loop go in one call: a
@@ -70,9 +79,10 @@ def _tell(actor: Any, run_id: str, cause: str) -> None:
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not on an event loop: nothing to gather with
-        actor.suspend.remote([(run_id, cause)])
+        _suspend(actor, [(run_id, cause)])
         return
-    _requests.add((loop, actor_key(actor)), (actor, run_id, cause))
+    handle = actor.handle() if isinstance(actor, CoordinatorClient) else actor
+    _requests.add((loop, actor_key(handle)), (actor, run_id, cause))
 
 
 async def drive(
@@ -80,12 +90,23 @@ async def drive(
     directory: Directory,
     token: SuspendToken,
     emit: Callable[[RunEvent], None],
+    *,
+    client: CoordinatorClient,
+    mailboxes: Mailboxes,
 ) -> Outcome:
     """Run ``envelope`` to an end, hopping between actors on handoffs.
 
     When the actor running it dies or goes stale, the run is dispatched again (a new epoch
     fences the old copy) from its newest durable checkpoint, with bounded attempts and
     exponential backoff; the ``recovered`` event says so.
+
+    Args:
+        envelope: the run.
+        directory: finds the agent actors, watches them, and claims the run again.
+        token: the run's suspend requests.
+        emit: takes the run's events.
+        client: the coordinator (settings, stale actors, the checkpoint to recover from).
+        mailboxes: where the run's actors send its events and outcome back.
     """
     first = envelope
     attempt = waits = 0
@@ -98,7 +119,7 @@ async def drive(
             token.actor = actor  # (suspends asked from now on are sent to it)
             if token.cause is not None:  # asked before: it goes with the run
                 envelope = dataclasses.replace(envelope, suspend_cause=token.cause)
-            outcome = await _call(actor, envelope, emit, directory, progress)
+            outcome = await _call(actor, envelope, emit, directory, mailboxes, progress)
         except (*LOST, StaleActor, ActorRestarted) as exc:
             if "creation task" in str(exc):  # the agent cannot even be built: not transient
                 error = RaygentsError(
@@ -111,7 +132,9 @@ async def drive(
                 await asyncio.sleep(min(0.2 * waits, 2.0))
             else:
                 attempt += 1
-            retry = await _recover(first, envelope, directory, emit, exc, attempt, announced)
+            retry = await _recover(
+                first, envelope, directory, client, emit, exc, attempt, announced
+            )
             announced = attempt
             if isinstance(retry, Outcome):
                 return retry
@@ -132,6 +155,7 @@ async def _recover(
     first: Envelope,
     current: Envelope,
     directory: Directory,
+    client: CoordinatorClient,
     emit: Callable[[RunEvent], None],
     exc: BaseException,
     attempt: int,
@@ -142,7 +166,7 @@ async def _recover(
     The ``recovered`` event (and the log line) comes once per attempt, not once per wait for
     an actor that is restarting.
     """
-    recovery = (await directory.settings()).recovery
+    recovery = (await client.settings()).recovery
     state = current.state
     announce = attempt != announced
     attempt = max(attempt, 1)
@@ -157,11 +181,11 @@ async def _recover(
     base = recovery.backoff_s
     await asyncio.sleep(min(base * 2 ** (attempt - 1), 30.0) * (0.5 + random.random() / 2))
     if isinstance(exc, StaleActor):
-        await directory.client.replace_actor(current.graph_fp, state.agent_name, exc.actor)
+        await client.replace_actor(current.graph_fp, state.agent_name, exc.actor)
     directory.forget(current.graph_fp, state.agent_name)
     # Dispatch first, then read: whatever the lost copy writes after the claim is void.
     _, epoch = await directory.claim(state.run_id, state.agent_name)
-    found = await directory.client.load_state(state.run_id)
+    found = await client.load_state(state.run_id)
     if found is None:  # nothing durable yet: start over from the input
         envelope = first
         from_seq = 0
@@ -198,9 +222,10 @@ async def _call(
     envelope: Envelope,
     emit: Callable[[RunEvent], None],
     directory: Directory,
+    mailboxes: Mailboxes,
     progress: list[bool],
 ) -> Outcome:
-    consume = asyncio.ensure_future(_consume(actor, envelope, emit, directory, progress))
+    consume = asyncio.ensure_future(_consume(actor, envelope, emit, mailboxes, progress))
     stale = directory.watch(actor)
     try:
         waiting: set[asyncio.Future[Any]] = {consume, stale}
@@ -208,8 +233,8 @@ async def _call(
         if consume.done():
             return consume.result()
         consume.cancel()
-        directory.mailboxes.close(actor, envelope.state.run_id)
-        directory.mailboxes.abandon(actor)
+        mailboxes.close(actor, envelope.state.run_id)
+        mailboxes.abandon(actor)
         error = StaleActor(
             f"the actor of agent {envelope.state.agent_name!r} stopped answering",
             run_id=envelope.state.run_id,
@@ -224,10 +249,9 @@ async def _consume(
     actor: Any,
     envelope: Envelope,
     emit: Callable[[RunEvent], None],
-    directory: Directory,
+    mailboxes: Mailboxes,
     progress: list[bool],
 ) -> Outcome:
-    mailboxes = directory.mailboxes
     run_id = envelope.state.run_id
     caller, box = mailboxes.open(actor, run_id)
     try:

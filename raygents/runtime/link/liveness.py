@@ -25,6 +25,7 @@ from typing import Any
 
 import ray
 
+from raygents.runtime.link.coordinator_client import CoordinatorClient
 from raygents.telemetry import tracing
 
 __all__ = ["Beater", "Beats", "watch_coordinator"]
@@ -131,7 +132,9 @@ class Beats:
         self._newest.pop(actor_id, None)
 
 
-async def watch_coordinator(coordinator: Any, every_s: float, agent_name: str) -> None:
+async def watch_coordinator(
+    coordinator: CoordinatorClient, every_s: float, agent_name: str
+) -> None:
     """Exit this agent actor once the coordinator is gone for good (its driver ended without
     closing raygents, or it was removed): agent actors are detached, so that they keep running
     while it restarts, and nothing else would stop them. Their runs are recovered by whoever
@@ -139,7 +142,7 @@ async def watch_coordinator(coordinator: Any, every_s: float, agent_name: str) -
     while True:
         await asyncio.sleep(every_s)
         try:
-            await coordinator.__ray_ready__.remote()
+            await coordinator.ready()
         except ray.exceptions.ActorDiedError:
             break
         except ray.exceptions.RayError:
