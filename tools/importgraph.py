@@ -52,7 +52,6 @@ TYPE_ONLY_UP: dict[tuple[str, str], str] = {
     ("raygents.agents.hooks", "raygents.agents.agent"): "hooks are given the agent they run for",
     ("raygents.agents.handoffs", "raygents.agents.agent"): "a handoff holds the agent it goes to",
     ("raygents.agents.agent_tool", "raygents.agents.agent"): "an agent tool holds the agent",
-    ("raygents.core.context", "raygents.agents.agent"): "is_enabled is given its agent",
 }
 """Type-only imports (under ``if TYPE_CHECKING:``) allowed to point up, each with the reason:
 only where the data is recursive. ``(importer, imported)`` module names."""

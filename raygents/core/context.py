@@ -6,14 +6,10 @@ import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raygents.core.messages import Usage
 from raygents.errors import UserError, excerpt
-
-if TYPE_CHECKING:
-    # Recursive data: an is_enabled predicate is given the agent it belongs to.
-    from raygents.agents.agent import Agent
 
 __all__ = ["IsEnabled", "NeedsApproval", "RunContext", "is_enabled"]
 
@@ -39,8 +35,9 @@ class RunContext:
     usage: Usage = dataclasses.field(default_factory=Usage)
 
 
-async def is_enabled(owner: str, value: IsEnabled, ctx: RunContext, agent: Agent) -> bool:
-    """Whether a tool or handoff is offered now (see :data:`IsEnabled`).
+async def is_enabled(owner: str, value: IsEnabled, ctx: RunContext, agent: object) -> bool:
+    """Whether a tool or handoff is offered now (see :data:`IsEnabled`); ``agent`` (the
+    ``Agent`` that offers it) is handed to the predicate as it is.
 
     Raises:
         UserError: the predicate raised or returned something other than a bool.
