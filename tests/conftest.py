@@ -35,8 +35,9 @@ def _folder(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of :data:`ALONE` last."""
-    items.sort(key=lambda item: _folder(item.nodeid) == ALONE)
+    """The tests of the :data:`HEAVY` folders first (the longest unit of work starts first,
+    whatever its folder's place in the alphabet), those of :data:`ALONE` last."""
+    items.sort(key=lambda item: (_folder(item.nodeid) == ALONE, _folder(item.nodeid) not in HEAVY))
 
 
 @pytest.hookimpl(optionalhook=True)

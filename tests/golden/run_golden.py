@@ -1,7 +1,7 @@
 """The agent behind the golden run checkpoint in tests/golden/runs/ (format 1).
 
 ``python tests/golden/run_golden.py <dir>`` writes a suspended run's records to ``<dir>``
-(never over an existing golden run); ``tests/ray/test_golden_runs.py`` resumes the committed
+(never over an existing golden run); ``tests/records/test_golden_runs.py`` resumes the committed
 ones with today's code.
 """
 

@@ -30,8 +30,8 @@ from raygents.records.codec import (
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
-GOLDEN = Path(__file__).parent / "golden"
-PACKAGE = Path(__file__).parents[1] / "raygents"
+GOLDEN = Path(__file__).parents[1] / "golden"
+PACKAGE = Path(__file__).parents[2] / "raygents"
 
 # A small checkpoint: about 80 bytes of payload, as in the reliability plan (F10).
 SMALL = {

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from fakes import FakeHandle
-from test_coordinator import _until
+from runtime.coordinator.test_coordinator import _until
 
 from raygents.records import checkpoint, codec
 from raygents.records.runinfo import RunInfo

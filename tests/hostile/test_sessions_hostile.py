@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sessions import make, session
+from sessions.test_sessions import make, session
 
 from raygents.core.messages import Message, ToolCall
 from raygents.errors import RaygentsError, UserError

@@ -243,7 +243,7 @@ def test_memory_session_in_process_without_ray() -> None:
     import ray
 
     if ray.is_initialized():
-        pytest.skip("Ray is up in this test process; tests/ray covers the shared mode")
+        pytest.skip("Ray is up in this process; test_sessions_shared.py covers the shared mode")
     session = MemorySession()
     session.save("s1", CONVERSATION)
     assert memory_sessions._LOCAL[session.name]["s1"][2]["tool_calls"][0]["id"] == "call_1"

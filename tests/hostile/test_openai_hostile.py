@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx2
 import pytest
+from models.test_openai_model import Server, chunk, collect, completion, error, request, sse
 from openai_server import FakeOpenAIServer, Reply
-from test_openai_model import Server, chunk, collect, completion, error, request, sse
 
 from raygents.core.messages import to_messages
 from raygents.errors import ModelError, UserError

@@ -23,7 +23,7 @@ from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP, M
 pytest.importorskip("mcp", reason="needs the mcp extra")
 from mcp_hostile_server import BAD_SCHEMAS, LONG_NAME
 
-SERVER = str(Path(__file__).with_name("mcp_hostile_server.py"))
+SERVER = str(Path(__file__).parents[1] / "mcp_hostile_server.py")
 CTX = ToolContext(run_id="run-1", call_id="call-1", tool_name="t", agent_name="a")
 NAME_RULE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 

@@ -20,7 +20,7 @@ from raygents.core.messages import Message
 from raygents.records import checkpoint
 from raygents.stores.open import open_store
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write_run(url: str, run_id: str) -> None:

@@ -232,7 +232,7 @@ def test_the_output_correction_count_survives_full_and_delta_records() -> None:
 def test_records_written_before_the_count_was_kept_read_it_as_zero() -> None:
     import run_golden  # (tests/golden: records of format 1 written by an earlier raygents)
 
-    folder = Path(__file__).resolve().parent / "golden" / "runs" / run_golden.RUN_ID
+    folder = Path(__file__).resolve().parents[1] / "golden" / "runs" / run_golden.RUN_ID
     records = [checkpoint.decode(p.read_bytes(), source=p.name) for p in sorted(folder.iterdir())]
     assert not any("output_retries" in str(r) for r in records)
     state, _ = checkpoint.replay(records)

@@ -24,7 +24,7 @@ from raygents.runtime.link.settings import Settings
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
-GOLDEN = Path(__file__).resolve().parent / "golden" / "runs" / "golden-v1-suspended"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "runs" / "golden-v1-suspended"
 
 
 def _records(run_id: str, texts: list[str], epoch: int = 0) -> list[checkpoint.Record]:

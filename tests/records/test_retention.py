@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_coordinator import _until
+from runtime.coordinator.test_coordinator import _until
 
 from raygents.cli.main import main
 from raygents.core.messages import Message, ToolCall, Usage
