@@ -321,9 +321,20 @@ def print_gc(
     out: TextIO,
 ) -> None:
     """What ``raygents gc`` deleted (or would, ``dry_run``): rows of ``retention.Expired``
-    (with an ``error`` where a delete failed), as one JSON document or a line and a table."""
+    (with an ``error`` where a delete failed), as one JSON document or a line and a table;
+    and the runs it kept because they cannot be read (rows of ``retention.Unreadable``)."""
     from raygents.records.retention import describe
 
+    kept = [
+        {
+            "run_id": row["run_id"],
+            "status": row["status"],
+            "keys": row["keys"],
+            "why": row["unreadable"],
+        }
+        for row in rows
+        if "unreadable" in row
+    ]
     runs = [
         {
             "run_id": row["run_id"],
@@ -334,9 +345,10 @@ def print_gc(
             **({"error": row["error"]} if "error" in row else {}),
         }
         for row in rows
+        if "unreadable" not in row
     ]
     if as_json:
-        doc = {"older_than_s": older_than_s, "dry_run": dry_run, "runs": runs}
+        doc = {"older_than_s": older_than_s, "dry_run": dry_run, "runs": runs, "unreadable": kept}
         print_json(doc, out)
         return
     failed = sum(1 for run in runs if "error" in run)
@@ -349,3 +361,11 @@ def print_gc(
     if runs:
         columns = GC_COLUMNS if failed else GC_COLUMNS[:-1]
         out.write(render_table(runs, columns) + "\n")
+    if kept:
+        out.write(
+            f"kept {len(kept)} run(s) that cannot be read, whatever their age (when they ended "
+            "is unknown); inspect or remove them by hand:\n"
+        )
+        for run in kept:
+            why = visible(run["why"]).removeprefix("unreadable: ")
+            out.write(f"  {visible(run['run_id'])}  {visible(run['status'])}  {why}\n")

@@ -128,7 +128,8 @@ class RunTable:
         """Whether ended runs were forgotten: a claim of an unknown id then looks in the store."""
         self.aging: deque[tuple[float, str]] | None = None
         """With a retention: ``(ended_at, run_id)`` of completed runs forgotten beyond the caps
-        (their kept results stay in the store), oldest first."""
+        (their kept results stay in the store), oldest first; never a run whose marker
+        cannot be read (its end is not known)."""
         self._on_forget = on_forget
         self._done: dict[str, asyncio.Event] = {}
         self._completed: dict[str, None] = {}
@@ -361,7 +362,13 @@ class RunTable:
             self.results.drop(run_id)
             failed = info is not None and info.status in ("failed", "cancelled")
             aging = self.aging
-            if info is not None and not failed and aging is not None and len(aging) < _AGING_MAX:
+            if (
+                info is not None
+                and not failed
+                and run_id not in self.unreadable  # (its end is not known)
+                and aging is not None
+                and len(aging) < _AGING_MAX
+            ):
                 aging.append((info.updated_at, run_id))
             self._on_forget(run_id, failed and run_id not in self.unreadable)
             self.unreadable.discard(run_id)
