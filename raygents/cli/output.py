@@ -8,6 +8,7 @@ a planted record cannot redraw what the operator reads before they approve a cal
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
@@ -66,9 +67,15 @@ def run_row(
 
 
 def _iso(at: float | None) -> str | None:
+    """``at`` as an ISO time in UTC; None where not known, or not a time of a calendar year
+    1 to 9999 (a record's ``at`` is any finite number its writer put there)."""
     if not at:
         return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    try:
+        when = time.gmtime(at)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", when) if 1 <= when.tm_year <= 9999 else None
 
 
 def render_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -210,11 +217,12 @@ def wall_seconds(
 ) -> float | None:
     """A run's wall time: from its first dispatch to its last update (the end of a run that
     stopped), or to ``now`` (default: the time now) while it runs; None where when it started
-    is not known."""
+    is not known (or the two times are too far apart to be times of one run)."""
     if started_at is None:
         return None
     end = (time.time() if now is None else now) if status in ("running", "pending") else updated_at
-    return max(0.0, end - started_at)
+    wall = max(0.0, end - started_at)
+    return wall if math.isfinite(wall) else None
 
 
 def wall_text(seconds: float | None) -> str:
