@@ -8,6 +8,13 @@ completion marker cannot be read (a key not given, damage, a planted file: when 
 is unknown), are never touched; ``scan`` lists those apart. A run's records go before its
 completion marker, so a removal cut short leaves a run that is still completed (never one
 that looks resumable).
+
+Clocks: a run's end is the ``at`` the node that wrote its marker or record put there, by its
+own clock (the coordinator's, for runs it saw end), and its age is the remover's clock
+minus that. A writer whose clock runs ``D`` behind the remover's makes its runs look ``D``
+older: they go at most ``D`` before their time. One that runs ahead makes them look younger,
+and an end in the future is age 0: never past retention (nor does it hold back the expiry of
+the others). Keep the nodes' clocks synchronised (NTP) to keep ``D`` to seconds.
 """
 
 from __future__ import annotations
@@ -152,7 +159,7 @@ def scan(
                 continue
             entry = (read.status, read.at, read.agent_name)
         status, ended_at, agent_name = entry
-        if status in ENDED and ended_at < cutoff:
+        if status in ENDED and ended_at < cutoff:  # (cutoff <= now: an end to come is age 0)
             found.append(Expired(run_id, status, agent_name, ended_at, listed.keys))
     found.sort(key=lambda e: e.ended_at)
     return found, unknown
@@ -172,5 +179,6 @@ def remove(store: Store, run_id: str, keys: list[str]) -> None:
 
 
 def cutoff_of(older_than_s: float) -> float:
-    """The end time before which a run is older than ``older_than_s``."""
-    return time.time() - older_than_s
+    """The end time before which a run is older than ``older_than_s``: never later than
+    now, so that an end to come is never past it."""
+    return time.time() - max(0.0, older_than_s)
