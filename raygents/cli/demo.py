@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 import raygents as rg
 from raygents.agents.templates import load_template, template_instructions
+from raygents.cli.terminal import visible
 from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.models.function import FunctionModel, call, calls, text
 
@@ -190,23 +191,27 @@ def _run(orchestrator: rg.Agent, out: TextIO) -> int:
             tool_time += event.data["run_s"]
             last_end = at
             print(
-                f"  {at:5.1f}s  {where:<10} {event.tool_name:<12} ran {event.data['run_s']:.2f} s "
+                f"  {at:5.1f}s  {visible(where):<10} {visible(event.tool_name):<12} "
+                f"ran {event.data['run_s']:.2f} s "
                 f"in Ray worker pid {event.data['worker_pid']}",
                 file=out,
             )
         elif event.type == "agent_end":
             turns += event.turns or 0
             if event.path:
-                print(f"  {at:5.1f}s  {where:<10} finished: {(event.output or '')[:60]}", file=out)
+                done = visible((event.output or "")[:60])
+                print(f"  {at:5.1f}s  {visible(where):<10} finished: {done}", file=out)
         elif event.type == "handoff":
-            print(f"  {at:5.1f}s  {event.agent_name} -> {event.to_agent} (handoff)", file=out)
+            handoff = f"{visible(event.agent_name)} -> {visible(event.to_agent)}"
+            print(f"  {at:5.1f}s  {handoff} (handoff)", file=out)
     wall = time.perf_counter() - started
     result = handle.result()
     report = result.final_output_as(Report)
-    print(f"\nreport: {report.title}", file=out)
+    print(f"\nreport: {visible(report.title)}", file=out)  # (a real model's words)
     for finding in report.findings:
-        print(f"  - {finding.topic}: {finding.score} ({finding.summary})", file=out)
-    print(f"  recommendation: {report.recommendation}", file=out)
+        shown = f"{visible(finding.topic)}: {finding.score} ({visible(finding.summary)})"
+        print(f"  - {shown}", file=out)
+    print(f"  recommendation: {visible(report.recommendation)}", file=out)
     import ray
 
     cpus = int(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]

@@ -181,10 +181,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             return _from_store(args, out)
         return _on_cluster(args, out)
     except UsageError as exc:
-        print(f"raygents {args.command}: error: {exc}", file=sys.stderr)
+        _say(f"{args.command}: error: {exc}")
         return 2
     except (CommandFailed, RaygentsError) as exc:
-        print(f"raygents {args.command}: {exc}", file=sys.stderr)
+        _say(f"{args.command}: {exc}")
         return 1
     except KeyboardInterrupt:
         print(f"raygents {args.command}: interrupted", file=sys.stderr)
@@ -192,6 +192,14 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     except BrokenPipeError:
         _silence(out)
         return 141
+
+
+def _say(text: str) -> None:
+    """A line on stderr: what an error says may quote a run, a store or an argument, so it
+    is made visible as everything else the command prints."""
+    from raygents.cli.terminal import visible
+
+    print(f"raygents {visible(text, lines=True)}", file=sys.stderr)
 
 
 def _silence(out: TextIO) -> None:

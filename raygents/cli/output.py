@@ -1,13 +1,19 @@
 """How the ``raygents`` command prints: run rows and run details as plain dicts, shown as
-tables and text, or as JSON (one document, or one line per event for streams)."""
+tables and text, or as JSON (one document, or one line per event for streams).
+
+Every text a run or a store gave goes through :func:`~raygents.cli.terminal.visible` on its
+way to the terminal (JSON through :func:`~raygents.cli.terminal.json_text`): a tool result or
+a planted record cannot redraw what the operator reads before they approve a call.
+"""
 
 from __future__ import annotations
 
-import json
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
+from raygents.cli.terminal import json_text, visible
 from raygents.core.approvals import PendingApproval
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, Usage
@@ -19,6 +25,7 @@ __all__ = [
     "detail",
     "event_row",
     "message_row",
+    "pending_text",
     "print_json",
     "render_detail",
     "render_event",
@@ -60,9 +67,15 @@ def run_row(
 
 
 def _iso(at: float | None) -> str | None:
+    """``at`` as an ISO time in UTC; None where not known, or not a time of a calendar year
+    1 to 9999 (a record's ``at`` is any finite number its writer put there)."""
     if not at:
         return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    try:
+        when = time.gmtime(at)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", when) if 1 <= when.tm_year <= 9999 else None
 
 
 def render_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -80,7 +93,7 @@ def render_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> s
 def _cell(value: Any) -> str:
     if value is None or value == "":
         return "-"
-    text = " ".join(str(value).split())  # one line
+    text = visible(" ".join(str(value).split()))  # one line
     return text if len(text) <= _CELL else text[: _CELL - 3] + "..."
 
 
@@ -142,20 +155,19 @@ def render_detail(doc: Mapping[str, Any], last: int = 20) -> str:
     """``raygents show``'s text for a :func:`detail`, with the conversation's ``last``
     messages (JSON output has them all)."""
     lines = [
-        f"run         {doc['run_id']}",
-        f"status      {doc['status']}",
-        f"agent       {doc['agent']}",
-        f"turns       {doc['turns']}",
+        f"run         {visible(doc['run_id'])}",
+        f"status      {visible(doc['status'])}",
+        f"agent       {visible(doc['agent'])}",
+        f"turns       {visible(doc['turns'])}",
         f"usage       {usage_text(doc.get('usage'))}",
-        f"last error  {doc.get('last_error') or '-'}",
+        f"last error  {_indent(doc.get('last_error') or '-', 12)}",
     ]
     if doc.get("output") is not None:
         lines.append(f"output      {_indent(doc['output'], 12)}")
     pending = doc.get("pending") or []
     if pending:
         lines.append("pending approvals")
-        for p in pending:
-            lines.append(f"  {p['call_id']}  {p['agent_name']}: {p['tool_name']}({p['arguments']})")
+        lines.extend(f"  {pending_text(p, doc['run_id'])}" for p in pending)
     messages = doc.get("messages")
     if messages is None:
         lines.append("conversation  (not kept)")
@@ -167,19 +179,36 @@ def render_detail(doc: Mapping[str, Any], last: int = 20) -> str:
     return "\n".join(lines)
 
 
+def pending_text(p: Mapping[str, Any], run_id: str) -> str:
+    """A pending call of run ``run_id`` (a ``PendingApproval``'s fields) in one line, all of
+    it: its id, whose call it is (and in which agent-as-tool child run, where it is a
+    child's) and its arguments."""
+    child = p.get("run_id") not in (None, "", run_id)
+    where = f" in run {visible(p['run_id'])}" if child else ""
+    return (
+        f"{visible(p['call_id'])}  {visible(p['agent_name'])}{where}: "
+        f"{visible(p['tool_name'])}({visible(p['arguments'])})"
+    )
+
+
 def _conversation_line(row: Mapping[str, Any]) -> str:
-    role = str(row["role"])
+    role = visible(row["role"])
     parts = []
     if row.get("tool_call_id"):
-        parts.append(f"[{row['tool_call_id']}]")
+        parts.append(f"[{visible(row['tool_call_id'])}]")
     if row.get("content"):
-        parts.append(str(row["content"]))
+        parts.append(visible(row["content"], lines=True))
     for c in row.get("tool_calls") or ():
-        parts.append(f"-> {c['name']}({c['arguments']}) [{c['id']}]")
-    return f"  {role:<10} {_indent(' '.join(parts), 13)}"
+        parts.append(f"-> {visible(c['name'])}({visible(c['arguments'])}) [{visible(c['id'])}]")
+    return f"  {role:<10} {_hang(' '.join(parts), 13)}"
 
 
-def _indent(text: str, by: int) -> str:
+def _indent(text: Any, by: int) -> str:
+    """``text`` made visible on lines of its own, each after the first indented ``by``."""
+    return _hang(visible(text, lines=True), by)
+
+
+def _hang(text: str, by: int) -> str:
     return text.replace("\n", "\n" + " " * by)
 
 
@@ -188,11 +217,12 @@ def wall_seconds(
 ) -> float | None:
     """A run's wall time: from its first dispatch to its last update (the end of a run that
     stopped), or to ``now`` (default: the time now) while it runs; None where when it started
-    is not known."""
+    is not known (or the two times are too far apart to be times of one run)."""
     if started_at is None:
         return None
     end = (time.time() if now is None else now) if status in ("running", "pending") else updated_at
-    return max(0.0, end - started_at)
+    wall = max(0.0, end - started_at)
+    return wall if math.isfinite(wall) else None
 
 
 def wall_text(seconds: float | None) -> str:
@@ -234,10 +264,10 @@ def render_tree(node: Mapping[str, Any]) -> str:
 
 
 def _tree_lines(node: Mapping[str, Any], indent: str) -> list[str]:
-    via = f"{node['tool']}[{node['call_id']}]  " if "tool" in node else ""
-    handoffs = "".join(f" -> {target}" for target in node["handoffs"])
+    via = f"{visible(node['tool'])}[{visible(node['call_id'])}]  " if "tool" in node else ""
+    handoffs = "".join(f" -> {visible(target)}" for target in node["handoffs"])
     lines = [
-        f"{via}{node['run_id']}  {node['status']}  {node['agent']}  "
+        f"{via}{visible(node['run_id'])}  {visible(node['status'])}  {visible(node['agent'])}  "
         f"handoffs:{handoffs or ' -'}  turns {node['turns']}  tokens {_cell(node['tokens'])}  "
         f"wall {wall_text(node.get('wall_s'))}"
     ]
@@ -259,16 +289,18 @@ def event_row(event: RunEvent) -> dict[str, Any]:
 def render_event(event: RunEvent) -> str:
     """One line for a run event."""
     what = {
-        "tool_start": lambda e: f"{e.tool_name}({e.arguments}) [{e.call_id}]",
-        "tool_end": lambda e: f"{e.tool_name} [{e.call_id}] -> {_cell(e.result)}",
-        "handoff": lambda e: f"-> {e.to_agent}",
+        "tool_start": lambda e: (
+            f"{visible(e.tool_name)}({visible(e.arguments)}) [{visible(e.call_id)}]"
+        ),
+        "tool_end": lambda e: f"{visible(e.tool_name)} [{visible(e.call_id)}] -> {_cell(e.result)}",
+        "handoff": lambda e: f"-> {visible(e.to_agent)}",
         "complete": lambda e: _cell(e.output),
         "error": lambda e: _cell(e.error),
         "suspended": lambda e: _cell(e.error),
-        "checkpoint": lambda e: f"seq {(e.data or {}).get('seq')}",
+        "checkpoint": lambda e: f"seq {visible((e.data or {}).get('seq'))}",
     }.get(event.type)
     text = what(event) if what is not None else ""
-    return f"{event.type:<12} {event.agent_name or '-':<14} {text}".rstrip()
+    return f"{visible(event.type):<12} {visible(event.agent_name or '-'):<14} {text}".rstrip()
 
 
 def print_runs(
@@ -283,8 +315,9 @@ def print_runs(
 
 
 def print_json(value: Any, out: TextIO) -> None:
-    """``value`` as one JSON document (one line) on ``out``."""
-    out.write(json.dumps(value, ensure_ascii=False, default=str) + "\n")
+    """``value`` as one JSON document (one line) on ``out``: exact, readable text as it is,
+    and what a terminal would act on or hide escaped (see :func:`terminal.json_text`)."""
+    out.write(json_text(value) + "\n")
     out.flush()
 
 
@@ -296,9 +329,20 @@ def print_gc(
     out: TextIO,
 ) -> None:
     """What ``raygents gc`` deleted (or would, ``dry_run``): rows of ``retention.Expired``
-    (with an ``error`` where a delete failed), as one JSON document or a line and a table."""
+    (with an ``error`` where a delete failed), as one JSON document or a line and a table;
+    and the runs it kept because they cannot be read (rows of ``retention.Unreadable``)."""
     from raygents.records.retention import describe
 
+    kept = [
+        {
+            "run_id": row["run_id"],
+            "status": row["status"],
+            "keys": row["keys"],
+            "why": row["unreadable"],
+        }
+        for row in rows
+        if "unreadable" in row
+    ]
     runs = [
         {
             "run_id": row["run_id"],
@@ -309,9 +353,10 @@ def print_gc(
             **({"error": row["error"]} if "error" in row else {}),
         }
         for row in rows
+        if "unreadable" not in row
     ]
     if as_json:
-        doc = {"older_than_s": older_than_s, "dry_run": dry_run, "runs": runs}
+        doc = {"older_than_s": older_than_s, "dry_run": dry_run, "runs": runs, "unreadable": kept}
         print_json(doc, out)
         return
     failed = sum(1 for run in runs if "error" in run)
@@ -324,3 +369,11 @@ def print_gc(
     if runs:
         columns = GC_COLUMNS if failed else GC_COLUMNS[:-1]
         out.write(render_table(runs, columns) + "\n")
+    if kept:
+        out.write(
+            f"kept {len(kept)} run(s) that cannot be read, whatever their age (when they ended "
+            "is unknown); inspect or remove them by hand:\n"
+        )
+        for run in kept:
+            why = visible(run["why"]).removeprefix("unreadable: ")
+            out.write(f"  {visible(run['run_id'])}  {visible(run['status'])}  {why}\n")

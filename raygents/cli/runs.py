@@ -17,6 +17,7 @@ import raygents as rg
 from raygents.cli.output import (
     detail,
     event_row,
+    pending_text,
     print_gc,
     print_json,
     print_runs,
@@ -27,6 +28,7 @@ from raygents.cli.output import (
     tree_node,
     wall_seconds,
 )
+from raygents.cli.terminal import visible
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, CheckpointError, RaygentsError, RunNotFound
 
 __all__ = [
@@ -355,22 +357,52 @@ def _agent(args: argparse.Namespace) -> rg.Agent:
 
 
 def _approve(args: argparse.Namespace, out: TextIO) -> int:
+    """Decide a run's pending calls as read from its newest checkpoint, after showing each
+    with its decision; the decisions are refused (nothing decided) if the run's pending
+    calls are no longer exactly those shown when it is claimed to resume."""
     agent = _agent(args)
     info = _info(args.run_id)
     if info.status != "awaiting_approval":
         raise CommandFailed(f"run {args.run_id!r} is {info.status}, not awaiting approval")
-    decisions: dict[str, bool] = {}
-    if args.all:
-        state = _newest_state(args.run_id)
-        if state is None:
-            raise CommandFailed(f"cannot read the pending calls of run {args.run_id!r}")
-        decisions = {p.call_id: True for p in state.pending}
+    state = _newest_state(args.run_id)
+    if state is None:
+        raise CommandFailed(f"cannot read the pending calls of run {args.run_id!r}")
+    pending = tuple(state.pending)
+    decisions: dict[str, bool] = {p.call_id: True for p in pending} if args.all else {}
     decisions.update({call_id: True for call_id in args.approve})
     decisions.update({call_id: False for call_id in args.deny})
     if not decisions:
         raise UsageError(_WHICH_CALLS)
-    handle = rg.resume(args.run_id, agent=agent, approvals=decisions)
+    _check_covered(args.run_id, pending, decisions)
+    _show_decisions(args.run_id, pending, decisions, sys.stderr if args.json else out)
+    handle = rg.resume(args.run_id, agent=agent, approvals=decisions, _pending=pending)
     return _started(handle, args, out)
+
+
+def _check_covered(run_id: str, pending: tuple[Any, ...], decisions: dict[str, bool]) -> None:
+    """Refuse decisions that do not name exactly the pending calls, before showing them."""
+    ids = {p.call_id for p in pending}
+    if set(decisions) != ids:
+        raise rg.ApprovalDecisionsMismatch(
+            f"approval decisions must cover exactly the pending calls of run {run_id!r}; "
+            f"missing {sorted(ids - set(decisions))!r}, unknown {sorted(set(decisions) - ids)!r}",
+            run_id=run_id,
+        )
+
+
+def _show_decisions(
+    run_id: str, pending: tuple[Any, ...], decisions: dict[str, bool], out: TextIO
+) -> None:
+    """What is about to be decided, each call whole (its arguments as the tool gets them)."""
+    approved = sum(decisions.values())
+    out.write(
+        f"run {visible(run_id)}: approving {approved} and denying {len(decisions) - approved} "
+        "pending call(s):\n"
+    )
+    for p in pending:
+        verdict = "approve" if decisions[p.call_id] else "deny   "
+        out.write(f"  {verdict}  {pending_text(p.model_dump(mode='json'), run_id)}\n")
+    out.flush()
 
 
 def _started(handle: rg.RunHandle, args: argparse.Namespace, out: TextIO) -> int:

@@ -132,11 +132,14 @@ class StoreReader:
     def gc(self, older_than_s: float, dry_run: bool) -> list[dict[str, Any]]:
         """Delete the records and kept results of ended runs that ended more than
         ``older_than_s`` ago (unless ``dry_run``); a row for each (``retention.Expired``, with
-        an ``error`` where the delete failed). Runs whose newest record says they run, are
-        suspended or await approval are never touched."""
-        rows = []
+        an ``error`` where the delete failed), and one for each run kept because it cannot
+        be read (``retention.Unreadable``). Runs whose newest record says they run, are
+        suspended or await approval are never touched, nor are those that cannot be read (a
+        marker signed with a key this command was not given says nothing of its age)."""
         cutoff = retention.cutoff_of(older_than_s)
-        for expired in retention.scan(self.store, self.key, cutoff):
+        found, unreadable = retention.scan(self.store, self.key, cutoff)
+        rows = [u.row() for u in unreadable]
+        for expired in found:
             row = expired.row()
             if not dry_run:
                 try:

@@ -2,8 +2,9 @@
 ``runs/`` and its newest record (or completion marker), or the reason it cannot be read.
 
 Nothing here raises on what the store holds: a planted, damaged or foreign key makes its run
-an *unreadable* entry (status ``failed``, ``last_error`` saying why), never a coordinator that
-cannot start.
+an *unreadable* entry (status ``failed``, or ``completed`` where a completion marker says so;
+``last_error`` saying why), never a coordinator that cannot start. An unreadable entry has no
+time (``at`` 0): nothing may be judged by its age.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from raygents.errors import CheckpointCorrupt, CheckpointError
@@ -106,7 +107,8 @@ class Found:
 
     @property
     def unreadable(self) -> bool:
-        """Whether the run is listed only because its keys or records cannot be read."""
+        """Whether the run is listed only because its keys, records or completion marker
+        cannot be read."""
         return self.error is not None and self.error.startswith(UNREADABLE)
 
 
@@ -195,12 +197,15 @@ def read(store: Any, listed: Listing, key: bytes | None) -> Found | None:
 
 
 def _marked(store: Any, listed: Listing, key: bytes | None) -> Found:
-    """A completed run's entry from its marker; a marker that cannot be read still says the
-    run completed (its name does), so the entry keeps the status and says the rest is lost."""
+    """A completed run's entry from its marker. A marker that cannot be read still says the
+    run completed (its name does), so the entry keeps the status, but it is unreadable: when
+    the run ended and what it left are unknown (retention never removes it)."""
     assert listed.done is not None
     leftovers = bool(listed.records)
     try:
         data = store.get(listed.done)
+        if data is None:
+            raise CheckpointCorrupt("it went while it was read")
         marker = keptresult.read_marker(
             data or b"", key=key, run_id=listed.run_id, source=listed.done
         )
@@ -217,9 +222,19 @@ def _marked(store: Any, listed: Listing, key: bytes | None) -> Found:
             started_at=keptresult.started_at(marker),
             parent=keptresult.parent(marker),
         )
+    except CheckpointError as exc:
+        if not isinstance(exc, CheckpointCorrupt):
+            log.warning("cannot read run %s back from the store (yet): %s", listed.run_id, exc)
+            return Found(UNKNOWN, error=_short_text(f"the store failed: {exc}"))
+        why = f"{exc}"
     except Exception as exc:
-        log.warning("run %s completed, but its marker cannot be read: %s", listed.run_id, exc)
-        return Found("completed", leftovers=leftovers)
+        why = f"{type(exc).__name__}: {exc}"
+    log.warning("run %s completed, but its marker cannot be read: %s", listed.run_id, why)
+    entry = unreadable(
+        listed.run_id,
+        f"it completed, but its completion marker {listed.done!r} cannot be read: {why}",
+    )
+    return replace(entry, status="completed", leftovers=leftovers)
 
 
 def _entry(run_id: str, key: str, record: dict[str, Any]) -> Found:

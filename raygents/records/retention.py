@@ -3,9 +3,18 @@ are past it, and removing them (the coordinator's background expiry and ``raygen
 
 Only ended runs (completed, failed, cancelled) are ever removed, by the age of their end:
 the marker's end time for a completed run, its newest record's for a failed or cancelled
-one. Running, suspended and awaiting-approval runs, and runs whose keys or records cannot be
-read, are never touched. A run's records go before its completion marker, so a removal cut
-short leaves a run that is still completed (never one that looks resumable).
+one. Running, suspended and awaiting-approval runs, and runs whose keys, records or
+completion marker cannot be read (a key not given, damage, a planted file: when they ended
+is unknown), are never touched; ``scan`` lists those apart. A run's records go before its
+completion marker, so a removal cut short leaves a run that is still completed (never one
+that looks resumable).
+
+Clocks: a run's end is the ``at`` the node that wrote its marker or record put there, by its
+own clock (the coordinator's, for runs it saw end), and its age is the remover's clock
+minus that. A writer whose clock runs ``D`` behind the remover's makes its runs look ``D``
+older: they go at most ``D`` before their time. One that runs ahead makes them look younger,
+and an end in the future is age 0: never past retention (nor does it hold back the expiry of
+the others). Keep the nodes' clocks synchronised (NTP) to keep ``D`` to seconds.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ __all__ = [
     "DEFAULT_GC_S",
     "ENDED",
     "Expired",
+    "Unreadable",
     "cutoff_of",
     "describe",
     "parse_duration",
@@ -61,6 +71,26 @@ class Expired:
         row = asdict(self)
         row["keys"] = len(self.keys)
         return row
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A run whose keys, records or completion marker cannot be read (or the store failed
+    to give them): kept, whatever its age, and listed so that a person looks at it."""
+
+    run_id: str
+    status: str
+    why: str
+    keys: list[str]
+
+    def row(self) -> dict[str, Any]:
+        """As ``raygents gc`` prints it (``keys``: how many; ``unreadable``: why)."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "unreadable": self.why,
+            "keys": len(self.keys),
+        }
 
 
 def retention_seconds(value: Any) -> float | None:
@@ -112,22 +142,27 @@ def describe(seconds: float) -> str:
 
 def scan(
     store: Store, key: bytes | None, cutoff: float, known: Known | None = None
-) -> list[Expired]:
+) -> tuple[list[Expired], list[Unreadable]]:
     """The ended runs in ``store`` that ended before ``cutoff`` (a ``time.time()``), oldest
-    first (blocking: one listing, and one read of each run ``known`` does not know)."""
+    first, and the runs that cannot be read (never expired: when they ended is unknown)
+    (blocking: one listing, and one read of each run ``known`` does not know)."""
     found: list[Expired] = []
+    unknown: list[Unreadable] = []
     for run_id, listed in rebuild.group(store.list("runs/")).items():
         entry = known(run_id) if known is not None else None
         if entry is None:
             read = rebuild.read(store, listed, key)
-            if read is None or read.unreadable or read.status not in ENDED:
+            if read is not None and (read.unreadable or read.status == rebuild.UNKNOWN):
+                unknown.append(Unreadable(run_id, read.status, read.error or "", listed.keys))
+                continue
+            if read is None or read.status not in ENDED:
                 continue
             entry = (read.status, read.at, read.agent_name)
         status, ended_at, agent_name = entry
-        if status in ENDED and ended_at < cutoff:
+        if status in ENDED and ended_at < cutoff:  # (cutoff <= now: an end to come is age 0)
             found.append(Expired(run_id, status, agent_name, ended_at, listed.keys))
     found.sort(key=lambda e: e.ended_at)
-    return found
+    return found, unknown
 
 
 def remove(store: Store, run_id: str, keys: list[str]) -> None:
@@ -144,5 +179,6 @@ def remove(store: Store, run_id: str, keys: list[str]) -> None:
 
 
 def cutoff_of(older_than_s: float) -> float:
-    """The end time before which a run is older than ``older_than_s``."""
-    return time.time() - older_than_s
+    """The end time before which a run is older than ``older_than_s``: never later than
+    now, so that an end to come is never past it."""
+    return time.time() - max(0.0, older_than_s)

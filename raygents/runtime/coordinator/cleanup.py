@@ -15,9 +15,9 @@ a few hundred runs per look, a look every minute at most, in the clean-up's thre
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -71,7 +71,7 @@ class Cleaner:
         self._expiring: set[str] = set()
         """Runs queued for expiry, not removed yet."""
         if retention_s is not None:
-            table.aging = table.aging if table.aging is not None else deque()
+            table.aging = table.aging if table.aging is not None else []
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="raygents-clean")
         self._queue: asyncio.Queue[Chore] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -151,7 +151,7 @@ class Cleaner:
         due = [r for r in self.table.expired(cutoff, room) if r not in self._expiring]
         aging = self.table.aging
         while aging and len(due) < room and aging[0][0] < cutoff:
-            run_id = aging.popleft()[1]
+            run_id = heapq.heappop(aging)[1]
             if run_id not in self.table.runs and run_id not in self._expiring:
                 due.append(run_id)
         for run_id in due:

@@ -375,8 +375,10 @@ class Coordinator:
     ) -> tuple[float, list[dict[str, Any]]]:
         """Delete the records and kept results of ended runs that ended more than
         ``older_than_s`` ago (default: the retention, else 7 days), unless ``dry_run``;
-        returns the age used and a row for each run (see ``retention.Expired.row``).
-        Runs the table holds as running, suspended or awaiting approval are never touched."""
+        returns the age used and a row for each run (see ``retention.Expired.row``), and
+        one for each run kept because it cannot be read (``retention.Unreadable.row``).
+        Runs the table holds as running, suspended or awaiting approval are never touched,
+        nor are those whose keys, records or marker cannot be read."""
         if older_than_s is None:
             older_than_s = self._settings.retention_s or retention.DEFAULT_GC_S
         await self.records.rebuilt(self.records.list_wait_s)
@@ -384,16 +386,16 @@ class Coordinator:
 
         def known(run_id: str) -> tuple[str, float, str] | None:
             info = table.get(run_id)
-            if info is None or run_id in table.unread:
-                return None
+            if info is None or run_id in table.unread or run_id in table.unreadable:
+                return None  # (read from the store: an unreadable run is listed, never aged)
             return info.status, info.updated_at, info.agent_name
 
         cutoff = retention.cutoff_of(older_than_s)
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(
+        found, unreadable = await loop.run_in_executor(
             None, retention.scan, self.store, self._settings.key, cutoff, known
         )
-        rows = []
+        rows = [u.row() for u in unreadable]
         for expired in found:
             info = table.get(expired.run_id)
             if info is not None and info.status not in retention.ENDED:

@@ -313,10 +313,10 @@ class RecordStore:
             parent=found.parent,
         )
         if found.unreadable:
-            log.error("run %s is listed as failed: %s", run_id, found.error)
+            log.error("run %s is listed as %s: %s", run_id, found.status, found.error)
         self.table.enter(info, unreadable=found.unreadable)  # (results are read when asked)
-        if found.status == "completed" and found.leftovers:  # its clean-up did not happen
-            self.cleaner.add(("done", run_id, self.marker(info)))
+        if found.status == "completed" and found.leftovers and not found.unreadable:
+            self.cleaner.add(("done", run_id, self.marker(info)))  # its clean-up did not happen
 
     async def known(self, run_id: str, look: bool = False) -> None:
         """Make sure the table has what the store says of ``run_id``: read it now if the

@@ -12,9 +12,10 @@ of completed runs are kept up to ``max_count`` of them and ``max_bytes`` in all.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -126,9 +127,11 @@ class RunTable:
         self.failed_kept = _FAILED_KEPT
         self.forgot = False
         """Whether ended runs were forgotten: a claim of an unknown id then looks in the store."""
-        self.aging: deque[tuple[float, str]] | None = None
+        self.aging: list[tuple[float, str]] | None = None
         """With a retention: ``(ended_at, run_id)`` of completed runs forgotten beyond the caps
-        (their kept results stay in the store), oldest first."""
+        (their kept results stay in the store), a heap with the oldest end first (a run
+        forgotten early may end later than one forgotten after it: a writer's clock ahead);
+        never a run whose marker cannot be read (its end is not known)."""
         self._on_forget = on_forget
         self._done: dict[str, asyncio.Event] = {}
         self._completed: dict[str, None] = {}
@@ -361,8 +364,14 @@ class RunTable:
             self.results.drop(run_id)
             failed = info is not None and info.status in ("failed", "cancelled")
             aging = self.aging
-            if info is not None and not failed and aging is not None and len(aging) < _AGING_MAX:
-                aging.append((info.updated_at, run_id))
+            if (
+                info is not None
+                and not failed
+                and run_id not in self.unreadable  # (its end is not known)
+                and aging is not None
+                and len(aging) < _AGING_MAX
+            ):
+                heapq.heappush(aging, (info.updated_at, run_id))
             self._on_forget(run_id, failed and run_id not in self.unreadable)
             self.unreadable.discard(run_id)
         self.forgot = True

@@ -354,7 +354,9 @@ def init(
             kept results in the store, counted from their end: a ``datetime.timedelta`` or
             seconds (> 0); the coordinator removes them in the background. None (the
             default) keeps them until ``raygents gc``. The coordinator's creator sets it for
-            every driver of the namespace.
+            every driver of the namespace. An end is timed by the clock of the node that
+            recorded it: a node whose clock is behind by D lets runs go up to D early, and an
+            end in the future is never past retention.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
             a process asks for one new worker at a time per two CPUs (Ray's default: ten);

@@ -13,7 +13,7 @@ from raygents.agents.agent import Agent
 from raygents.agents.checks import is_amount
 from raygents.agents.hooks import RunHooks, check_hooks
 from raygents.agents.result import RunResult, TypedResult
-from raygents.core.approvals import ApprovalDecision, normalise
+from raygents.core.approvals import ApprovalDecision, PendingApproval, normalise
 from raygents.core.envelope import Envelope, RunState, new_run_id
 from raygents.core.messages import Message, to_messages
 from raygents.core.schema import type_name, type_schema
@@ -407,6 +407,7 @@ def resume(
     context: Any = None,
     timeout_s: float | None = None,
     hooks: RunHooks | Sequence[RunHooks] | None = None,
+    _pending: Sequence[PendingApproval] | None = None,
 ) -> RunHandle:
     """Continue a suspended, interrupted or stopped run from its newest checkpoint.
 
@@ -454,6 +455,8 @@ def resume(
                 f"of {agent.name!r} (it has {sorted(graph)!r})",
                 run_id=run_id,
             )
+        if _pending is not None:  # (the calls a person was shown: decided on them, or not at all)
+            _check_pending(state, tuple(_pending))
         decisions = _check_decisions(state, normalise(dict(approvals or {})))
     except BaseException:
         rt.ask(rt.directory.client.unclaim(run_id, before))
@@ -470,6 +473,21 @@ def resume(
         relay.run_started(run_id, graph[state.agent_name], state.messages)
     ending = Ending(graph, relay=relay)
     return _launch(rt, envelope, graph, blob, timeout_s, claimed=True, ending=ending)
+
+
+def _check_pending(state: RunState, shown: tuple[PendingApproval, ...]) -> None:
+    """Refuse decisions made on pending calls that are no longer the run's: ``shown`` (what
+    the caller showed a person) must be exactly the pending calls of the claimed run, ids,
+    agents, tools and arguments, or a call of the same id with other arguments would be
+    approved unseen."""
+    if state.pending == shown:
+        return
+    raise ApprovalDecisionsMismatch(
+        f"the pending calls of run {state.run_id!r} changed since they were read: nothing "
+        f"was decided; look at them again (now {len(state.pending)}, "
+        f"ids {sorted(p.call_id for p in state.pending)!r})",
+        run_id=state.run_id,
+    )
 
 
 def _check_decisions(

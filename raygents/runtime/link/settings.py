@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from raygents.models.ratelimit import RateLimit
@@ -38,7 +38,8 @@ class Settings:
     """The checkpoint store's URL."""
     durability: Durability = "sync"
     key: bytes | None = None
-    """The checkpoint HMAC key (``$RAYGENTS_CHECKPOINT_KEY``), or None for checksums only."""
+    """The checkpoint HMAC key (``$RAYGENTS_CHECKPOINT_KEY``), or None for checksums only;
+    never shown (see ``__repr__``)."""
     detached: bool = False
     """The coordinator and agent actors outlive the driver that created them."""
     recovery: Recovery = field(default_factory=Recovery)
@@ -65,3 +66,13 @@ class Settings:
     def key_id(self) -> bytes | None:
         """The key's id (never the key), to tell two keys apart without showing them."""
         return codec.key_id(self.key) if self.key is not None else None
+
+    def __repr__(self) -> str:
+        """Every field as the dataclass shows it but the key: whether one is set, and its
+        id, never its bytes (settings end up in logs, errors and debuggers)."""
+        key = "None" if self.key_id is None else f"<set, id {self.key_id.hex()}>"
+        shown = (
+            f"{f.name}={key if f.name == 'key' else repr(getattr(self, f.name))}"
+            for f in fields(self)
+        )
+        return f"{type(self).__name__}({', '.join(shown)})"
