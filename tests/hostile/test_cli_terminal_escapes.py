@@ -19,7 +19,8 @@ from raygents.core.approvals import PendingApproval
 from raygents.core.envelope import RunState
 from raygents.core.messages import Message, ToolCall
 from raygents.records import checkpoint, codec
-from raygents.records.runinfo import RunInfo, RunSummary, done_marker
+from raygents.records.keptresult import done_marker
+from raygents.records.runinfo import RunInfo, RunSummary
 from raygents.stores.open import open_store
 
 ESCAPES = "\x1b[2K\r\x1b]0;pwned\x07\x1b[31m\x9b2J\x7f\x00"

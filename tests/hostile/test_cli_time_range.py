@@ -14,7 +14,8 @@ import pytest
 from raygents.cli.main import main
 from raygents.cli.output import run_row, wall_seconds, wall_text
 from raygents.records import checkpoint, codec
-from raygents.records.runinfo import RunInfo, RunSummary, done_marker
+from raygents.records.keptresult import done_marker
+from raygents.records.runinfo import RunInfo, RunSummary
 from raygents.stores.open import FileStore
 
 OUT_OF_RANGE = [1e300, -1e300, 1e18, -1e18, 253402300800.0]  # (the last: the year 10000)

@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_coordinator import _until
+from runtime.coordinator.test_coordinator import _until
 
 from raygents.cli.main import main
 from raygents.records import checkpoint, codec, rebuild, retention
-from raygents.records.runinfo import RunInfo, RunSummary, done_marker
+from raygents.records.keptresult import done_marker
+from raygents.records.runinfo import RunInfo, RunSummary
 from raygents.runtime.coordinator.coordinator import Coordinator
 from raygents.runtime.link.settings import Settings
 from raygents.stores.open import FileStore

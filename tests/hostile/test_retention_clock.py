@@ -11,7 +11,8 @@ from pathlib import Path
 
 from raygents.cli.main import main
 from raygents.records import checkpoint, codec, retention
-from raygents.records.runinfo import RunInfo, RunSummary, done_marker
+from raygents.records.keptresult import done_marker
+from raygents.records.runinfo import RunInfo, RunSummary
 from raygents.runtime.coordinator.coordinator import Coordinator
 from raygents.runtime.link.settings import Settings
 from raygents.stores.open import FileStore
