@@ -169,6 +169,8 @@ class BatchHandle:
         self._logged: dict[int, BatchItem] = {}  # completed before (without an output)
         self._logged_bits = bytearray()  # completed before (with an output)
         self._written = bytearray()  # in the output as completed
+        self._unsaved: list[dict[str, Any]] = []  # ledger lines whose output is not durable yet
+        self._output_error: RaygentsError | None = None
         self._flushed_at = time.monotonic()
         self._display: Display = Display()
         self._thread = threading.Thread(target=self._main, name=f"batch-{self.job_id}", daemon=True)
@@ -265,12 +267,7 @@ class BatchHandle:
             self._error = exc if isinstance(exc, RaygentsError) else _wrapped(self.job_id, exc)
         finally:
             atexit.unregister(self._flush)
-            try:
-                for shards in (self._sink, self._ledger):
-                    if shards is not None:
-                        shards.close()
-            except Exception as exc:
-                self._error = self._error or _wrapped(self.job_id, exc)
+            self._close()
             with self._lock:
                 self._ended = True
                 self._lock.notify_all()
@@ -291,21 +288,26 @@ class BatchHandle:
             pool.shutdown(wait=False)
 
     def _read_job(self) -> None:
-        """What earlier runs of the job did: its ledger of completed items, the statuses the
-        coordinator knows of its runs, and what its output holds."""
+        """What earlier runs of the job did: what its output holds, its ledger of completed
+        items, and the statuses the coordinator knows of its runs.
+
+        An item the ledger holds but the output lacks (its line was lost) is written again
+        from its ledger line; one whose ledger line has no output runs again (its run's kept
+        result answers), so no item is written without its output."""
         from raygents.runtime.driver.client import current
         from raygents.stores.open import open_store
 
-        self._ledger = open_ledger(open_store(current().settings.store), self.job_id)
-        for line in self._ledger.completed():
-            if self._sink is not None:
-                mark(self._logged_bits, line["index"])
-            else:
-                self._logged[line["index"]] = replace(item_from_json(line), skipped=True)
-        self._runs.read()
         if self._sink is not None:
             for line in self._sink.completed():
                 mark(self._written, line["index"])
+        self._ledger = open_ledger(open_store(current().settings.store), self.job_id)
+        for line in self._ledger.completed():
+            index = line["index"]
+            if self._sink is not None and is_marked(self._written, index):
+                mark(self._logged_bits, index)
+            elif isinstance(line.get("output"), str):
+                self._logged[index] = replace(item_from_json(line), skipped=True)
+        self._runs.read()
 
     async def _feed(
         self, loop: asyncio.AbstractEventLoop, pool: concurrent.futures.Executor
@@ -361,11 +363,50 @@ class BatchHandle:
             await asyncio.sleep(_TICK_S)
 
     def _flush(self) -> None:
-        """Put what the ledger (and an output in a store) has not put yet."""
+        """Make the output durable (synced to disk, or put), then put the ledger lines of the
+        items it holds: an item is recorded as completed only once its output is durable."""
         self._flushed_at = time.monotonic()
-        for shards in (self._ledger, self._sink):
-            if shards is not None:
-                shards.flush()
+        with self._lock:
+            saving, self._unsaved = self._unsaved, []
+        if self._sink is not None:
+            try:
+                self._sink.flush()
+            except BaseException:
+                with self._lock:
+                    self._unsaved[:0] = saving
+                raise
+        if self._ledger is not None:
+            for line in saving:
+                self._ledger.write(line)
+            self._ledger.flush()
+
+    def _close(self) -> None:
+        """Flush what is left and close the output and the ledger; a failure is the job's
+        error (the items whose output it could not make durable are not in the ledger)."""
+        self._error = self._error or self._output_error
+        try:
+            self._flush()
+        except Exception as exc:
+            if self._sink is not None and self._output_error is None:
+                self._output_error = self._unwritable(exc)
+            self._error = self._error or self._output_error or _wrapped(self.job_id, exc)
+            return
+        for shards in (self._sink, self._ledger):
+            try:
+                if shards is not None:
+                    shards.close()
+            except Exception as exc:
+                self._error = self._error or _wrapped(self.job_id, exc)
+
+    def _unwritable(self, exc: BaseException) -> RaygentsError:
+        """The job's error when its output cannot be written."""
+        assert self._sink is not None
+        return RaygentsError(
+            f"batch {self.job_id!r}: its output could not be written to {self._sink.url}: "
+            f"{error_message(exc)}; the job stopped, and items whose output is not there are "
+            "not recorded as completed: run the job again once the output can be written "
+            "(their runs' results are kept)"
+        )
 
     async def _one(
         self,
@@ -422,23 +463,42 @@ class BatchHandle:
         )
 
     def _end(self, item: BatchItem, logged: bool = False) -> None:
-        """Count an item that ended, keep or write it, and stop the job past max_failures."""
-        if item.status == "completed" and not logged and self._ledger is not None:
+        """Count an item that ended, keep or write it, and stop the job past max_failures
+        (or when its output cannot be written: the item then counts as failed).
+
+        A completed item goes to the ledger at once without an output (the ledger is the
+        output); with one, only once its line there is durable (:meth:`_flush`)."""
+        saved = item.status == "completed" and not logged and self._ledger is not None
+        if saved and self._sink is None:
+            assert self._ledger is not None
             self._ledger.write(item.to_json())
         written = item.skipped and is_marked(self._written, item.index)
+        unwritable: RaygentsError | None = None
         with self._lock:
+            if self._sink is not None and not written:
+                line = item.to_json()
+                try:
+                    self._sink.write(line)
+                except Exception as exc:
+                    unwritable = self._unwritable(exc)
+                    self._output_error = self._output_error or unwritable
+                    error = f"its output could not be written: {error_message(exc)}"
+                    item = replace(item, status="failed", error=error, skipped=False)
+                else:
+                    if saved:
+                        self._unsaved.append(line)
+            elif self._sink is None:
+                self._items.append(item)
             self._counts[item.status] += 1
             if item.skipped:
                 self._skipped += 1
             elif item.usage is not None:
                 self._usage = self._usage + item.usage
-            if self._sink is not None and not written:
-                self._sink.write(item.to_json())
-            elif self._sink is None:
-                self._items.append(item)
             over = self._max_failures is not None and self._counts["failed"] > self._max_failures
             self._lock.notify_all()
-        if over:
+        if unwritable is not None:
+            self.suspend(f"output: {unwritable.message}")
+        elif over:
             self.suspend(f"max_failures: {self._counts['failed']} items failed")
         self._display.show(self.progress())
 

@@ -13,6 +13,7 @@ run completed); a completed item never runs again, so its line is the last of it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -66,32 +67,58 @@ class Shards:
 
     # --- writing ------------------------------------------------------------------------
     def write(self, line: dict[str, Any]) -> None:
-        """Add one item's line to the current shard (a new shard when it is full)."""
+        """Add one item's line to the current shard (a new shard when it is full).
+
+        Raises:
+            OSError: the directory's file could not be written (its shard is then left
+                behind, and the next line goes to a new one). In a store, a put that
+                fails keeps its lines for the next :meth:`flush`.
+        """
         text = json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
         with self._lock:
-            if self._lines == self.shard_items:
+            if self._dir is None:
+                self._buffer.append(text)
+                self._lines += 1
+                if self._lines >= self.shard_items:
+                    self._close_shard()
+                return
+            if self._lines >= self.shard_items:
                 self._close_shard()
-            if self._dir is not None and self._file is None:
+            if self._file is None:
                 name = self._name(self._part)
                 self._file = (self._dir / name).open("a", encoding="utf-8")
                 self.written.append(name)
-            self._lines += 1
-            if self._file is not None:
+            try:
                 self._file.write(text)
                 self._file.flush()
-            else:
-                self._buffer.append(text)
+            except BaseException:
+                self._abandon()
+                raise
+            self._lines += 1
 
     def flush(self) -> None:
-        """Make what was written readable: in a store, put the lines not put yet as a shard."""
+        """Make what was written readable and durable: in a directory, sync the current
+        shard to disk; in a store, put the lines not put yet as a shard.
+
+        Raises:
+            OSError: the directory's file could not be synced.
+            CheckpointError: the store's put failed (the lines stay, for the next flush).
+        """
         with self._lock:
-            if self._store is not None and self._lines:
+            if self._file is not None:
+                try:
+                    self._file.flush()
+                    os.fsync(self._file.fileno())
+                except BaseException:
+                    self._abandon()
+                    raise
+            elif self._store is not None and self._lines:
                 self._close_shard()
 
     def close(self) -> None:
-        """Finish the current shard."""
+        """Finish the current shard (synced to disk, or put)."""
         with self._lock:
-            if self._lines:
+            if self._lines or self._file is not None:
                 self._close_shard()
 
     def _name(self, part: int) -> str:
@@ -100,12 +127,26 @@ class Shards:
     def _close_shard(self) -> None:
         name = self._name(self._part)
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.flush()
+                os.fsync(file.fileno())
+            finally:
+                file.close()
         elif self._store is not None:
             self._store.put(self._prefix + name, "".join(self._buffer).encode())
             self._buffer = []
             self.written.append(name)
+        self._part += 1
+        self._lines = 0
+
+    def _abandon(self) -> None:
+        """Leave a directory's shard that failed: a line may be cut short in it, and later
+        lines go to the next one."""
+        assert self._file is not None
+        file, self._file = self._file, None
+        with contextlib.suppress(OSError):  # (its buffered bytes are the failed write's own)
+            file.close()
         self._part += 1
         self._lines = 0
 
