@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -51,6 +52,8 @@ __all__ = [
     "run_batch",
     "start_batch",
 ]
+
+log = logging.getLogger("raygents")
 
 _LAUNCHERS = 4  # threads that start groups of items, resume or look up runs (round trips)
 _TICK_S = 1.0  # how often the progress display is refreshed without an item ending
@@ -356,10 +359,20 @@ class BatchHandle:
     async def _tick(
         self, loop: asyncio.AbstractEventLoop, pool: concurrent.futures.Executor
     ) -> None:
+        """Show progress and flush, every tick; a failed flush is logged and tried again on
+        the next tick (what it had not put stays for it)."""
         while True:
             self._display.show(self.progress())
             if time.monotonic() - self._flushed_at >= _FLUSH_S:
-                await loop.run_in_executor(pool, self._flush)
+                try:
+                    await loop.run_in_executor(pool, self._flush)
+                except Exception as exc:
+                    self._flushed_at = 0.0  # (due again at the next tick)
+                    log.warning(
+                        "batch %r: flushing its ledger or output failed, trying again: %s",
+                        self.job_id,
+                        error_message(exc),
+                    )
             await asyncio.sleep(_TICK_S)
 
     def _flush(self) -> None:
