@@ -31,7 +31,14 @@ from raygents.batch.items import (
     error_message,
     item_from_json,
 )
-from raygents.batch.output import Shards, is_marked, mark, open_ledger, open_output
+from raygents.batch.output import (
+    MAX_INDEX,
+    Shards,
+    is_marked,
+    mark,
+    open_ledger,
+    open_output,
+)
 from raygents.batch.progress import BatchProgress, Display, open_display
 from raygents.batch.runs import GroupedStarts, JobRuns
 from raygents.core.messages import Usage
@@ -300,17 +307,30 @@ class BatchHandle:
         from raygents.runtime.driver.client import current
         from raygents.stores.open import open_store
 
-        if self._sink is not None:
-            for line in self._sink.completed():
-                mark(self._written, line["index"])
         self._ledger = open_ledger(open_store(current().settings.store), self.job_id)
-        for line in self._ledger.completed():
+        self._read_shards()
+        self._runs.read()
+
+    def _read_shards(self) -> None:
+        """What the output and the ledger hold: lines of an index past the job's inputs (or
+        past :data:`MAX_INDEX`, without a length), and ledger lines of another run id, are
+        left out."""
+        assert self._ledger is not None
+        limit = MAX_INDEX if self._total is None else self._total
+        if self._sink is not None:
+            for line in self._sink.completed(limit):
+                mark(self._written, line["index"])
+        for line in self._ledger.completed(limit):
             index = line["index"]
+            if line.get("run_id") != batch_run_id(self.job_id, index):
+                continue
             if self._sink is not None and is_marked(self._written, index):
                 mark(self._logged_bits, index)
             elif isinstance(line.get("output"), str):
-                self._logged[index] = replace(item_from_json(line), skipped=True)
-        self._runs.read()
+                try:
+                    self._logged[index] = replace(item_from_json(line), skipped=True)
+                except (TypeError, ValueError):
+                    continue  # (its item runs, and finds its run completed)
 
     async def _feed(
         self, loop: asyncio.AbstractEventLoop, pool: concurrent.futures.Executor

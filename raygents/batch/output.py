@@ -14,22 +14,33 @@ run completed); a completed item never runs again, so its line is the last of it
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from raygents.errors import UserError
+from raygents.errors import CheckpointCorrupt, UserError
 from raygents.stores.base import Store
 
 __all__ = ["Shards", "is_marked", "mark", "open_ledger", "open_output"]
 
 _SHARD = re.compile(r"(.+)\.([0-9a-f]{16}-\d+)\.(\d{5})\.jsonl")
-_SHARD_BYTES = 1 << 30  # the largest shard read back from a store
+_SHARD_BYTES = 1 << 30  # the most of a shard read back
+_LINE_BYTES = 64 << 20  # the longest line read back (a longer one is left out)
+MAX_INDEX = 1 << 27
+"""The largest item index read back from shards when the job's inputs have no length (a
+bitmap of every index below it takes 16 MiB); above it, or above the inputs' length, a line
+is left out (its item runs, and finds its run completed)."""
+log = logging.getLogger("raygents")
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (a FIFO planted as a shard never blocks its open)
+
 LEDGER = "jobs"
 """The folder of the checkpoint store that holds batch jobs' ledgers: ``jobs/<job_id>/``."""
 
@@ -86,7 +97,7 @@ class Shards:
                 self._close_shard()
             if self._file is None:
                 name = self._name(self._part)
-                self._file = (self._dir / name).open("a", encoding="utf-8")
+                self._file = _open_new(self._dir / name)
                 self.written.append(name)
             try:
                 self._file.write(text)
@@ -154,31 +165,49 @@ class Shards:
     def shards(self) -> list[str]:
         """The names of the job's shards that exist now, oldest run of the job first."""
         if self._dir is not None:
-            names = [p.name for p in self._dir.iterdir() if p.is_file()]
+            names = [p.name for p in self._dir.iterdir()]
         else:
             assert self._store is not None
             names = [k[len(self._prefix) :] for k in self._store.list(self._prefix)]
-        found = [(m.group(2), m.group(3), n) for n in names if (m := _SHARD.fullmatch(n))]
-        return [n for _, _, n in sorted(found) if n.startswith(f"{self.job_id}.")]
+        found = [
+            (m.group(2), m.group(3), n)
+            for n in names
+            if (m := _SHARD.fullmatch(n)) and m.group(1) == self.job_id
+        ]
+        return [n for _, _, n in sorted(found)]
 
     def lines(self, name: str, skip: int = 0) -> Iterator[dict[str, Any]]:
         """The items of one shard after its first ``skip``, in the order they were written
         (a last line cut short by a crash is left out)."""
         if self._dir is not None:
-            with (self._dir / name).open(encoding="utf-8") as f:
-                yield from _parsed(f, skip)
+            try:
+                fd = os.open(self._dir / name, os.O_RDONLY | os.O_NOFOLLOW | _NONBLOCK)
+            except OSError as exc:  # (a link, or gone)
+                log.warning("batch %r: shard %s left out: %s", self.job_id, name, exc)
+                return
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                log.warning("batch %r: shard %s is not a file: left out", self.job_id, name)
+                return
+            with os.fdopen(fd, "rb") as f:
+                yield from _parsed(_bounded_lines(f), skip)
             return
         assert self._store is not None
-        data = self._store.get(self._prefix + name, max_bytes=_SHARD_BYTES)
+        try:
+            data = self._store.get(self._prefix + name, max_bytes=_SHARD_BYTES)
+        except CheckpointCorrupt as exc:  # (too large)
+            log.warning("batch %r: shard %s left out: %s", self.job_id, name, exc)
+            return
         if data is not None:
-            yield from _parsed(data.decode().splitlines(keepends=True), skip)
+            yield from _parsed(_bounded_lines(io.BytesIO(data)), skip)
 
-    def completed(self) -> Iterator[dict[str, Any]]:
-        """The lines of completed items that every run of the job wrote, oldest first."""
+    def completed(self, limit: int = MAX_INDEX) -> Iterator[dict[str, Any]]:
+        """The lines of completed items that every run of the job wrote, oldest first (those
+        of an index below ``limit``, the job's item count)."""
         for name in self.shards():
             for line in self.lines(name):
                 index = line.get("index")
-                if line.get("status") == "completed" and type(index) is int and index >= 0:
+                if line.get("status") == "completed" and type(index) is int and 0 <= index < limit:
                     yield line
 
 
@@ -196,9 +225,38 @@ def is_marked(bits: bytearray, index: int) -> bool:
     return byte < len(bits) and bool(bits[byte] & (1 << (index & 7)))
 
 
-def _parsed(lines: Any, skip: int) -> Iterator[dict[str, Any]]:
+def _open_new(path: Path) -> IO[str]:
+    """A shard's file opened to append, never through a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def _bounded_lines(f: IO[bytes]) -> Iterator[bytes]:
+    """The lines of ``f``, up to :data:`_SHARD_BYTES` in all; a line longer than
+    :data:`_LINE_BYTES` is read past and comes out as an empty line (left out)."""
+    left = _SHARD_BYTES
+    while left > 0:
+        text = f.readline(min(_LINE_BYTES + 1, left))
+        if not text:
+            return
+        left -= len(text)
+        if text.endswith(b"\n"):
+            yield text
+            continue
+        if len(text) <= _LINE_BYTES and left > 0:
+            yield text  # (the last line, cut short)
+            return
+        while left > 0 and not text.endswith(b"\n"):  # (too long: skipped, never held)
+            text = f.readline(min(1 << 20, left))
+            if not text:
+                return
+            left -= len(text)
+        yield b"\n"
+
+
+def _parsed(lines: Iterator[bytes], skip: int) -> Iterator[dict[str, Any]]:
     for n, text in enumerate(lines):
-        if not text.endswith("\n"):
+        if not text.endswith(b"\n"):
             return  # (cut short: the next run of the job writes its item again)
         if n < skip:
             continue

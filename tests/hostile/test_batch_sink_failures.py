@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +19,11 @@ from raygents.batch.output import Shards, open_ledger, open_output
 from raygents.errors import CheckpointError
 from raygents.stores.memory import MemoryStore
 from raygents.testing import FunctionModel, text
+
+
+def fresh_store() -> MemoryStore:
+    """A memory store of its own (those of one name are shared in the process)."""
+    return MemoryStore(os.urandom(6).hex())
 
 
 class FullDisk(Shards):
@@ -48,7 +54,7 @@ def completed(index: int) -> rg.BatchItem:
 def test_an_item_whose_output_cannot_be_written_is_not_recorded_as_completed(
     tmp_path: Path,
 ) -> None:
-    ledger = MemoryStore()
+    ledger = fresh_store()
     sink = FullDisk("j", directory=tmp_path)
     sink.url = str(tmp_path)
     handle = handle_with(sink, ledger)
@@ -62,15 +68,15 @@ def test_an_item_whose_output_cannot_be_written_is_not_recorded_as_completed(
 
 
 def test_the_ledger_is_put_only_after_the_s3_output(tmp_path: Path) -> None:
-    ledger = MemoryStore()
-    sink = Shards("j", store=DownStore(), prefix="out/")
+    ledger = fresh_store()
+    sink = Shards("j", store=DownStore(os.urandom(6).hex()), prefix="out/")
     sink.url = "s3://bucket/out"
     handle = handle_with(sink, ledger)
     handle._end(completed(0))
     with pytest.raises(CheckpointError):
         handle._flush()
     assert ledger.list("jobs/") == []  # (not completed while its output is not there)
-    handle._sink = Shards("j", store=MemoryStore(), prefix="out/")
+    handle._sink = Shards("j", store=fresh_store(), prefix="out/")
     handle._flush()  # (the next flush puts both, output first)
     lines = [json.loads(x) for k in ledger.list("jobs/") for x in ledger.get(k).splitlines()]  # type: ignore[union-attr]
     assert [x["index"] for x in lines] == [0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -18,11 +19,16 @@ from raygents.errors import CheckpointError
 from raygents.stores.memory import MemoryStore
 
 
+def fresh_store() -> MemoryStore:
+    """A memory store of its own (those of one name are shared in the process)."""
+    return MemoryStore(os.urandom(6).hex())
+
+
 class FlakyStore(MemoryStore):
     """A store whose first ``fails`` puts fail."""
 
     def __init__(self, fails: int) -> None:
-        super().__init__()
+        super().__init__(os.urandom(6).hex())
         self.fails = fails
 
     def _put(self, key: str, data: bytes) -> None:
