@@ -268,8 +268,13 @@ def _parsed(lines: Iterator[bytes], skip: int) -> Iterator[dict[str, Any]]:
 
 
 def open_output(url: str | os.PathLike[str], job_id: str, shard_items: int = 10_000) -> Shards:
-    """The output shards of job ``job_id`` in a directory (or ``file://`` path) or under
-    ``s3://bucket/prefix``."""
+    """The output shards of job ``job_id`` in a directory (or ``file://`` path), created if
+    need be, or under ``s3://bucket/prefix``.
+
+    Raises:
+        UserError: ``url`` is not a directory or an ``s3://`` prefix, or the directory
+            cannot be created (a file is there, or a file above it).
+    """
     text = os.fspath(url)
     if type(text) is not str or not text:
         raise UserError(f"output must be a directory or an s3:// prefix, got {url!r}")
@@ -280,7 +285,13 @@ def open_output(url: str | os.PathLike[str], job_id: str, shard_items: int = 10_
         shards = Shards(job_id, store=S3Store(bucket, prefix), shard_items=shard_items)
     else:
         directory = Path(text[len("file://") :] if text.startswith("file://") else text)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # (a file, a path under a file, a directory it cannot create)
+            raise UserError(
+                f"output {text!r} is not a directory raygents can write to: "
+                f"{exc.strerror or type(exc).__name__}"
+            ) from None
         shards = Shards(job_id, directory=directory, shard_items=shard_items)
     shards.url = text
     return shards
