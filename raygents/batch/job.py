@@ -397,17 +397,22 @@ class BatchHandle:
 
     def _flush(self) -> None:
         """Make the output durable (synced to disk, or put), then put the ledger lines of the
-        items it holds: an item is recorded as completed only once its output is durable."""
+        items it holds: an item is recorded as completed only once its output is durable.
+
+        Raises:
+            RaygentsError: the output could not be made durable (its lines and their ledger
+                lines stay for the next flush), or the ledger could not be put.
+        """
         self._flushed_at = time.monotonic()
         with self._lock:
             saving, self._unsaved = self._unsaved, []
         if self._sink is not None:
             try:
                 self._sink.flush()
-            except BaseException:
+            except Exception as exc:
                 with self._lock:
                     self._unsaved[:0] = saving
-                raise
+                raise self._unwritable(exc) from exc
         if self._ledger is not None:
             for line in saving:
                 self._ledger.write(line)
@@ -419,10 +424,9 @@ class BatchHandle:
         self._error = self._error or self._output_error
         try:
             self._flush()
-        except Exception as exc:
-            if self._sink is not None and self._output_error is None:
-                self._output_error = self._unwritable(exc)
-            self._error = self._error or self._output_error or _wrapped(self.job_id, exc)
+        except Exception as exc:  # (the output's error from _flush, or the ledger's)
+            failed = exc if isinstance(exc, RaygentsError) else _wrapped(self.job_id, exc)
+            self._error = self._error or failed
             return
         for shards in (self._sink, self._ledger):
             try:

@@ -73,7 +73,7 @@ def test_the_ledger_is_put_only_after_the_s3_output(tmp_path: Path) -> None:
     sink.url = "s3://bucket/out"
     handle = handle_with(sink, ledger)
     handle._end(completed(0))
-    with pytest.raises(CheckpointError):
+    with pytest.raises(rg.RaygentsError, match="output could not be written to s3://bucket/out"):
         handle._flush()
     assert ledger.list("jobs/") == []  # (not completed while its output is not there)
     handle._sink = Shards("j", store=fresh_store(), prefix="out/")
@@ -142,3 +142,15 @@ def test_a_full_disk_stops_the_job_and_a_rerun_writes_every_output(
     lines = [json.loads(x) for p in out.iterdir() for x in p.read_text().splitlines()]
     done = sorted((x["index"], x["output"]) for x in lines if x["status"] == "completed")
     assert done == [(i, f"echo q{i}") for i in range(6)]
+
+
+def test_an_s3_output_down_at_the_end_is_the_jobs_error() -> None:
+    ledger = fresh_store()
+    sink = Shards("j", store=DownStore(os.urandom(6).hex()), prefix="out/")
+    sink.url = "s3://bucket/out"
+    handle = handle_with(sink, ledger)
+    handle._end(completed(0))
+    handle._close()
+    assert ledger.list("jobs/") == []
+    assert isinstance(handle._error, rg.RaygentsError)
+    assert "output could not be written to s3://bucket/out" in str(handle._error)
