@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import threading
@@ -414,8 +415,9 @@ class BatchHandle:
                     self._unsaved[:0] = saving
                 raise self._unwritable(exc) from exc
         if self._ledger is not None:
-            for line in saving:
-                self._ledger.write(line)
+            for line in saving:  # (a put that fails keeps the line written: the flush says)
+                with contextlib.suppress(RaygentsError):
+                    self._ledger.write(line)
             self._ledger.flush()
 
     def _close(self) -> None:

@@ -139,12 +139,15 @@ class Shards:
         name = self._name(self._part)
         if self._file is not None:
             file, self._file = self._file, None
+            self._part += 1  # (the next line goes to a new shard even if this one failed)
+            self._lines = 0
             try:
                 file.flush()
                 os.fsync(file.fileno())
             finally:
                 file.close()
-        elif self._store is not None:
+            return
+        if self._store is not None:
             self._store.put(self._prefix + name, "".join(self._buffer).encode())
             self._buffer = []
             self.written.append(name)

@@ -154,3 +154,25 @@ def test_an_s3_output_down_at_the_end_is_the_jobs_error() -> None:
     assert ledger.list("jobs/") == []
     assert isinstance(handle._error, rg.RaygentsError)
     assert "output could not be written to s3://bucket/out" in str(handle._error)
+
+
+def test_a_shard_that_fails_to_close_is_never_appended_to_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = open_output(tmp_path, "j", shard_items=1)
+    out.write({"index": 0, "status": "completed", "output": "a"})
+    real_fsync, calls = os.fsync, []
+
+    def full(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError):
+        out.write({"index": 1, "status": "completed", "output": "b"})  # (the roll fails)
+    out.write({"index": 1, "status": "completed", "output": "b"})
+    out.close()
+    assert len(out.written) == 2
+    assert [x["index"] for name in out.written for x in out.lines(name)] == [0, 1]
