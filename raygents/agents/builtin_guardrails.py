@@ -33,8 +33,9 @@ class SensitiveDataGuardrail(OutputGuardrail):
     (``https://user:pw@host``, database URLs) and ``password=`` / ``"password": ...`` values.
     Token-like matches must look random (mix letters and digits or cases), and passwords must
     hold a digit or a symbol, so placeholders such as ``sk-your-key-here``, ``PASSWORD``,
-    ``<password>`` or ``os.environ[...]`` pass. The trip message names the kinds found, never
-    the values.
+    ``<password>`` or ``os.environ[...]`` pass. An AWS secret access key needs its label or
+    its access key id a few words away. Keys split by zero-width characters or by single
+    spaces are found too. The trip message names the kinds found, never the values.
     """
 
     def __init__(self, *, name: str = "sensitive-data") -> None:

@@ -40,6 +40,9 @@ _TOKEN_END = r"(?![A-Za-z0-9_-])"
 _DATABASE_SCHEMES = (
     r"(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?)(?:\+[a-z0-9]+)?"
 )
+_NEARBY = r"[\s\S]{1,100}?"
+"""The most text between an AWS access key id and an unlabelled secret key that counts as one
+pair: a 40-character random string anywhere else may be any hash or id."""
 _DETECTORS = (
     _Detector("Anthropic API key", re.compile(_TOKEN_START + r"sk-ant-([A-Za-z0-9_-]{20,})")),
     _Detector(
@@ -63,6 +66,24 @@ _DETECTORS = (
         re.compile(
             r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}[\"',:;=|\s]{1,20}"
             r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        check="strong",
+    ),
+    _Detector(  # unlabelled, a few words after its access key id
+        "AWS secret access key",
+        re.compile(
+            r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"
+            + _NEARBY
+            + r"(?<![A-Za-z0-9/+])([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        check="strong",
+    ),
+    _Detector(  # unlabelled, a few words before its access key id
+        "AWS secret access key",
+        re.compile(
+            r"(?<![A-Za-z0-9/+])([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+            + _NEARBY
+            + r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"
         ),
         check="strong",
     ),
@@ -180,23 +201,68 @@ def _confirmed(detector: _Detector, match: re.Match[str]) -> bool:
     return sum(classes) >= (3 if detector.check == "strong" else 2)
 
 
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff"
+"""Zero-width characters: inserted in a key, they hide it from a pattern but not from a reader."""
+_DROP_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE))
+_SPACED = (
+    # every character apart: "A I z a S y ...", and the same after a first group: "AKIA I O S ..."
+    re.compile(r"(?<![A-Za-z0-9])\S(?: \S(?![A-Za-z0-9])){7,}"),
+    re.compile(r"\S(?: \S(?![A-Za-z0-9])){7,}"),
+    # short groups apart: "AIza SyD- 9tSr ...". It also joins the short words of prose around a
+    # key, which may hide the key's bounds: each pattern gives a reading of its own. (Groups of
+    # five or more characters apart are prose words as much as key parts, and stay as written.)
+    re.compile(r"(?<![A-Za-z0-9])\S{1,4}(?: \S{1,4}(?![A-Za-z0-9])){5,}"),
+)
+"""Runs of single spaces that may split one key, read again with the spaces taken out."""
+
+
+def _readings(text: str) -> list[str]:
+    """``text`` as written, without zero-width characters, and with spaced-out runs joined."""
+    visible = text.translate(_DROP_INVISIBLE)
+    readings = [text] if visible == text else [text, visible]
+    for spaced in _SPACED:
+        joined = spaced.sub(lambda m: m.group().replace(" ", ""), visible)
+        if joined not in readings:
+            readings.append(joined)
+    return readings
+
+
 def detect(text: str) -> list[str]:
-    """The kinds of credentials found in ``text``, in a fixed order, without duplicates."""
+    """The kinds of credentials found in ``text``, in a fixed order, without duplicates.
+
+    A key split by zero-width characters or by single spaces (one character or a short group at
+    a time) is found too.
+    """
+    readings = _readings(text)
     found: list[str] = []
     for detector in _DETECTORS:
         if detector.kind in found:
             continue
-        if any(_confirmed(detector, m) for m in detector.pattern.finditer(text)):
+        if any(
+            _confirmed(detector, m)
+            for reading in readings
+            for m in detector.pattern.finditer(reading)
+        ):
             found.append(detector.kind)
     return found
+
+
+def _written(secret: str) -> re.Pattern[str]:
+    """``secret`` as text may show it: with zero-width characters or single spaces between its
+    characters."""
+    gap = f"[{_INVISIBLE}]*(?: [{_INVISIBLE}]*)?"
+    return re.compile(gap.join(map(re.escape, secret)))
 
 
 def mask(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with each of ``secrets`` replaced by :data:`MASK`, the longest first (so that
     no part of a secret that holds another one stays shown); ``None`` and values shorter than
-    :data:`MIN_MASKED` are left out."""
+    :data:`MIN_MASKED` are left out. A secret written with zero-width characters or single
+    spaces between its characters is masked too."""
     for secret in sorted({s for s in secrets if s and len(s) >= MIN_MASKED}, key=len, reverse=True):
         text = text.replace(secret, MASK)
+        if secret[0] in text:  # (the cheap test spares the pattern most texts)
+            text = _written(secret).sub(MASK, text)
     return text
 
 

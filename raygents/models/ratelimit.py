@@ -54,7 +54,11 @@ class RateLimit:
         requests_per_minute: calls per minute, or None for no limit on calls.
         tokens_per_minute: tokens (input and output) per minute, or None for no limit on
             tokens. A call is charged an estimate from its request size before it goes,
-            corrected by its reported usage once it returns.
+            corrected by its reported usage once it returns; a call that fails is given its
+            estimate back (it reports no usage). An estimate above a minute's tokens is
+            charged as a minute's tokens: one huge request (a hostile input, say) then holds
+            the other calls back a minute at most, and the provider, which knows the
+            model's context, is the one that refuses it.
 
     Raises:
         UserError: a limit is not a positive number, or neither is given.
@@ -96,6 +100,14 @@ def check_limits(limits: object) -> dict[str, RateLimit]:
     return dict(limits)
 
 
+def _charged(limit: RateLimit, tokens: int) -> int:
+    """What a call estimated at ``tokens`` is charged under ``limit``: at most a minute's
+    tokens, so that no estimate can hold every other call back for minutes."""
+    tokens = max(tokens, 0)
+    tpm = limit.tokens_per_minute
+    return tokens if tpm is None else min(tokens, math.ceil(tpm))
+
+
 class Schedule:
     """The start times of one model's calls under its limit: pure, time passed in.
 
@@ -117,7 +129,7 @@ class Schedule:
         if rpm is not None:
             self._next_request = start + 60.0 / rpm
         if tpm is not None:
-            self._next_tokens = start + max(tokens, 0) * 60.0 / tpm
+            self._next_tokens = start + _charged(self.limit, tokens) * 60.0 / tpm
         return start
 
     def charge(self, tokens: int) -> None:
@@ -190,10 +202,11 @@ class Gate:
     async def acquire(self, model: str, tokens: int) -> bool:
         """Wait until a call of ``model`` estimated at ``tokens`` may start; False (at once)
         when the model has no limit. Cancelling the wait gives up the call's turn."""
-        if model not in self.limits:
+        limit = self.limits.get(model)
+        if limit is None:
             return False
         started = time.monotonic()
-        await self._take_turn(model, tokens)
+        await self._take_turn(model, _charged(limit, tokens))
         metrics.rate_limit_wait(model, time.monotonic() - started)
         return True
 
@@ -237,8 +250,13 @@ class Gate:
 
     def settle(self, model: str, estimate: int, used: int) -> None:
         """A call estimated at ``estimate`` tokens used ``used``: correct the schedule (the
-        corrections of a short window go in one call)."""
-        if model not in self.limits or used == estimate:
+        corrections of a short window go in one call). The estimate counts as it was charged,
+        a minute's tokens at most, so a refund never gives back more than was taken."""
+        limit = self.limits.get(model)
+        if limit is None:
+            return
+        estimate = _charged(limit, estimate)
+        if used == estimate:
             return
         if not self._owed:
             asyncio.get_running_loop().call_later(_CHARGE_WINDOW_S, self._charge)

@@ -13,8 +13,12 @@ A frame is a fixed header, an integrity tag, then the msgpack payload::
 
 Decoding checks, in order: total size against ``max_bytes``, header (magic, version, flags,
 length), key, tag, and only then unpacks the payload with explicit limits and no extension
-types. Every failure is a :class:`~raygents.errors.CheckpointCorrupt`; nothing in a checkpoint
-can run code. Only this module imports ``msgpack``.
+types. An unsigned frame is only checksummed (anyone who can write the store can forge one), so
+what unpacking may allocate is bounded by the payload's size: each container's length by it,
+and the lists and dicts together to 16 bytes of memory per payload byte (a byte per empty dict
+would otherwise cost some 75); the encoder refuses what the decoder would. Every failure is a
+:class:`~raygents.errors.CheckpointCorrupt`; nothing in a checkpoint can run code. Only this
+module imports ``msgpack``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,13 @@ MAX_DEPTH = 256
 """Deepest container nesting that encodes; the msgpack unpacker itself stops at 1024."""
 MIN_KEY_BYTES = 16
 """The shortest HMAC key accepted."""
+_CONTAINER_BYTES = 16
+"""The most memory the lists and dicts of a payload may take, per byte of the payload (above
+a floor of ``_CONTAINER_FLOOR``), as :func:`_container_cost` counts it. Messages and rows of
+JSON-like tool results take up to about 12; floods of tiny containers (a list of empty or
+one-entry lists or dicts) take 30 to 75."""
+_CONTAINER_FLOOR = 1 << 20
+"""The memory for lists and dicts any payload may take, however small."""
 
 _FLAG_CHECKSUM = 0
 _FLAG_HMAC = 1
@@ -90,7 +101,8 @@ def encode(
         The frame bytes.
 
     Raises:
-        CheckpointTooLarge: the frame would be larger than ``max_bytes`` ("too large"); a
+        CheckpointTooLarge: the frame would be larger than ``max_bytes``, or its lists and
+            dicts would decode to more than 16 bytes per payload byte ("too large"); a
             :class:`~raygents.errors.PayloadTooLarge` of kind "checkpoint" and a
             CheckpointError, with the encoded size (or a lower bound, "at least") and the cap.
         CheckpointError: ``obj`` is not plain data (the message names the type and its path).
@@ -98,7 +110,7 @@ def encode(
     """
     _check_key(key)
     _check_max_bytes(max_bytes)
-    _check_plain(obj, max_bytes, source)
+    containers = _check_plain(obj, max_bytes, source)
     try:
         payload: bytes = msgpack.packb(obj, use_bin_type=True, datetime=False)
     except (ValueError, TypeError, OverflowError) as exc:  # the walk above should prevent it
@@ -106,6 +118,16 @@ def encode(
     size = OVERHEAD + len(payload)
     if size > max_bytes:
         _too_large(source, size, max_bytes, f"{size} bytes encoded")
+    if containers > _container_budget(len(payload)):
+        raise CheckpointTooLarge(
+            f"{_name(source)} too large: {containers} bytes of lists and dicts for a payload of "
+            f"{len(payload)} bytes, over the limit of {_container_budget(len(payload))}: keep "
+            "fewer, larger containers (a list of many empty or one-entry lists or dicts is "
+            "refused on decode as a flood)",
+            key=source,
+            size=containers,
+            limit=_container_budget(len(payload)),
+        )
     flags, signer = (_FLAG_CHECKSUM, _NO_KEY_ID) if key is None else (_FLAG_HMAC, key_id(key))
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, flags, signer, len(payload))
     return b"".join((header, _tag(header, payload, key), payload))
@@ -202,13 +224,31 @@ def _check_tag(data: bytes, key: bytes | None, source: str | None) -> None:
 
 def _unpack(payload: memoryview, source: str | None) -> Any:
     size = max(len(payload), 1)
+    budget = _container_budget(len(payload))
+    spent = 0
+
+    def _list(value: list[Any]) -> list[Any]:
+        nonlocal spent
+        spent += _container_cost(len(value), False)
+        if spent > budget:
+            raise _Flood
+        return value
+
+    def _dict(value: dict[Any, Any]) -> dict[str, Any]:
+        nonlocal spent
+        spent += _container_cost(len(value), True)
+        if spent > budget:
+            raise _Flood
+        return _str_keys_only(value)
+
     unpacker = msgpack.Unpacker(
         None,
         max_buffer_size=size,
         raw=False,
         strict_map_key=True,
         use_list=True,
-        object_hook=_str_keys_only,
+        list_hook=_list,
+        object_hook=_dict,
         ext_hook=_refuse_ext,
         max_str_len=size,
         max_bin_len=size,
@@ -220,11 +260,34 @@ def _unpack(payload: memoryview, source: str | None) -> Any:
         unpacker.feed(payload)
         value = unpacker.unpack()
         consumed = unpacker.tell()
+    except _Flood:
+        _corrupt(
+            source,
+            "too large",
+            f"holds more lists and dicts than its {len(payload)} bytes of payload account for "
+            f"(over {budget} bytes of them)",
+        )
     except Exception as exc:  # every unpacker failure means bad bytes, whatever its class
         _corrupt(source, "undecodable", f"is not valid plain msgpack: {type(exc).__name__}", exc)
     if consumed != len(payload):
         _corrupt(source, "trailing data", "has trailing data after its msgpack payload")
     return value
+
+
+class _Flood(Exception):
+    """A payload's lists and dicts went over their budget while unpacking."""
+
+
+def _container_budget(payload_size: int) -> int:
+    return _CONTAINER_FLOOR + _CONTAINER_BYTES * payload_size
+
+
+def _container_cost(length: int, is_dict: bool) -> int:
+    """The memory a decoded list or dict of ``length`` items takes, about (CPython's sizes,
+    rounded up; the same count on both sides, so the encoder and decoder agree)."""
+    if not is_dict:
+        return 56 + 8 * length
+    return 64 if length == 0 else max(184, 40 * length)
 
 
 def _refuse_ext(code: int, data: bytes) -> NoReturn:
@@ -238,9 +301,11 @@ def _str_keys_only(obj: dict[Any, Any]) -> dict[str, Any]:
     return obj
 
 
-def _check_plain(obj: Any, max_bytes: int, source: str | None) -> None:
-    """Walk ``obj`` without recursion; refuse anything that is not plain data."""
+def _check_plain(obj: Any, max_bytes: int, source: str | None) -> int:
+    """Walk ``obj`` without recursion; refuse anything that is not plain data. Returns what
+    its lists and dicts will take once decoded (:func:`_container_cost`)."""
     size = 0  # a lower bound of the payload size, to refuse huge values before packing
+    containers = 0
     stack: list[tuple[Any, _Path, int]] = [(obj, None, 0)]
     while stack:
         value, path, depth = stack.pop()
@@ -249,11 +314,13 @@ def _check_plain(obj: Any, max_bytes: int, source: str | None) -> None:
             if depth >= MAX_DEPTH:
                 what = f"nesting deeper than {MAX_DEPTH} levels (or a container inside itself)"
                 _not_plain(source, path, what)
+            containers += _container_cost(len(value), kind is dict)
             stack.extend(_children(value, path, depth + 1, source))
             continue
         size += _check_scalar(value, path, source)
         if size > max_bytes:  # a lower bound: the rest is neither walked nor packed
             _too_large(source, size, max_bytes, f"at least {size} bytes of strings and bytes")
+    return containers
 
 
 def _children(

@@ -30,7 +30,10 @@ async def call_model(
 
     Where the namespace limits the model's rate (``init(rate_limits=)``), the call first waits
     for its turn at the namespace's limiter (a wait, not a failure; cancelling the call ends
-    it), and its usage corrects the limiter's token estimate afterwards. ``namespace`` is the
+    it), and its usage corrects the limiter's token estimate afterwards; a call that fails
+    reports no usage and gives its estimate back (a request the provider refuses, too large
+    for its context say, must not hold every agent of the namespace back). A cancelled call
+    keeps its estimate: the provider may have worked on it. ``namespace`` is the
     agent actor's (None: no limits apply). ``on_turn`` is called as the call goes out."""
     name = model_name(model)
     gate = await gates.gate(namespace) if name is not None else None
@@ -45,8 +48,8 @@ async def call_model(
     assert gate is not None and name is not None
     try:
         response = await _timed(model, agent_name, request, on_delta)
-    except BaseException:
-        gate.settle(name, estimate, estimate)
+    except Exception:
+        gate.settle(name, estimate, 0)
         raise
     gate.settle(name, estimate, response.usage.input_tokens + response.usage.output_tokens)
     return response
