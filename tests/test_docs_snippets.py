@@ -1,10 +1,10 @@
-"""Every Python snippet of each manual page in docs/ runs, in order, in one fresh process per page.
+"""Every Python snippet of the README and of each manual page in docs/ runs, in order, in one
+fresh process per page.
 
-A page's snippets share one script, the way tests/test_readme.py runs the README's, so each
-page is self-contained: its first snippet imports what the page uses. A snippet whose first
-line is ``# docs: skip`` (one that needs a cluster or the network) is shown and not run.
-DESIGN.md (the API contract, in signature notation) and perf-log.md (a dated log) are not
-manuals and are not run.
+A page's snippets share one script, so each page is self-contained: its first snippet imports
+what the page uses. A snippet whose first line is ``# docs: skip`` (one that needs a cluster or
+the network) is shown and not run. DESIGN.md (the API contract, in signature notation) and
+perf-log.md (a dated log) are not manuals and are not run.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+README = ROOT / "README.md"
 NOT_RUN = {"DESIGN.md", "perf-log.md"}
 SKIP_MARKER = "# docs: skip"
 
@@ -29,11 +30,12 @@ def snippets(page: Path) -> list[str]:
 
 
 def pages() -> list[Path]:
-    return sorted(p for p in DOCS.glob("*.md") if p.name not in NOT_RUN)
+    return [README, *sorted(p for p in DOCS.glob("*.md") if p.name not in NOT_RUN)]
 
 
 def test_pages_have_snippets() -> None:
     counts = {p.name: len(snippets(p)) for p in pages()}
+    assert counts["README.md"] >= 6, counts
     assert counts["guide.md"] >= 8, counts
     for name in ("batch.md", "durability.md", "openai-agents-sdk.md"):
         assert counts[name] >= 1, counts
