@@ -114,10 +114,29 @@ def ray_session(s3_proxy: object) -> Iterator[None]:
 
 @pytest.fixture
 def rt(ray_session: None, request: pytest.FixtureRequest) -> None:
-    """Ray is up; the test module's functions travel to workers by value (not by import)."""
+    """Ray is up, and raygents on it as the session set it up (unless the test uses
+    :func:`own_raygents`); the test module's functions travel to workers by value (not by
+    import)."""
     from ray import cloudpickle
 
+    import raygents
+
     cloudpickle.register_pickle_by_value(request.module)
+    if "own_raygents" not in request.fixturenames:
+        raygents.init(store="memory://")  # (up already but after a test that had its own)
+
+
+@pytest.fixture
+def own_raygents(ray_session: None) -> Iterator[None]:
+    """For a fixture that sets raygents up itself on a namespace of its own (``shutdown()``
+    then ``init(...)``): :func:`rt` does not bring the session's raygents up for its test
+    first, and raygents is shut down after it. The next test that uses :func:`rt` brings the
+    session's back: a namespace's coordinator is an actor to start and to remove, twice per
+    test if every such test put the session's back itself."""
+    import raygents
+
+    yield
+    raygents.shutdown()
 
 
 STORE_PREFIXES = ("runs", "sessions", "jobs")
