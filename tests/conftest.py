@@ -34,10 +34,30 @@ def _folder(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 else ""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of the :data:`HEAVY` folders first (the longest unit of work starts first,
-    whatever its folder's place in the alphabet), those of :data:`ALONE` last."""
-    items.sort(key=lambda item: (_folder(item.nodeid) == ALONE, _folder(item.nodeid) not in HEAVY))
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _long(item: pytest.Item, timeout_s: float) -> bool:
+    """Whether a test is a long one: it uses the session's Ray instance, or it is given more
+    time than the default (it starts a Ray instance or a cluster of its own)."""
+    marker = item.get_closest_marker("timeout")
+    given = marker.args[0] if marker is not None and marker.args else 0
+    return "ray_session" in item.fixturenames or given > timeout_s
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest units of work first, so that the workers finish together: the tests of the
+    :data:`HEAVY` folders, then the files with a long test (:func:`_long`), then the rest;
+    those of :data:`ALONE` last."""
+    timeout_s = float(config.getini("timeout") or 0)
+    long_files = {_file(item.nodeid) for item in items if _long(item, timeout_s)}
+
+    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
+        folder = _folder(item.nodeid)
+        return (folder == ALONE, folder not in HEAVY, _file(item.nodeid) not in long_files)
+
+    items.sort(key=order)
 
 
 @pytest.hookimpl(optionalhook=True)
