@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: s3_serve
 from s3_server import FaultProxy, MotoServer, aws_env, create_bucket
 
 import raygents as rg
+from raygents.runtime.driver.client import current
 from raygents.testing import FunctionModel, call, calls, text
 
 WORK = Path(sys.argv[1])
@@ -76,14 +77,14 @@ def _lines() -> int:
 
 
 def _coordinator_pid() -> int:
-    namespace = rg.runtime.client.current().namespace
+    namespace = current().namespace
     coordinator = ray.get_actor("raygents:coordinator", namespace=namespace)
     return int(ray.get(coordinator.__ray_call__.remote(lambda _self: os.getpid())))
 
 
 def _agent_node(name: str) -> str:
     """The node of the actor serving agent ``name``."""
-    namespace = rg.runtime.client.current().namespace
+    namespace = current().namespace
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] == namespace and entry["name"].startswith(f"agent:{name}@"):
             actor = ray.get_actor(entry["name"], namespace=namespace)
