@@ -34,10 +34,30 @@ def _folder(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 else ""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of the :data:`HEAVY` folders first (the longest unit of work starts first,
-    whatever its folder's place in the alphabet), those of :data:`ALONE` last."""
-    items.sort(key=lambda item: (_folder(item.nodeid) == ALONE, _folder(item.nodeid) not in HEAVY))
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _long(item: pytest.Item, timeout_s: float) -> bool:
+    """Whether a test is a long one: it uses the session's Ray instance, or it is given more
+    time than the default (it starts a Ray instance or a cluster of its own)."""
+    marker = item.get_closest_marker("timeout")
+    given = marker.args[0] if marker is not None and marker.args else 0
+    return "ray_session" in item.fixturenames or given > timeout_s
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest units of work first, so that the workers finish together: the tests of the
+    :data:`HEAVY` folders, then the files with a long test (:func:`_long`), then the rest;
+    those of :data:`ALONE` last."""
+    timeout_s = float(config.getini("timeout") or 0)
+    long_files = {_file(item.nodeid) for item in items if _long(item, timeout_s)}
+
+    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
+        folder = _folder(item.nodeid)
+        return (folder == ALONE, folder not in HEAVY, _file(item.nodeid) not in long_files)
+
+    items.sort(key=order)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -114,10 +134,29 @@ def ray_session(s3_proxy: object) -> Iterator[None]:
 
 @pytest.fixture
 def rt(ray_session: None, request: pytest.FixtureRequest) -> None:
-    """Ray is up; the test module's functions travel to workers by value (not by import)."""
+    """Ray is up, and raygents on it as the session set it up (unless the test uses
+    :func:`own_raygents`); the test module's functions travel to workers by value (not by
+    import)."""
     from ray import cloudpickle
 
+    import raygents
+
     cloudpickle.register_pickle_by_value(request.module)
+    if "own_raygents" not in request.fixturenames:
+        raygents.init(store="memory://")  # (up already but after a test that had its own)
+
+
+@pytest.fixture
+def own_raygents(ray_session: None) -> Iterator[None]:
+    """For a fixture that sets raygents up itself on a namespace of its own (``shutdown()``
+    then ``init(...)``): :func:`rt` does not bring the session's raygents up for its test
+    first, and raygents is shut down after it. The next test that uses :func:`rt` brings the
+    session's back: a namespace's coordinator is an actor to start and to remove, twice per
+    test if every such test put the session's back itself."""
+    import raygents
+
+    yield
+    raygents.shutdown()
 
 
 STORE_PREFIXES = ("runs", "sessions", "jobs")

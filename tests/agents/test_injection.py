@@ -29,7 +29,9 @@ INJECTION = (
 
 
 @pytest.fixture
-def canary_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def canary_store(
+    own_raygents: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """raygents on a fresh namespace and file store, initialised with canary secrets in the
     driver's environment; yields the store's folder."""
     root = tmp_path / "ckpt"
@@ -40,7 +42,6 @@ def canary_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     yield root
     rg.shutdown()
     monkeypatch.undo()
-    rg.init(store="memory://")
 
 
 @rg.tool(num_cpus=0)

@@ -32,14 +32,13 @@ def echo_model(fail: str = "bad") -> FunctionModel:
 
 
 @pytest.fixture
-def file_store(tmp_path: Path) -> Iterator[str]:
+def file_store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
     """raygents on a fresh namespace with a file store (its coordinator goes at the end)."""
     url = f"file://{tmp_path / 'store'}"
     rg.shutdown()
     rg.init(namespace=f"batch-{os.urandom(3).hex()}", store=url)
     yield url
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 def test_items_come_back_in_input_order_with_failures_counted() -> None:

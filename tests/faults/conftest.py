@@ -14,7 +14,9 @@ import raygents as rg
 
 
 @pytest.fixture
-def faulty(ray_session: None, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def faulty(
+    own_raygents: None, ray_session: None, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[str]:
     """raygents on a fresh namespace and file store, with quick heartbeats and recovery;
     ``sync`` durability unless the test parametrizes this fixture with another mode."""
 
@@ -34,7 +36,6 @@ def faulty(ray_session: None, request: pytest.FixtureRequest, tmp_path: Path) ->
     )
     yield url
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 @pytest.fixture

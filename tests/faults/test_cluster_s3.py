@@ -1,8 +1,10 @@
 """Runs on a simulated cluster with an S3 store: agent actors on worker nodes write their own
 records; a worker node removed or the coordinator killed mid-load loses no run.
 
-Each test runs ``scenarios/cluster_s3.py`` in a subprocess (a ``ray.cluster_utils.Cluster`` of
-a head and two worker nodes, moto's S3 server behind a proxy that notes who sent each request).
+The tests share one ``scenarios/cluster_s3.py`` process (a ``ray.cluster_utils.Cluster`` of a
+head and two worker nodes, moto's S3 server behind a proxy that notes who sent each request),
+started once for the module: each test runs its scenario there on a namespace, bucket and
+folder of its own.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +23,48 @@ SCENARIO = Path(__file__).parent / "scenarios" / "cluster_s3.py"
 OUTPUT = "crunched 0 + helped"  # (the parent's tool and its agent-as-tool child's answer)
 
 
-def _scenario(tmp_path: Path, mode: str, runs: int = 0) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and not k.startswith("AWS_")}
-    done = subprocess.run(
-        [sys.executable, str(SCENARIO), str(tmp_path), mode, str(runs)],
-        capture_output=True,
-        text=True,
-        timeout=560,
-        env=env,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-4000:]
-    report: dict[str, Any] = json.loads(lines[-1])
-    return report
+class Scenarios:
+    """The scenario process: a scenario per :meth:`run`, one after the other."""
+
+    def __init__(self, work: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+        self.log = work / "scenario.log"  # (a file: a pipe nobody reads would fill up)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(SCENARIO), str(work), "serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
+
+    def run(self, mode: str, runs: int = 0) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{mode} {runs}\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:  # (the tests' timeouts bound the wait)
+            report: dict[str, Any] = json.loads(line) if line.startswith("{") else {}
+            if report.get("mode") == mode:  # (not the end of one a failed test left)
+                return report
+        raise AssertionError(f"the scenario process exited: {self.log.read_text()[-4000:]}")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # (it shuts its cluster down and exits)
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    started = Scenarios(tmp_path_factory.mktemp("cluster"))
+    yield started
+    started.close()
 
 
 def _all_complete(report: dict[str, Any], runs: int) -> None:
@@ -44,8 +76,8 @@ def _all_complete(report: dict[str, Any], runs: int) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_runs_on_worker_nodes_write_their_own_records_to_s3(tmp_path: Path) -> None:
-    report = _scenario(tmp_path, "load", 200)
+def test_runs_on_worker_nodes_write_their_own_records_to_s3(scenarios: Scenarios) -> None:
+    report = scenarios.run("load", 200)
     _all_complete(report, 200)
     assert report["started_twice"] == 0 and report["recovered"] == 0
     writers = report["record_puts"]
@@ -55,23 +87,23 @@ def test_runs_on_worker_nodes_write_their_own_records_to_s3(tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(600)
-def test_a_worker_node_lost_mid_load_loses_no_run(tmp_path: Path) -> None:
-    report = _scenario(tmp_path, "node_loss", 100)
+def test_a_worker_node_lost_mid_load_loses_no_run(scenarios: Scenarios) -> None:
+    report = scenarios.run("node_loss", 100)
     _all_complete(report, 100)
     assert report["recovered"] >= 1, "the runs on the lost node were recovered"
 
 
 @pytest.mark.timeout(600)
-def test_a_coordinator_killed_mid_load_stops_no_run(tmp_path: Path) -> None:
-    report = _scenario(tmp_path, "coordinator_kill", 100)
+def test_a_coordinator_killed_mid_load_stops_no_run(scenarios: Scenarios) -> None:
+    report = scenarios.run("coordinator_kill", 100)
     _all_complete(report, 100)
     assert report["recovered"] == 0, "the agent actors went on while it restarted"
     assert report["started_twice"] == 0, "no run went back before its last record"
 
 
 @pytest.mark.timeout(300)
-def test_a_file_store_with_agent_actors_on_another_node_is_refused(tmp_path: Path) -> None:
-    report = _scenario(tmp_path, "file_store")
+def test_a_file_store_with_agent_actors_on_another_node_is_refused(scenarios: Scenarios) -> None:
+    report = scenarios.run("file_store")
     error = report["error"]
     assert error is not None and error.startswith("UserError:")
     assert report["head"][:12] in error and "s3://" in error

@@ -18,7 +18,7 @@ from raygents.testing import FunctionModel, call, calls, text
 
 
 @pytest.fixture
-def s3_store(rt: None, session_s3: Any, s3_key_audit: Any) -> Iterator[Any]:
+def s3_store(own_raygents: None, rt: None, session_s3: Any, s3_key_audit: Any) -> Iterator[Any]:
     bucket = s3_key_audit.watch(create_bucket(session_s3.endpoint_url))
     rg.shutdown()
     rg.init(namespace=f"s3faults-{os.urandom(3).hex()}", store=f"s3://{bucket}/ckpt")
@@ -26,7 +26,6 @@ def s3_store(rt: None, session_s3: Any, s3_key_audit: Any) -> Iterator[Any]:
     yield proxy
     proxy.clear()
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 @rg.tool(num_cpus=0)

@@ -16,7 +16,7 @@ import raygents as rg
 
 
 @pytest.fixture
-def load_store(rt: None, session_s3: Any, s3_key_audit: Any) -> Iterator[str]:
+def load_store(own_raygents: None, rt: None, session_s3: Any, s3_key_audit: Any) -> Iterator[str]:
     """The store URL (its bucket's keys are checked at the end of the session: s3_key_audit)."""
     from ray import cloudpickle
 
@@ -28,4 +28,3 @@ def load_store(rt: None, session_s3: Any, s3_key_audit: Any) -> Iterator[str]:
     rg.init(namespace=f"load-{os.urandom(3).hex()}", store=url, durability="async")
     yield url
     rg.shutdown()
-    rg.init(store="memory://")

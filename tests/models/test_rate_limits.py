@@ -22,7 +22,7 @@ PER_SECOND = PER_MINUTE / 60
 
 
 @pytest.fixture
-def limited(rt: None) -> Iterator[None]:
+def limited(own_raygents: None, rt: None) -> Iterator[None]:
     """raygents on its own namespace with a limit on model ``limited``."""
     rg.shutdown()
     namespace = f"rates-{os.urandom(3).hex()}"
@@ -38,7 +38,6 @@ def limited(rt: None) -> Iterator[None]:
     rg.shutdown()
     with contextlib.suppress(ValueError):  # (the limiter outlives its namespace's coordinator)
         ray.kill(ray.get_actor(LIMITER_NAME, namespace=namespace))
-    rg.init(store="memory://")
 
 
 def _agent(name: str, url: str, *, replicas: int = 1, max_retries: int = 3) -> rg.Agent:

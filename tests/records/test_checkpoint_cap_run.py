@@ -21,13 +21,12 @@ CALLS = MAX_PAYLOAD_BYTES["checkpoint"] // CHUNK + 2  # together they pass the c
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Path]:
+def store(own_raygents: None, tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "ckpt"
     rg.shutdown()
     rg.init(namespace=f"ckpt-cap-{os.urandom(3).hex()}", store=f"file://{root}")
     yield root
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 @rg.tool(remote=False)

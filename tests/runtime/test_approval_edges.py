@@ -21,7 +21,7 @@ from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
 
 @pytest.fixture
-def guarded(rt: None, tmp_path: Path) -> Iterator[Ledger]:
+def guarded(own_raygents: None, rt: None, tmp_path: Path) -> Iterator[Ledger]:
     """raygents on a fresh namespace and file store with quick recovery; yields the ledger."""
     from ray import cloudpickle
 
@@ -35,7 +35,6 @@ def guarded(rt: None, tmp_path: Path) -> Iterator[Ledger]:
     )
     yield Ledger(tmp_path / "ledger.jsonl")
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 def wipe(seconds: float) -> rg.Tool:

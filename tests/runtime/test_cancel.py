@@ -22,13 +22,12 @@ pytestmark = pytest.mark.usefixtures("rt")
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[str]:
+def store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
     url = f"file://{tmp_path / 'ckpt'}"
     rg.shutdown()
     rg.init(namespace=f"cancel-{os.urandom(3).hex()}", store=url)
     yield url
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 @rg.tool(num_cpus=1)

@@ -22,7 +22,11 @@ pytestmark = pytest.mark.usefixtures("rt")
 
 @pytest.fixture
 def store(
-    request: pytest.FixtureRequest, tmp_path: Path, session_s3: object, s3_key_audit: Any
+    own_raygents: None,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    session_s3: object,
+    s3_key_audit: Any,
 ) -> Iterator[str]:
     """raygents re-initialised on a fresh namespace with the store kind of the test (an S3
     bucket's keys are audited at the end of the session)."""
@@ -40,7 +44,6 @@ def store(
     rg.init(namespace=f"durable-{kind}-{os.urandom(3).hex()}", store=url)
     yield url
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 def ledger_tool(name: str, seconds: float = 0.0) -> rg.Tool:

@@ -5,6 +5,11 @@ Run as a script (it builds its own ``ray.cluster_utils.Cluster``); prints one JS
 what happened. ``tests/faults/test_cluster_s3.py`` runs it and checks the invariants.
 
     python tests/faults/scenarios/cluster_s3.py WORK_DIR MODE [RUNS]
+    python tests/faults/scenarios/cluster_s3.py WORK_DIR serve
+
+``serve`` starts the cluster once and runs one scenario per line of its input (``MODE RUNS``),
+each on a namespace, bucket and folder of its own, with a JSON line for each; it stops at the
+end of its input.
 
 Modes:
     load              RUNS concurrent runs, each with a tool call and an agent-as-tool child
@@ -34,28 +39,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: s3_serve
 from s3_server import FaultProxy, MotoServer, aws_env, create_bucket
 
 import raygents as rg
+from raygents.runtime.driver.client import current
 from raygents.testing import FunctionModel, call, calls, text
 
-WORK = Path(sys.argv[1])
-MODE = sys.argv[2]
-RUNS = int(sys.argv[3]) if len(sys.argv) > 3 else 200
-LEDGER = WORK / "ledger.jsonl"
 
+def crunch_tool(work: Path) -> rg.Tool:
+    """The tool of a scenario: it notes its starts and leaves its effects in ``work``."""
+    ledger = work / "ledger.jsonl"
 
-def note(event: str, key: str) -> None:
-    with open(LEDGER, "a") as f:
-        f.write(json.dumps({"event": event, "key": key}) + "\n")
+    @rg.tool(num_cpus=0.5, max_retries=3)
+    def crunch(ctx: rg.ToolContext, n: int) -> str:
+        """Work a moment, then apply an effect once per idempotency key."""
+        with open(ledger, "a") as f:
+            f.write(json.dumps({"event": "start", "key": ctx.idempotency_key}) + "\n")
+        time.sleep(0.3)
+        marker = work / f"effect-{ctx.idempotency_key.replace(':', '_').replace('/', '_')}"
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return f"crunched {n}"
 
-
-@rg.tool(num_cpus=0.5, max_retries=3)
-def crunch(ctx: rg.ToolContext, n: int) -> str:
-    """Work a moment, then apply an effect once per idempotency key."""
-    note("start", ctx.idempotency_key)
-    time.sleep(0.3)
-    marker = WORK / f"effect-{ctx.idempotency_key.replace(':', '_').replace('/', '_')}"
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    return f"crunched {n}"
+    return crunch
 
 
 def helper_reply(request: rg.ModelRequest) -> rg.ModelResponse:
@@ -71,19 +74,19 @@ def worker_reply(request: rg.ModelRequest) -> rg.ModelResponse:
     return calls(call("crunch", {"n": 0}, id="c0"), call("helper", {"input": "help"}, id="a0"))
 
 
-def _lines() -> int:
-    return len(LEDGER.read_text().splitlines()) if LEDGER.exists() else 0
+def _lines(ledger: Path) -> int:
+    return len(ledger.read_text().splitlines()) if ledger.exists() else 0
 
 
 def _coordinator_pid() -> int:
-    namespace = rg.runtime.client.current().namespace
+    namespace = current().namespace
     coordinator = ray.get_actor("raygents:coordinator", namespace=namespace)
     return int(ray.get(coordinator.__ray_call__.remote(lambda _self: os.getpid())))
 
 
 def _agent_node(name: str) -> str:
     """The node of the actor serving agent ``name``."""
-    namespace = rg.runtime.client.current().namespace
+    namespace = current().namespace
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] == namespace and entry["name"].startswith(f"agent:{name}@"):
             actor = ray.get_actor(entry["name"], namespace=namespace)
@@ -92,10 +95,11 @@ def _agent_node(name: str) -> str:
     raise LookupError(name)
 
 
-def _writers(proxy: FaultProxy) -> dict[str, int]:
-    """Record puts by the node that sent them (the S3 client's user agent names it)."""
+def _writers(proxy: FaultProxy, first: int) -> dict[str, int]:
+    """Record puts by the node that sent them (the S3 client's user agent names it), from
+    the proxy's record ``first`` on."""
     by_node: Counter[str] = Counter()
-    for entry in proxy.records:
+    for entry in proxy.records[first:]:
         if entry.method == "PUT" and entry.path.split("?")[0].endswith(".ckpt"):
             node = next(
                 (p.split("/", 1)[1] for p in entry.agent.split() if p.startswith("ray-node/")), "?"
@@ -105,32 +109,52 @@ def _writers(proxy: FaultProxy) -> dict[str, int]:
 
 
 def main() -> None:
-    WORK.mkdir(parents=True, exist_ok=True)
+    work, mode = Path(sys.argv[1]), sys.argv[2]
+    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 200
     # (the AWS environment is set before the nodes start: their workers inherit it)
     with (
         MotoServer() as server,
         FaultProxy(server.endpoint_url) as proxy,
         aws_env(proxy.endpoint_url),
     ):
-        report = _scenario(proxy)
-    print(json.dumps(report), flush=True)
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 0, "resources": {"head": 10}, "include_dashboard": False},
+        )
+        # The driver joins before the workers exist, so it (and the coordinator, which goes
+        # to the driver's node) is on the head: nodes of a simulated cluster share one
+        # address, and a driver joining later may attach to a worker's raylet.
+        ray.init(address=cluster.address, log_to_driver=False)
+        workers = [cluster.add_node(num_cpus=2, resources={"agents": 10}) for _ in range(2)]
+        cluster.wait_for_nodes()
+        assert ray.get_runtime_context().get_node_id() == cluster.head_node.node_id
+        asked = (line.split() for line in sys.stdin) if mode == "serve" else [(mode, runs)]
+        for n, (one, count) in enumerate(asked):
+            folder = work / f"{n}-{one}" if mode == "serve" else work
+            report = _scenario(cluster, workers, proxy, folder, one, int(count), n)
+            print(json.dumps(report), flush=True)
+        ray.shutdown()
+        cluster.shutdown()
 
 
-def _scenario(proxy: FaultProxy) -> dict[str, Any]:
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "resources": {"head": 10}, "include_dashboard": False},
-    )
-    # The driver joins before the workers exist, so it (and the coordinator, which goes to
-    # the driver's node) is on the head: nodes of a simulated cluster share one address, and
-    # a driver joining later may attach to a worker's raylet.
-    ray.init(address=cluster.address, log_to_driver=False)
-    workers = [cluster.add_node(num_cpus=2, resources={"agents": 10}) for _ in range(2)]
-    cluster.wait_for_nodes()
-    assert ray.get_runtime_context().get_node_id() == cluster.head_node.node_id
+def _scenario(
+    cluster: Cluster,
+    workers: list[Any],
+    proxy: FaultProxy,
+    work: Path,
+    mode: str,
+    runs: int,
+    n: int,
+) -> dict[str, Any]:
+    """Scenario ``mode`` with ``runs`` runs on namespace ``cluster-<n>``; ``workers`` (the
+    worker nodes) is updated when a node is replaced."""
+    work.mkdir(parents=True, exist_ok=True)
+    ledger, first = work / "ledger.jsonl", len(proxy.records)
+    crunch = crunch_tool(work)
     bucket = create_bucket(proxy.endpoint_url)
-    store = f"file://{WORK / 'store'}" if MODE == "file_store" else f"s3://{bucket}/runs"
+    store = f"file://{work / 'store'}" if mode == "file_store" else f"s3://{bucket}/runs"
     rg.init(
+        namespace=f"cluster-{n}",
         store=store,
         heartbeat_s=0.5,
         stale_after_s=10.0,
@@ -144,27 +168,30 @@ def _scenario(proxy: FaultProxy) -> dict[str, Any]:
         model=FunctionModel(worker_reply, latency_s=0.1),
     )
     report: dict[str, Any] = {
+        "mode": mode,
         "head": cluster.head_node.node_id,
         "workers": [w.node_id for w in workers],
     }
-    if MODE == "file_store":
+    if mode == "file_store":
         try:
             rg.run(agent, "x", timeout_s=120)
             report["error"] = None
         except rg.RaygentsError as exc:
             report["error"] = f"{type(exc).__name__}: {exc}"
-        return _close(cluster, report)
+        rg.shutdown()
+        return report
     started = time.time()
-    handles = [rg.start(agent, f"job {i}") for i in range(RUNS)]
-    if MODE in ("node_loss", "coordinator_kill"):
+    handles = [rg.start(agent, f"job {i}") for i in range(runs)]
+    if mode in ("node_loss", "coordinator_kill"):
         deadline = time.time() + 120
-        while time.time() < deadline and _lines() < RUNS // 2:  # tools run on the workers
+        while time.time() < deadline and _lines(ledger) < runs // 2:  # tools on the workers
             time.sleep(0.05)
-        report["fault_after_starts"] = _lines()
-        if MODE == "node_loss":  # (the node of the parents' agent actor)
+        report["fault_after_starts"] = _lines(ledger)
+        if mode == "node_loss":  # (the node of the parents' agent actor)
             node = _agent_node(agent.name)
-            cluster.remove_node(next(w for w in workers if w.node_id == node), allow_graceful=False)
-            cluster.add_node(num_cpus=2, resources={"agents": 10})
+            lost = next(w for w in workers if w.node_id == node)
+            cluster.remove_node(lost, allow_graceful=False)
+            workers[workers.index(lost)] = cluster.add_node(num_cpus=2, resources={"agents": 10})
         else:
             os.kill(_coordinator_pid(), signal.SIGKILL)
     outputs, errors = [], []
@@ -173,26 +200,20 @@ def _scenario(proxy: FaultProxy) -> dict[str, Any]:
             outputs.append(h.result(timeout_s=300).final_output)
         except rg.RaygentsError as exc:
             errors.append(f"{type(exc).__name__}: {str(exc)[:300]}")
-    entries = [json.loads(line) for line in LEDGER.read_text().splitlines()]
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
     starts = Counter(e["key"] for e in entries if e["event"] == "start")
     report.update(
         seconds=round(time.time() - started, 2),
         outputs=Counter(outputs),
         errors=errors,
-        effects=len(list(WORK.glob("effect-*"))),
+        effects=len(list(work.glob("effect-*"))),
         keys=len(starts),
         started_twice=sum(1 for n in starts.values() if n > 1),
         recovered=sum(1 for h in handles for e in h.events() if e.type == "recovered"),
-        record_puts=_writers(proxy),
+        record_puts=_writers(proxy, first),
         agent_nodes=sorted({_agent_node(agent.name), _agent_node(helper.name)}),
     )
-    return _close(cluster, report)
-
-
-def _close(cluster: Cluster, report: dict[str, Any]) -> dict[str, Any]:
     rg.shutdown()
-    ray.shutdown()
-    cluster.shutdown()
     return report
 
 

@@ -18,14 +18,13 @@ pytestmark = pytest.mark.usefixtures("rt")
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[str]:
+def store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
     """raygents on a fresh namespace over a file store."""
     url = f"file://{tmp_path / 'ckpt'}"
     rg.shutdown()
     rg.init(namespace=f"ended-{os.urandom(3).hex()}", store=url)
     yield url
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 def _restart(store: str) -> None:

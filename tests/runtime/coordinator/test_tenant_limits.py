@@ -20,7 +20,7 @@ LIMIT = 2
 
 
 @pytest.fixture
-def limited(rt: None) -> Iterator[None]:
+def limited(own_raygents: None, rt: None) -> Iterator[None]:
     """raygents on its own namespace with ``max_concurrent_runs=LIMIT``."""
     rg.shutdown()
     rg.init(
@@ -28,7 +28,6 @@ def limited(rt: None) -> Iterator[None]:
     )
     yield
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 def noop() -> str:

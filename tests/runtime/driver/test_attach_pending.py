@@ -67,13 +67,12 @@ def test_attach_shows_the_pending_calls_of_a_run_it_did_not_start() -> None:
 
 
 @pytest.fixture
-def file_store(tmp_path: Path) -> Iterator[str]:
+def file_store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
     url = f"file://{tmp_path / 'ckpt'}"
     rg.shutdown()
     rg.init(namespace=f"attach-{os.urandom(3).hex()}", store=url)
     yield url
     rg.shutdown()
-    rg.init(store="memory://")
 
 
 def test_attach_reads_the_pending_calls_from_the_store_after_a_coordinator_restart(
