@@ -40,7 +40,9 @@ from raygents.errors import (
     RunInterrupted,
     RunNotFound,
     SuspendedError,
+    ToolInputGuardrailTripped,
     ToolNotFound,
+    ToolOutputGuardrailTripped,
     TooManyRuns,
     UsageLimitExceeded,
     UserError,
@@ -58,12 +60,23 @@ if TYPE_CHECKING:
     from raygents.agents.handoffs import Handoff, HandoffInputData, handoff
     from raygents.agents.hooks import RunHooks
     from raygents.agents.result import RunResult, TypedResult
+    from raygents.agents.runstate import RunState
+    from raygents.agents.toolguardrails import (
+        ToolGuardrailFunctionOutput,
+        ToolInputGuardrail,
+        ToolInputGuardrailData,
+        ToolOutputGuardrail,
+        ToolOutputGuardrailData,
+        tool_input_guardrail,
+        tool_output_guardrail,
+    )
     from raygents.agents.tools import Tool, ToolContext, ToolResult, tool
     from raygents.agents.tooluse import StopAtTools
     from raygents.batch.job import BatchHandle, BatchItem, BatchResult, run_batch, start_batch
     from raygents.batch.progress import BatchProgress
     from raygents.core.approvals import Approval, ApprovalDecision, PendingApproval
     from raygents.core.context import RunContext
+    from raygents.core.contextdata import NotDurable
     from raygents.core.events import RunEvent
     from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
@@ -75,6 +88,7 @@ if TYPE_CHECKING:
     from raygents.runtime.driver.client import init, shutdown
     from raygents.runtime.driver.handle import RunHandle
     from raygents.runtime.driver.runs import resume, run, run_streamed, run_typed, start
+    from raygents.runtime.driver.tracegroup import Trace, gen_trace_id, trace
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
 
 # Where each public name lives. They are imported on first use: a Ray worker that only runs
@@ -84,6 +98,7 @@ _HOMES = {
     "raygents.agents.agent": ("Agent",),
     "raygents.core.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
     "raygents.core.context": ("RunContext",),
+    "raygents.core.contextdata": ("NotDurable",),
     "raygents.batch.job": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
     "raygents.batch.progress": ("BatchProgress",),
     "raygents.core.events": ("RunEvent",),
@@ -102,13 +117,24 @@ _HOMES = {
     "raygents.models.openai": ("OpenAIChatModel",),
     "raygents.models.ratelimit": ("RateLimit",),
     "raygents.agents.result": ("RunResult", "TypedResult"),
+    "raygents.agents.runstate": ("RunState",),
     "raygents.runtime.driver.client": ("init", "shutdown"),
     "raygents.runtime.driver.handle": ("RunHandle",),
     "raygents.records.runinfo": ("RunInfo", "RunStatus"),
     "raygents.runtime.driver.attach": ("attach", "cancel", "runs"),
     "raygents.runtime.driver.runs": ("resume", "run", "run_streamed", "run_typed", "start"),
+    "raygents.runtime.driver.tracegroup": ("Trace", "gen_trace_id", "trace"),
     "raygents.sessions": ("MemorySession", "Session", "SQLiteSession", "StoreSession"),
     "raygents.agents.tools": ("Tool", "ToolContext", "ToolResult", "tool"),
+    "raygents.agents.toolguardrails": (
+        "ToolGuardrailFunctionOutput",
+        "ToolInputGuardrail",
+        "ToolInputGuardrailData",
+        "ToolOutputGuardrail",
+        "ToolOutputGuardrailData",
+        "tool_input_guardrail",
+        "tool_output_guardrail",
+    ),
     "raygents.agents.tooluse": ("StopAtTools",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
@@ -162,6 +188,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",
+    "NotDurable",
     "OpenAIChatModel",
     "OutputGuardrail",
     "OutputGuardrailTripped",
@@ -179,6 +206,7 @@ __all__ = [
     "RunInterrupted",
     "RunNotFound",
     "RunResult",
+    "RunState",
     "RunStatus",
     "SQLiteSession",
     "Session",
@@ -189,14 +217,23 @@ __all__ = [
     "TooManyRuns",
     "ToolCall",
     "ToolContext",
+    "ToolGuardrailFunctionOutput",
+    "ToolInputGuardrail",
+    "ToolInputGuardrailData",
+    "ToolInputGuardrailTripped",
     "ToolNotFound",
+    "ToolOutputGuardrail",
+    "ToolOutputGuardrailData",
+    "ToolOutputGuardrailTripped",
     "ToolResult",
+    "Trace",
     "TypedResult",
     "Usage",
     "UsageLimitExceeded",
     "UserError",
     "attach",
     "cancel",
+    "gen_trace_id",
     "handoff",
     "init",
     "input_guardrail",
@@ -211,4 +248,7 @@ __all__ = [
     "start",
     "start_batch",
     "tool",
+    "tool_input_guardrail",
+    "tool_output_guardrail",
+    "trace",
 ]

@@ -8,6 +8,8 @@
     │   └── UsageLimitExceeded     its token budget (``run(max_tokens=)``)
     ├── InputGuardrailTripped      an input guardrail stopped the run
     ├── OutputGuardrailTripped     an output guardrail rejected the final message
+    ├── ToolInputGuardrailTripped  a tool input guardrail stopped the run before a call
+    ├── ToolOutputGuardrailTripped a tool output guardrail stopped the run after a call
     ├── SuspendedError             the run suspended gracefully; resume it later
     ├── RunCancelled               the run was cancelled; it cannot be resumed
     ├── RunInterrupted             the run waits for approval of tool calls
@@ -58,7 +60,9 @@ __all__ = [
     "RunNotFound",
     "SuspendedError",
     "TooManyRuns",
+    "ToolInputGuardrailTripped",
     "ToolNotFound",
+    "ToolOutputGuardrailTripped",
     "UsageLimitExceeded",
     "UserError",
 ]
@@ -213,6 +217,21 @@ class OutputGuardrailTripped(RaygentsError):
     _fields = ("guardrail", "guardrail_message", "output_info")
 
 
+class ToolInputGuardrailTripped(RaygentsError):
+    """A tool input guardrail (``raise_exception``) stopped the run before the call of tool
+    ``tool_name`` ran (``call_id``); ``output_info`` is what the guardrail's output carried."""
+
+    _fields = ("guardrail", "tool_name", "call_id", "output_info")
+
+
+class ToolOutputGuardrailTripped(RaygentsError):
+    """A tool output guardrail (``raise_exception``) stopped the run after the call of tool
+    ``tool_name`` returned (``call_id``); ``output_info`` is what the guardrail's output
+    carried."""
+
+    _fields = ("guardrail", "tool_name", "call_id", "output_info")
+
+
 class SuspendedError(RaygentsError):
     """The run stopped at a safe point with a checkpoint; ``resume(run_id)`` continues it.
 
@@ -231,10 +250,35 @@ class RunCancelled(RaygentsError):
 
 
 class RunInterrupted(RaygentsError):
-    """Tool calls need approval; resume with a decision for each of ``pending``."""
+    """Tool calls need approval; resume with a decision for each of ``pending``.
 
-    _fields = ("pending",)
+    ``interruptions`` is ``pending`` by the OpenAI Agents SDK's name, and :meth:`to_state`
+    the SDK's ``RunState`` of the run (approve or reject each call on it, then pass it to
+    ``run``), when the error comes from a run's result.
+    """
+
+    _fields = ("pending", "state")
     pending: list[Any] | None
+    state: Any
+
+    @property
+    def interruptions(self) -> list[Any]:
+        """The calls waiting for a decision (``pending``)."""
+        return list(self.pending or [])
+
+    def to_state(self) -> Any:
+        """The run's :class:`~raygents.RunState`, to decide on and pass back to ``run``.
+
+        Raises:
+            UserError: the error was not raised by a run's result (it has no state).
+        """
+        if self.state is None:
+            raise UserError(
+                "this RunInterrupted has no state (it was not raised by a run's result): use "
+                "raygents.resume(run_id, agent=..., approvals=...)",
+                run_id=self.run_id,
+            )
+        return self.state
 
 
 class ApprovalDecisionsMismatch(RaygentsError):

@@ -26,7 +26,7 @@ from raygents.agents.tooluse import (
     check_stop_at_tools,
     check_tool_use_behavior,
 )
-from raygents.core.context import IsEnabled, RunContext
+from raygents.core.context import IsEnabled, NeedsApproval, RunContext
 from raygents.core.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.core.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.core.schema import output_type_problem
@@ -294,6 +294,7 @@ class Agent:
         tool_description: str | None = None,
         custom_output_extractor: OutputExtractor | None = None,
         is_enabled: IsEnabled = True,
+        needs_approval: NeedsApproval = False,
     ) -> Tool:
         """This agent as a tool taking ``{input: string}``; each call is a child run.
 
@@ -305,6 +306,9 @@ class Agent:
                 result (by default, the child's final output text).
             is_enabled: whether the model is offered the tool: a bool, or a predicate
                 ``(ctx, agent) -> bool`` asked each time the calling agent becomes active.
+            needs_approval: as for :func:`~raygents.agents.tools.tool`: ``True``, or a
+                predicate ``(ctx, arguments) -> bool``; a call that needs approval interrupts
+                the run before the child run starts.
         """
         for given, alias, what in (
             (name, tool_name, "name"),
@@ -318,6 +322,7 @@ class Agent:
             description if description is not None else tool_description,
             output_extractor=custom_output_extractor,
             is_enabled=is_enabled,
+            needs_approval=needs_approval,
         )
 
     async def system_prompt(

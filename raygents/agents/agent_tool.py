@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from raygents.agents.checks import check_is_enabled, check_tool_name
+from raygents.agents.checks import check_is_enabled, check_needs_approval, check_tool_name
 from raygents.agents.tools import Tool
-from raygents.core.context import IsEnabled
+from raygents.core.context import IsEnabled, NeedsApproval
 from raygents.core.messages import ToolResult
 from raygents.core.toolcall import ToolContext
 from raygents.errors import UserError, excerpt
@@ -43,6 +43,7 @@ class AgentTool(Tool):
         *,
         output_extractor: OutputExtractor | None = None,
         is_enabled: IsEnabled = True,
+        needs_approval: NeedsApproval = False,
     ) -> None:
         self.agent = agent
         if name == "":
@@ -68,6 +69,8 @@ class AgentTool(Tool):
         self.output_extractor = output_extractor
         check_is_enabled(f"tool {self.name!r}", is_enabled)
         self.is_enabled = is_enabled
+        check_needs_approval(self.name, needs_approval)
+        self.needs_approval = needs_approval
 
     async def execute(self, ctx: ToolContext, arguments: str) -> ToolResult:
         """Agent tools run as child runs through the runtime, never through this method."""

@@ -32,6 +32,8 @@ class RunResult:
         output_text: the final output as the model wrote it (JSON text for structured output).
         input_count: how many of ``messages`` the run started with (its input, session history
             included); a handoff ``input_filter`` that rewrote the history changes it.
+        context: the run context as the run left it (every write of tools, hooks and
+            callbacks applied); for a ``NotDurable`` context, the value the caller passed.
     """
 
     run_id: str
@@ -42,6 +44,13 @@ class RunResult:
     last_agent: Agent
     output_text: str = ""
     input_count: int = 0
+    context: Any = None
+
+    @property
+    def interruptions(self) -> list[Any]:
+        """Always empty: a completed run waits for nothing (a run that waits for approvals
+        raises ``RunInterrupted``, whose ``interruptions`` and ``to_state()`` are these)."""
+        return []
 
     def final_message(self) -> Message:
         """The last message of the conversation (whatever its role)."""

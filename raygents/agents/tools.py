@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
@@ -24,6 +24,11 @@ from raygents.agents.params import (
     function_parameters,
     parsed_arguments,
     signature,
+)
+from raygents.agents.toolguardrails import (
+    ToolInputGuardrail,
+    ToolOutputGuardrail,
+    check_tool_guardrails,
 )
 from raygents.core.context import IsEnabled, NeedsApproval, RunContext, is_enabled
 from raygents.core.messages import ToolCall, ToolResult, ToolSpec
@@ -65,6 +70,11 @@ class Tool:
     needs_approval: NeedsApproval = False
     remote: bool = True
     is_enabled: IsEnabled = True
+    tool_input_guardrails: tuple[ToolInputGuardrail, ...] = ()
+    """Checks run in the agent actor before each call (see
+    :mod:`~raygents.agents.toolguardrails`)."""
+    tool_output_guardrails: tuple[ToolOutputGuardrail, ...] = ()
+    """Checks run in the agent actor after each call returned."""
     _checked_parameters: Any = None
     """The ``parameters`` object last found usable (checking one is slow: done once)."""
 
@@ -118,6 +128,8 @@ class FunctionTool(Tool):
         name: str | None = None,
         description: str | None = None,
         options: ExecutionOptions = ExecutionOptions(),
+        tool_input_guardrails: Sequence[ToolInputGuardrail] | None = None,
+        tool_output_guardrails: Sequence[ToolOutputGuardrail] | None = None,
     ) -> None:
         if not callable(fn):
             raise UserError(f"@tool needs a function, got {type(fn).__name__!r}")
@@ -145,6 +157,9 @@ class FunctionTool(Tool):
         self.description = description if description is not None else docs[""]
         for field in dataclasses.fields(options):
             setattr(self, field.name, getattr(options, field.name))
+        self.tool_input_guardrails, self.tool_output_guardrails = check_tool_guardrails(
+            f"tool {self.name!r}", tool_input_guardrails, tool_output_guardrails
+        )
         self.__wrapped__ = fn
 
     @property
@@ -268,6 +283,8 @@ def tool(
     needs_approval: NeedsApproval = False,
     remote: bool = True,
     is_enabled: IsEnabled = True,
+    tool_input_guardrails: Sequence[ToolInputGuardrail] | None = None,
+    tool_output_guardrails: Sequence[ToolOutputGuardrail] | None = None,
 ) -> Callable[[F], FunctionTool]: ...
 
 
@@ -285,6 +302,8 @@ def tool(
     needs_approval: NeedsApproval = False,
     remote: bool = True,
     is_enabled: IsEnabled = True,
+    tool_input_guardrails: Sequence[ToolInputGuardrail] | None = None,
+    tool_output_guardrails: Sequence[ToolOutputGuardrail] | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a function into a tool; its schema comes from the signature and docstring.
 
@@ -307,6 +326,10 @@ def tool(
         is_enabled: whether the model is offered the tool: a bool, or a predicate
             ``(ctx, agent) -> bool`` (sync or async) asked in the agent actor each time the
             agent becomes active.
+        tool_input_guardrails: ``@tool_input_guardrail`` checks run in the agent actor
+            before each call's task starts (see :mod:`~raygents.agents.toolguardrails`).
+        tool_output_guardrails: ``@tool_output_guardrail`` checks run in the agent actor
+            after each call returned, before its ``tool_end`` event and hook.
     """
     owner = f"tool {name!r}" if name else "@tool"
     if description is not None and not isinstance(description, str):
@@ -323,8 +346,16 @@ def tool(
         is_enabled=is_enabled,
     )
     check_options(owner, options)
+    check_tool_guardrails(owner, tool_input_guardrails, tool_output_guardrails)
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, options=options)
+        return FunctionTool(
+            f,
+            name=name,
+            description=description,
+            options=options,
+            tool_input_guardrails=tool_input_guardrails,
+            tool_output_guardrails=tool_output_guardrails,
+        )
 
     return wrap(fn) if fn is not None else wrap

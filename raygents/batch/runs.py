@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from raygents.agents.agent import Agent
+from raygents.core.contextdata import NotDurable
 from raygents.errors import RaygentsError, UserError
 
 if TYPE_CHECKING:
@@ -109,7 +110,9 @@ class JobRuns:
         status = found.status()
         if status == "suspended":
             timeout_s = self._options["timeout_s"]
-            handle = resume(run_id, agent=self._agent, context=context, timeout_s=timeout_s)
+            # (a durable context is in the run's checkpoint, with what the run wrote to it)
+            again = context if isinstance(context, NotDurable) else None
+            handle = resume(run_id, agent=self._agent, context=again, timeout_s=timeout_s)
             return handle, False
         if status == "failed":
             return self._start(run_id, run_input, context), False

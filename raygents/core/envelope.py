@@ -8,10 +8,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from raygents.core.approvals import ApprovalDecision, PendingApproval
+from raygents.core.contextdata import StoredContext
 from raygents.core.messages import Message, ToolResult, Usage
 from raygents.errors import RaygentsError
 
-__all__ = ["Envelope", "Outcome", "RunState", "TraceContext", "new_run_id"]
+__all__ = ["Envelope", "Outcome", "RunState", "TraceContext", "Workflow", "new_run_id"]
 
 
 def new_run_id() -> str:
@@ -34,11 +35,28 @@ class TraceContext(BaseModel):
     started_ns: int = 0
     """When a top-level run's root span began (it is exported when the run ends); 0 for a
     child run, which has no root span of its own."""
+    workflow_span: str = ""
+    """The span id (hex) of the ``trace()`` block a top-level run was started in: its root
+    span's parent, in the block's trace; empty for a run of its own trace."""
     activation: str = ""
     """The span id (hex) of the agent span of the activation under way, and ``activation_ns``
     when it began: a run recovered from a record that still names one lost that activation
     (an activation that ends clears it), and exports its span for it."""
     activation_ns: int = 0
+
+
+class Workflow(BaseModel):
+    """The ``trace()`` block a run was started in: the runs started in one share its trace
+    and group id."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trace_id: str
+    """The block's trace id (``trace_<32 hex digits>``)."""
+    name: str = ""
+    """The workflow's name."""
+    group_id: str | None = None
+    """A group of traces (a conversation's id, say), as ``runs()`` shows it."""
 
 
 class RunState(BaseModel):
@@ -124,6 +142,15 @@ class RunState(BaseModel):
     """The run's trace context, when tracing was on as it started; a record without it (from
     before, or untraced) reads as None, and a top-level run then gets one on its next
     activation."""
+    workflow: Workflow | None = None
+    """The ``trace()`` block the run (or its top-level parent) was started in."""
+    context: StoredContext | None = None
+    """The run's context as plain data, as the last step that could write it left it; None
+    for no context, or one the caller marked ``NotDurable`` (see
+    :mod:`raygents.core.contextdata`)."""
+    context_writes: dict[str, list[Any]] = Field(default_factory=dict)
+    """Writes of the pending batch's tool calls to the context, by call id (those that wrote):
+    applied in call order when the batch ends, also after a resume."""
 
     def evolve(self, **changes: Any) -> RunState:
         """A copy with ``changes`` applied."""
@@ -138,7 +165,8 @@ class Envelope:
     graph_fp: str
     """Which snapshot of the agent graph the run uses."""
     context: Any = None
-    """The user's run context (any picklable value); never stored in checkpoints."""
+    """The run context as this process holds it: the caller's object, revived from
+    ``state.context`` where the run arrives (a ``NotDurable`` context's value as it is)."""
     stream: bool = False
     """Stream model output as ``llm_delta`` events."""
     activate: bool = True

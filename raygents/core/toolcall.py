@@ -26,7 +26,11 @@ class ToolContext:
     agent_name: str
     depth: int = 0
     context: Any = None
-    """The user's run context, as passed to ``run(..., context=...)``."""
+    """The run context (see ``run(..., context=...)``): a tool task's writes to it are
+    carried back to the run when its batch ends."""
+    tool_arguments: str = ""
+    """The call's JSON arguments, as tool guardrails see them (a tool gets them parsed, as
+    its parameters, and this is left empty)."""
 
     @property
     def idempotency_key(self) -> str:

@@ -73,6 +73,11 @@ class RunInfo:
     parent: str | None = None
     """The run id of the agent-as-tool parent of a child run; None for a top-level run (or
     a child whose parent is not known)."""
+    group_id: str | None = None
+    """The group id of the ``trace()`` block the run was started in (its parent's, for a
+    child run), if it had one."""
+    trace_id: str | None = None
+    """The trace id of that block (``trace_<32 hex digits>``); None outside one."""
 
 
 class RunSummary(TypedDict):
@@ -127,6 +132,8 @@ def ended_info(state: RunState, status: TableStatus, error: str | None = None) -
         tenant=state.tenant,
         started_at=state.started_at,
         parent=state.parent_run_id,
+        group_id=state.workflow.group_id if state.workflow else None,
+        trace_id=state.workflow.trace_id if state.workflow else None,
     )
 
 

@@ -25,9 +25,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 if TYPE_CHECKING:
-    from raygents.core.envelope import RunState, TraceContext
+    from raygents.core.envelope import RunState, TraceContext, Workflow
 
-__all__ = ["Tracing", "exporters_from_env", "new_provider", "run_ids"]
+__all__ = ["Tracing", "exporters_from_env", "new_provider", "run_ids", "workflow_ids"]
 
 log = logging.getLogger("raygents")
 
@@ -63,6 +63,19 @@ def run_ids(run_id: str) -> tuple[int, int]:
     trace_id = int.from_bytes(digest[:16], "big") or 1
     span_id = int.from_bytes(digest[16:24], "big") or 1
     return trace_id, span_id
+
+
+def workflow_ids(trace_id: str) -> tuple[int, int]:
+    """The trace id and span id of a ``trace()`` block with trace id ``trace_id``
+    (``trace_<32 hex digits>``, whose digits are the OpenTelemetry trace id)."""
+    digits = trace_id.removeprefix("trace_")
+    try:
+        number = int(digits, 16) if len(digits) == 32 else 0
+    except ValueError:
+        number = 0
+    digest = hashlib.sha256(f"raygents-workflow\0{trace_id}".encode()).digest()
+    trace_number = number or int.from_bytes(digest[8:24], "big") or 1
+    return trace_number, int.from_bytes(digest[:8], "big") or 1
 
 
 def new_provider(resource: Resource | None = None) -> TracerProvider:
@@ -121,17 +134,49 @@ class Tracing:
         return cls(provider)
 
     # --- contexts -----------------------------------------------------------------------
-    def new_trace(self, run_id: str) -> TraceContext:
+    def new_trace(self, run_id: str, workflow: Workflow | None = None) -> TraceContext:
         """The trace context of a new top-level run: its root span, which
-        :meth:`run_end` exports, starts now."""
+        :meth:`run_end` exports, starts now (in the trace of ``workflow``, the ``trace()``
+        block it was started in, under that block's span)."""
         from raygents.core.envelope import TraceContext
 
         trace_id, span_id = run_ids(run_id)
+        parent = ""
+        if workflow is not None:
+            trace_id, workflow_span = workflow_ids(workflow.trace_id)
+            parent = f"{workflow_span:016x}"
         sampled = self.provider.sampler.should_sample(None, trace_id, "invoke_workflow")
         flags = "01" if sampled.decision == Decision.RECORD_AND_SAMPLE else "00"
         return TraceContext(
-            traceparent=f"00-{trace_id:032x}-{span_id:016x}-{flags}", started_ns=time.time_ns()
+            traceparent=f"00-{trace_id:032x}-{span_id:016x}-{flags}",
+            started_ns=time.time_ns(),
+            workflow_span=parent,
         )
+
+    def workflow_end(
+        self, workflow: Workflow, started_ns: int, metadata: Mapping[str, Any]
+    ) -> None:
+        """Export the span of a ``trace()`` block, with the ids its runs' roots name."""
+        token = _PRESET_IDS.set(workflow_ids(workflow.trace_id))
+        try:
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "invoke_workflow",
+                "gen_ai.workflow.name": workflow.name,
+                "raygents.trace_id": workflow.trace_id,
+            }
+            if workflow.group_id is not None:
+                attributes["raygents.group_id"] = workflow.group_id
+            for key, value in metadata.items():
+                attributes[f"raygents.metadata.{key}"] = str(value)
+            span = self.tracer.start_span(
+                workflow.name,
+                context=otel_context.Context(),
+                start_time=started_ns,
+                attributes=attributes,
+            )
+        finally:
+            _PRESET_IDS.reset(token)
+        span.end()
 
     def traceparent(self) -> str | None:
         """The current span as a ``traceparent`` header, or None when no span is current."""
@@ -258,12 +303,21 @@ class Tracing:
     def run_end(self, state: RunState, start_agent: str, status: str, error: str | None) -> None:
         """Export a top-level run's root span, with the ids its trace context names."""
         assert state.trace is not None
-        _, trace_hex, span_hex, _ = state.trace.traceparent.split("-")
+        _, trace_hex, span_hex, flags = state.trace.traceparent.split("-")
         token = _PRESET_IDS.set((int(trace_hex, 16), int(span_hex, 16)))
+        parent = otel_context.Context()  # (no parent: the trace's root)
+        if state.trace.workflow_span:  # (under its trace() block's span)
+            block = trace.SpanContext(
+                int(trace_hex, 16),
+                int(state.trace.workflow_span, 16),
+                is_remote=True,
+                trace_flags=trace.TraceFlags(int(flags, 16)),
+            )
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(block))
         try:
             span = self.tracer.start_span(
                 f"invoke_workflow {start_agent}",
-                context=otel_context.Context(),  # (no parent: the trace's root)
+                context=parent,
                 start_time=state.trace.started_ns,
                 attributes={
                     "gen_ai.operation.name": "invoke_workflow",

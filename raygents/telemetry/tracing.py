@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from raygents.core.envelope import RunState, TraceContext
+    from raygents.core.envelope import RunState, TraceContext, Workflow
     from raygents.core.messages import ModelResponse
     from raygents.telemetry.otel import Tracing
 
@@ -53,6 +53,7 @@ __all__ = [
     "tracer",
     "wanted",
     "worker_span",
+    "workflow_end",
 ]
 
 log = logging.getLogger("raygents")
@@ -112,7 +113,7 @@ def trace_of(state: RunState) -> TraceContext | None:
     if state.trace is not None or state.depth > 0:
         return state.trace
     t = tracer()
-    return None if t is None else t.new_trace(state.run_id)
+    return None if t is None else t.new_trace(state.run_id, state.workflow)
 
 
 def agent_span(state: RunState, agent: str, *, resumed: bool) -> AbstractContextManager[Any]:
@@ -236,6 +237,14 @@ def run_end(state: RunState, start_agent: str, status: str, error: str | None) -
     t = tracer()
     if t is not None:
         t.run_end(state, start_agent, status, error)
+
+
+def workflow_end(workflow: Workflow, started_ns: int, metadata: Mapping[str, Any]) -> None:
+    """Export the span of a ``trace()`` block as it ends: the parent of the root spans of
+    the runs started in it."""
+    t = tracer()
+    if t is not None:
+        t.workflow_end(workflow, started_ns, metadata)
 
 
 def flush(timeout_s: float = 5.0) -> None:

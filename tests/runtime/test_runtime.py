@@ -114,7 +114,7 @@ def test_a_context_only_cloudpickle_can_carry_reaches_tool_tasks() -> None:
 
     model = ScriptedModel([calls(("tenant_of", {})), text("done")])
     agent = rg.Agent("tenants", tools=[tenant_of], model=model)
-    result = rg.run(agent, "go", context=Tenant("t2"))
+    result = rg.run(agent, "go", context=rg.NotDurable(Tenant("t2")))  # (not plain data)
     kind, name, _, pid = tool_messages(result)[0].split()
     assert (kind, name) == ("Tenant", "t2") and int(pid) != os.getpid()
 
@@ -400,7 +400,7 @@ def test_a_context_that_cannot_be_loaded_fails_only_its_own_run() -> None:
     rg.run(agent, "warm up")
     handles = [
         rg.start(agent, "a"),
-        rg.start(agent, "bad", context=_LoadsNowhere()),
+        rg.start(agent, "bad", context=rg.NotDurable(_LoadsNowhere())),
         rg.start(agent, "b"),
     ]
     assert handles[0].result(60).final_output == "fine"

@@ -21,9 +21,10 @@ from raygents.agents.hooks import fire
 from raygents.agents.tools import Tool
 from raygents.core import loop
 from raygents.core.context import RunContext
+from raygents.core.contextdata import apply, assign, capture, revive, to_plain
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.messages import ModelRequest, ModelResponse
-from raygents.errors import CANCEL, RaygentsError, RunCancelled
+from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
 from raygents.runtime.actor.modelcall import call_model
 from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
@@ -36,6 +37,7 @@ from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.drive import SuspendToken
 from raygents.runtime.link.liveness import Beater, watch_coordinator
 from raygents.runtime.link.process import tune_collector
+from raygents.runtime.worker.tasks import StepResult
 from raygents.telemetry import logs, metrics, tracing
 
 __all__ = ["AgentActor"]
@@ -250,6 +252,10 @@ class AgentActor:
             await fire(
                 self.agent.hooks, "on_run_end", ctx, self.agent, outcome.output, outcome.error
             )
+            try:  # (its writes reach the result; the run's records are written already)
+                outcome.state = self._capture(outcome.state, envelope)
+            except UserError:
+                log.warning("run %s: on_run_end left a context that is not plain data", ctx.run_id)
         return outcome
 
     async def _outcome(self, envelope: Envelope, token: SuspendToken, emit: Emit) -> Outcome:
@@ -257,6 +263,9 @@ class AgentActor:
         try:
             if token.cause == CANCEL:
                 return await self.stops.cancelled(state)
+            # the run's context as the run left it (where it ran before), for this activation
+            # (envelope: this activation's own copy, shared by every step of it)
+            envelope.context = self._revive(state, envelope.context)
             drive = asyncio.ensure_future(self._drive(envelope, token, emit))
             active = self._active.get(state.run_id)
             if active is not None:
@@ -297,7 +306,7 @@ class AgentActor:
         with tracing.agent_span(first, self.agent.name, resumed=envelope.resumed) as span:
             trace = tracing.begun(first, span)  # (its records name this activation)
             if trace is not first.trace:
-                envelope = dataclasses.replace(envelope, state=first.evolve(trace=trace))
+                envelope.state = first.evolve(trace=trace)
             state, view, action = await self._begin(envelope, token, emit)
             record = False  # the last tool batch's record is still to be written
             while True:
@@ -324,6 +333,7 @@ class AgentActor:
         reply is used only once the record is stored; a suspend's record includes it)."""
         if token.cause == CANCEL:  # (the drive is being cancelled, or is about to be)
             raise asyncio.CancelledError
+        state = self._capture(state, envelope)  # what the last step wrote to the context
         if token.cause is not None and isinstance(action, (loop.CallModel, loop.RunTools)):
             # a safe point: before a model call, or before a batch none of which runs yet
             # (the suspend's record holds the model's reply, and a resume runs the batch)
@@ -345,6 +355,7 @@ class AgentActor:
                 )
                 await save_run_session(self.graph[state.start_agent or self.agent.name], state)
                 await fire(hooks, "on_agent_end", ctx, self.agent, output)
+                state = self._capture(state, envelope)
                 end = {"output": output, "turns": state.turns, "usage": state.usage}
                 self._emit(emit, state, "agent_end", **end)
                 return Outcome("completed", state, output=output), state, action, False
@@ -352,7 +363,7 @@ class AgentActor:
                 raise error
             case loop.HandoffTo(target=target):
                 await fire(hooks, "on_handoff", ctx, self.agent, self.graph[target])
-                state = self.toolbox.handoff(state, target)
+                state = self.toolbox.handoff(self._capture(state, envelope), target)
                 state = state.evolve(trace=tracing.ended(state))
                 state = await self.writer.save(state, "running", emit)
                 tracing.event("raygents.handoff", {"raygents.to_agent": target})
@@ -461,6 +472,7 @@ class AgentActor:
         if not state.journal:
             state = await self.writer.save(state, "running", emit)  # the intent: never ask again
         results, state, halts, journaled = await self.calls.run_batch(state, envelope, gated, emit)
+        state = self._capture(state, envelope)  # (hooks, callbacks, remote=False tools)
         if halts:
             pending = tuple(p for h in halts if h.kind == "interrupted" for p in h.state.pending)
             if pending:
@@ -468,6 +480,7 @@ class AgentActor:
                 return await self.stops.halt(state, "awaiting_approval", emit), state, batch, False
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self.stops.halt(state, "suspended", emit, cause=cause), state, batch, False
+        state = self._apply_writes(state, envelope, results)
         state, action = loop.on_results(state, view, gated, [r.result for r in results])
         # (a handoff writes its own record)
         return None, state, action, isinstance(action, loop.CallModel) and not journaled
@@ -504,6 +517,41 @@ class AgentActor:
             )
 
         return on_trip
+
+    def _capture(self, state: RunState, envelope: Envelope) -> RunState:
+        """``state`` with the run's context as the steps so far left it in this actor."""
+        stored = capture(state.context, envelope.context)
+        return state if stored is state.context else state.evolve(context=stored)
+
+    def _apply_writes(
+        self, state: RunState, envelope: Envelope, results: list[StepResult]
+    ) -> RunState:
+        """Apply the writes of a batch's tool tasks and agent-as-tool children to the run's
+        context, in call order, once the batch ended (over the writes made in this actor
+        meanwhile: where both wrote one field, the call's write stands)."""
+        writes = [w for r in results if r.writes for w in r.writes]
+        if state.context is None or not writes:
+            return state.evolve(context_writes={}) if state.context_writes else state
+        data = apply(to_plain(envelope.context, check=False), writes)
+        stored = state.context.model_copy(update={"data": data})
+        new = self._revive(state.evolve(context=stored), envelope.context)
+        envelope.context = assign(envelope.context, new)
+        return state.evolve(context=stored, context_writes={})
+
+    def _revive(self, state: RunState, given: Any) -> Any:
+        """The run's context object in this actor (see :func:`revive`).
+
+        Raises:
+            UserError: the stored context does not validate as its class here.
+        """
+        try:
+            return revive(state.context, given)
+        except Exception as exc:
+            raise UserError(
+                f"agent {self.agent.name!r} cannot revive the run context of type "
+                f"{state.context.type if state.context else None!r} from its plain form: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
 
     def _run_context(self, state: RunState, context: Any) -> RunContext:
         return RunContext(state.run_id, self.agent.name, context, state.turns, state.usage)

@@ -7,12 +7,13 @@ import inspect
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from raygents.agents.agent import agent_graph
 from raygents.agents.agent_tool import AgentTool
 from raygents.agents.result import RunResult
 from raygents.agents.tools import ToolResult, to_tool_result
+from raygents.core.contextdata import diff
 from raygents.core.envelope import Envelope, RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, ToolCall
@@ -131,6 +132,8 @@ async def run_child(
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
             started_at=time.time(),
+            context=state.context,
+            workflow=state.workflow,
         )
     _, epoch = await directory.claim(child_id, child.agent_name)
     # (its agent spans go under this call's span, a resumed child's too)
@@ -160,16 +163,26 @@ async def run_child(
         if tokens is not None:
             tokens.pop(child_id, None)
     usage = outcome.state.usage
+    writes = _writes(state, outcome.state)
     if outcome.kind == "completed":
         ended(outcome.state)
         if tool.output_extractor is not None:
-            return StepResult(await extract(tool, outcome.state, outcome.output or ""), usage=usage)
-        return StepResult(ToolResult(outcome.output or ""), usage=usage)
+            result = await extract(tool, outcome.state, outcome.output or "")
+            return StepResult(result, usage=usage, writes=writes)
+        return StepResult(ToolResult(outcome.output or ""), usage=usage, writes=writes)
     if outcome.kind == "failed":
         if budget is not None and usage.requests < budget:  # (see child_budget)
             usage = usage.model_copy(update={"requests": budget})
-        return StepResult(tool_error(tool.name, outcome.error or "sub-agent failed"), usage=usage)
+        error = tool_error(tool.name, outcome.error or "sub-agent failed")
+        return StepResult(error, usage=usage, writes=writes)
     return StepResult(ToolResult(f"sub-agent run {outcome.kind}"), halt=outcome)
+
+
+def _writes(state: RunState, child: RunState) -> list[Any] | None:
+    """The child run's writes to the run context (the parent's, as the call sent it)."""
+    if state.context is None or child.context is None:
+        return None
+    return diff(state.context.data, child.context.data) or None
 
 
 async def extract(tool: AgentTool, state: RunState, text: str) -> ToolResult:

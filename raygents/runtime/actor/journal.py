@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from raygents.agents.tools import ToolResult
 from raygents.core.envelope import RunState
@@ -43,6 +44,7 @@ class Journal:
         """The run's state as the newest journal record left it."""
         self.emit = emit
         self.entries = dict(state.journal)
+        self.writes = dict(state.context_writes)
         self.written = set(state.journal)
         self.failed = False
         self.left = calls  # steps of the batch still running
@@ -50,13 +52,20 @@ class Journal:
         self._timer: asyncio.TimerHandle | None = None
 
     def finished(
-        self, took_s: float, call_id: str | None = None, result: ToolResult | None = None
+        self,
+        took_s: float,
+        call_id: str | None = None,
+        result: ToolResult | None = None,
+        writes: list[Any] | None = None,
     ) -> None:
-        """A step of the batch finished (``call_id``, ``result``: a call to journal)."""
+        """A step of the batch finished (``call_id``, ``result``: a call to journal, with its
+        ``writes`` to the run context)."""
         self.left -= 1
         if call_id is None or result is None or call_id in self.entries:
             return
         self.entries[call_id] = result
+        if writes:
+            self.writes[call_id] = writes
         if self._flight is not None or self.left <= 0:
             return  # the record in flight loops for it, or the batch's own record has it
         if took_s >= _JOURNAL_AT_ONCE_S:
@@ -79,7 +88,9 @@ class Journal:
         try:
             while not self.failed and self.left > 0 and self.written != self.entries.keys():
                 ids = set(self.entries)
-                state = self.state.evolve(journal=dict(self.entries))
+                state = self.state.evolve(
+                    journal=dict(self.entries), context_writes=dict(self.writes)
+                )
                 self.state, write = self.writer.write(state, "running")
                 if write is not None:
                     try:

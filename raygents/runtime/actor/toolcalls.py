@@ -10,12 +10,20 @@ from typing import Any
 from raygents.agents.agent import Agent
 from raygents.agents.agent_tool import AgentTool
 from raygents.agents.hooks import fire
-from raygents.agents.tools import Tool, ToolContext, call_needs_approval
+from raygents.agents.toolguardrails import (
+    ToolInputGuardrailData,
+    ToolOutputGuardrailData,
+    run_tool_input_guardrails,
+    run_tool_output_guardrails,
+)
+from raygents.agents.tools import Tool, ToolContext, ToolResult, call_needs_approval
 from raygents.core import loop
 from raygents.core.context import RunContext
+from raygents.core.contextdata import diff, to_plain
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import ToolCall
+from raygents.errors import UserError
 from raygents.runtime.actor.children import run_child
 from raygents.runtime.actor.journal import Journal
 from raygents.runtime.actor.toolbox import Toolbox
@@ -98,7 +106,7 @@ class ToolCalls:
             out = await self.run_step(journal.state, envelope, step, emit)
             took = time.perf_counter() - started
             if isinstance(step, loop.Execute) and out.halt is None:
-                journal.finished(took, step.call.id, out.result)
+                journal.finished(took, step.call.id, out.result, out.writes)
             else:
                 journal.finished(took)
             return out
@@ -128,9 +136,14 @@ class ToolCalls:
             return StepResult(fixed)
         call = step.call
         if call.id in state.journal:
-            return StepResult(state.journal[call.id])
+            return StepResult(state.journal[call.id], writes=state.context_writes.get(call.id))
         tools = self.toolbox.tools()
         t = tools[call.name]
+        if t.tool_input_guardrails:
+            data = ToolInputGuardrailData(self._tool_ctx(state, envelope, call), self.agent)
+            rejected = await run_tool_input_guardrails(t.tool_input_guardrails, data)
+            if rejected is not None:  # (the call does not run, nor its hooks)
+                return StepResult(ToolResult(rejected))
         hook_ctx = self._ctx(state, envelope.context)
         await fire(self.agent.hooks, "on_tool_start", hook_ctx, self.agent, call)
         self._event(
@@ -145,6 +158,13 @@ class ToolCalls:
         kind = "agent" if isinstance(t, AgentTool) else "function"
         with tracing.tool_span(state.run_id, call.name, call.id, kind) as span:
             out = await self._call(state, envelope, call, t, emit)
+            if t.tool_output_guardrails and out.halt is None:
+                data = ToolOutputGuardrailData(
+                    self._tool_ctx(state, envelope, call), self.agent, out.result.content
+                )
+                rejected = await run_tool_output_guardrails(t.tool_output_guardrails, data)
+                if rejected is not None:
+                    out.result = ToolResult(rejected)
             tracing.tool_done(span, out.result.is_error, out.result.content)
         took = time.perf_counter() - started
         metrics.tool_call(self.agent.name, call.name, took, error=out.result.is_error)
@@ -162,22 +182,58 @@ class ToolCalls:
         await fire(self.agent.hooks, "on_tool_end", hook_ctx, self.agent, call, out.result)
         return out
 
+    def _tool_ctx(self, state: RunState, envelope: Envelope, call: ToolCall) -> ToolContext:
+        """What a tool guardrail sees of a call."""
+        return ToolContext(
+            state.run_id,
+            call.id,
+            call.name,
+            self.agent.name,
+            state.depth,
+            envelope.context,
+            tool_arguments=call.arguments,
+        )
+
     async def _call(
         self, state: RunState, envelope: Envelope, call: ToolCall, t: Tool, emit: Emit
     ) -> StepResult:
         """Call one tool: a child run for an agent tool, else its task (or in this actor)."""
+        sent = None  # the context as the call gets it (plain data), for its writes
+        if state.context is not None and (t.remote or isinstance(t, AgentTool)):
+            sent = state.context.model_copy(
+                update={"data": to_plain(envelope.context, check=False)}
+            )
         if isinstance(t, AgentTool):
             tokens = self._children(state.run_id)
             return await run_child(
-                self.directory, state, envelope, call, t, emit, tokens, self.writer.child_ended
+                self.directory,
+                state.evolve(context=sent),
+                envelope,
+                call,
+                t,
+                emit,
+                tokens,
+                self.writer.child_ended,
             )
         ctx = ToolContext(
             state.run_id, call.id, call.name, self.agent.name, state.depth, envelope.context
         )
         running = run_tool(t, ctx, call.arguments, self.task_cache)
         if t.remote or t.timeout_s is None:
-            return await running
+            out = await running
+            return out if sent is None or not out.wrote else _with_writes(t, out, sent.data)
         try:  # in this actor (a remote call's task has its own limit)
             return await asyncio.wait_for(running, t.timeout_s)
         except asyncio.TimeoutError:
             return StepResult(tool_error(t.name, f"timed out after {t.timeout_s} s"))
+
+
+def _with_writes(t: Tool, out: StepResult, sent: Any) -> StepResult:
+    """A tool task's result with its writes to the run context (an error result if what it
+    left there is not plain data)."""
+    try:
+        after = to_plain(out.context, check=False)
+    except UserError as exc:
+        return StepResult(tool_error(t.name, f"it wrote to the run context: {exc}"), data=out.data)
+    out.writes, out.context = diff(sent, after) or None, None
+    return out

@@ -201,8 +201,10 @@ class Coordinator:
         agent_name: str,
         force: bool = False,
         tenant: str | None = None,
+        group: tuple[str | None, str] | None = None,
     ) -> tuple[RunInfo | None, int]:
-        """Dispatch a run for ``owner``: a new epoch fences every earlier dispatch.
+        """Dispatch a run for ``owner``: a new epoch fences every earlier dispatch (``group``:
+        its ``trace()`` block's ``(group_id, trace_id)``).
 
         Returns ``(info, 0)`` without dispatching when another owner runs it or it completed
         (unless ``force``: an agent-as-tool parent that resumes runs a child whose result it
@@ -217,7 +219,7 @@ class Coordinator:
             TooManyRuns: ``tenant`` has ``max_concurrent_runs`` runs in flight.
         """
         await self.records.known(run_id, look=not force)
-        return await self._dispatch(run_id, owner, agent_name, force, tenant)
+        return await self._dispatch(run_id, owner, agent_name, force, tenant, group)
 
     async def claim_many(
         self, claims: list[tuple[str, str, str, bool]]
@@ -295,12 +297,13 @@ class Coordinator:
         agent_name: str,
         force: bool = False,
         tenant: str | None = None,
+        group: tuple[str | None, str] | None = None,
     ) -> tuple[RunInfo | None, int]:
         """:meth:`claim` of a run whose entry is known (the table has what the store says)."""
         info = self.table.get(run_id)
         if not force and info is not None and info.status == "completed":
             return info, 0  # (a completed run is never run again)
-        taken, epoch = self.table.claim(run_id, owner, agent_name, force, tenant)
+        taken, epoch = self.table.claim(run_id, owner, agent_name, force, tenant, group)
         if taken is not None:
             return taken, epoch
         ended = self.table.ended.pop(run_id, None) == epoch - 1 and not force

@@ -155,6 +155,8 @@ class RunTable:
                 tenant=info.tenant or old.tenant,
                 started_at=old.started_at if old.started_at is not None else info.started_at,
                 parent=info.parent or old.parent,
+                group_id=info.group_id or old.group_id,
+                trace_id=info.trace_id or old.trace_id,
                 updated_at=time.time(),
             )
         else:
@@ -212,9 +214,11 @@ class RunTable:
         agent_name: str,
         force: bool = False,
         tenant: str | None = None,
+        group: tuple[str | None, str] | None = None,
     ) -> tuple[RunInfo | None, int]:
         """Dispatch a run for ``owner``: ``(None, epoch)`` with a new epoch, or the entry of
-        another owner running it and 0 (unless ``force``).
+        another owner running it and 0 (unless ``force``). ``group``: the ``(group_id,
+        trace_id)`` of the ``trace()`` block it was started in.
 
         A run (not ``force``: an agent-as-tool child is part of its parent's) takes one of
         its tenant's slots of runs in flight, kept from an earlier claim of the same run.
@@ -245,6 +249,8 @@ class RunTable:
                 seq=info.seq if info else 0,
                 tenant=tenant,
                 started_at=time.time(),  # (an earlier dispatch's time stays: see update)
+                group_id=group[0] if group else None,
+                trace_id=group[1] if group else None,
             )
         )
         return None, epoch

@@ -9,6 +9,8 @@ from typing import Any
 
 from raygents.agents.agent import Agent
 from raygents.agents.result import RunResult
+from raygents.agents.runstate import RunState as Waiting
+from raygents.core.contextdata import assign, revive
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.events import RunEvent
 from raygents.core.schema import parse_output
@@ -43,7 +45,8 @@ async def drive_root(
     try:
         if claim:  # a generated id: nobody else has claimed it, so its first epoch is 1
             envelope = dataclasses.replace(envelope, state=state.evolve(epoch=1))
-            rt.note("claim", state.run_id, rt.owner, state.agent_name)
+            group = (state.workflow.group_id, state.workflow.trace_id) if state.workflow else None
+            rt.note("claim", state.run_id, rt.owner, state.agent_name, False, None, group)
         await rt.ensure_graph(envelope.graph_fp, blob, replicas)
         if timeout_s is not None:
             timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
@@ -103,6 +106,20 @@ class Ending:
     graph: dict[str, Agent]
     output_type: Any = None
     relay: HookRelay | None = None
+    context: Any = None
+    """The run context the caller passed (``NotDurable``'s value): the run's final context
+    is written into it where its type allows (see :func:`final_context`)."""
+
+    def final_context(self, state: RunState) -> Any:
+        """The run's final context: revived from ``state`` and written into the caller's
+        object in place where its type allows (a dict, a list, a dataclass or pydantic model
+        not frozen), so code that reads the object it passed sees the run's writes."""
+        if state.context is None:
+            return self.context
+        try:
+            return assign(self.context, revive(state.context, self.context))
+        except Exception:  # (its class no longer validates it here: the plain data)
+            return revive(state.context.model_copy(update={"type": None}))
 
     def output(self, state: RunState, text: str) -> Any:
         """The final output parsed on the driver (an ``OutputValidationError`` if it does
@@ -133,6 +150,7 @@ def _finish(
                 last_agent=ending.graph[state.agent_name],
                 output_text=text,
                 input_count=state.input_len,
+                context=ending.final_context(state),
             )
             event = RunEvent(type="complete", output=text, usage=state.usage, **base)
         except OutputValidationError as exc:
@@ -150,10 +168,13 @@ def _finish(
         event = RunEvent(type="suspended", error=outcome.cause, **base)
     elif outcome.kind == "interrupted":
         pending = list(state.pending)
+        durable = state.context is not None or ending.context is None
+        waiting = Waiting(state.run_id, tuple(pending), ending.final_context(state), durable)
         error = RunInterrupted(
             f"run interrupted: {len(pending)} tool call(s) require approval",
             run_id=state.run_id,
             pending=pending,
+            state=waiting,
         )
         event = RunEvent(
             type="interrupted", data={"pending": [p.model_dump() for p in pending]}, **base

@@ -13,7 +13,9 @@ from raygents.agents.agent import Agent
 from raygents.agents.checks import is_amount
 from raygents.agents.hooks import RunHooks, check_hooks
 from raygents.agents.result import RunResult, TypedResult
+from raygents.agents.runstate import RunState as Waiting
 from raygents.core.approvals import ApprovalDecision, PendingApproval, normalise
+from raygents.core.contextdata import NotDurable, StoredContext, revive, store
 from raygents.core.envelope import Envelope, RunState, new_run_id
 from raygents.core.messages import Message, to_messages
 from raygents.core.schema import type_name, type_schema
@@ -33,6 +35,7 @@ from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.runtime.driver.rootrun import Ending, drive_root
 from raygents.runtime.driver.snapshot import snapshot
+from raygents.runtime.driver.tracegroup import current_workflow
 from raygents.runtime.link.drive import SuspendToken
 from raygents.sessions import validate_session_id
 
@@ -91,7 +94,7 @@ def _input_messages(input: RunInput) -> tuple[Message, ...]:
 
 def start(
     agent: Agent,
-    input: RunInput,
+    input: RunInput | Waiting,
     *,
     context: Any = None,
     run_id: str | None = None,
@@ -109,8 +112,13 @@ def start(
 
     Args:
         agent: the start agent.
-        input: a string (one user message) or messages / OpenAI-style dicts.
-        context: any picklable value, given to tools and dynamic instructions.
+        input: a string (one user message) or messages / OpenAI-style dicts; or the
+            :class:`~raygents.RunState` of an interrupted run with a decision on each of its
+            pending calls, which resumes that run (with ``agent``'s graph, the state's
+            context, and ``timeout_s`` and ``hooks`` if given; no other option).
+        context: the run context, shared by tools, hooks and callbacks (see
+            :mod:`~raygents.core.contextdata`): plain data, a dataclass or a pydantic model,
+            kept in the run's checkpoints; or a ``NotDurable(value)``.
         run_id: the run's id: one store key segment of 1 to 128 ASCII letters, digits,
             ``.``, ``_`` and ``-`` (see :func:`raygents.ids.validate_id`); a fresh one by
             default.
@@ -128,7 +136,19 @@ def start(
 
     Raises:
         TooManyRuns: the tenant already has ``max_concurrent_runs`` runs in flight.
+        UserError: the context cannot be stored as plain data (and is not ``NotDurable``).
     """
+    if isinstance(input, Waiting):
+        given = {"run_id": run_id, "session_id": session_id, "max_turns": max_turns}
+        given |= {"max_tokens": max_tokens, "tenant": tenant}
+        return _resume_state(
+            agent,
+            input,
+            [k for k, v in given.items() if v is not None],
+            context=context,
+            timeout_s=timeout_s,
+            hooks=hooks,
+        )
     ready = _prepare(
         agent,
         input,
@@ -251,6 +271,7 @@ def _prepare(
     rt = current()
     if session_id is not None:
         rt.send_notes()  # this driver's last run on the session has released it
+    value, stored = _context(context)
     graph, blob, fp = snapshot(agent)
     state = RunState(
         run_id=run_id or new_run_id(),
@@ -264,12 +285,27 @@ def _prepare(
         start_agent=agent.name,
         tenant=tenant,
         started_at=time.time(),
+        context=stored,
+        workflow=current_workflow(),
     )
-    envelope = Envelope(state, fp, context, stream=_stream)
-    relay = HookRelay(hooks, graph, context) if hooks is not None else None
+    envelope = Envelope(state, fp, value, stream=_stream)
+    relay = HookRelay(hooks, graph, value) if hooks is not None else None
     if relay is not None:
         relay.run_started(state.run_id, agent, messages)
-    return _Start(rt, envelope, graph, blob, timeout_s, Ending(graph, _output_type, relay))
+    ending = Ending(graph, _output_type, relay, value)
+    return _Start(rt, envelope, graph, blob, timeout_s, ending)
+
+
+def _context(context: Any) -> tuple[Any, StoredContext | None]:
+    """A run's context as its processes get it, and as its state keeps it (None for none,
+    and for a ``NotDurable`` one).
+
+    Raises:
+        UserError: it cannot be stored as plain data (see :func:`contextdata.store`).
+    """
+    if isinstance(context, NotDurable):
+        return context.value, None
+    return context, store(context)
 
 
 def _launch(
@@ -299,8 +335,11 @@ def _launch(
     if not fresh_id and not claimed:
         if limited or rt.has_notes(run_id):  # (runs that ended here give their slots back
             rt.send_notes()  # first; or a run of this id just ended here)
-        agent_name, tenant = envelope.state.agent_name, envelope.state.tenant
-        claim = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name, tenant))
+        state = envelope.state
+        flow = state.workflow
+        group = (flow.group_id, flow.trace_id) if flow is not None else None
+        client = rt.directory.client
+        claim = rt.ask(client.claim(run_id, rt.owner, state.agent_name, state.tenant, group))
         envelope = _claimed(envelope, *claim)
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
     ending = ending or Ending(graph)
@@ -353,7 +392,7 @@ _RUN_OPTIONS = tuple(
 """The options of :func:`start` that the functions built on it pass through."""
 
 
-def run(agent: Agent, input: RunInput, **options: Any) -> RunResult:
+def run(agent: Agent, input: RunInput | Waiting, **options: Any) -> RunResult:
     """Run an agent to completion and return the result (blocks; for driver scripts).
 
     Takes the same options as :func:`start`.
@@ -362,7 +401,7 @@ def run(agent: Agent, input: RunInput, **options: Any) -> RunResult:
     return start(agent, input, **options).result()
 
 
-def run_streamed(agent: Agent, input: RunInput, **options: Any) -> RunHandle:
+def run_streamed(agent: Agent, input: RunInput | Waiting, **options: Any) -> RunHandle:
     """Like :func:`start`, with every model call streamed; read ``handle.events()``."""
     _check_options("run_streamed", options)
     return start(agent, input, _stream=True, **options)
@@ -418,7 +457,9 @@ def resume(
         agent: any agent whose graph contains the agents named in the checkpoint.
         approvals: for a run awaiting approval, a decision (``ApprovalDecision`` or bool)
             for exactly each pending call id.
-        context: the run context for the rest of the run.
+        context: the run context for the rest of the run, instead of the one its checkpoint
+            keeps (None: that one, as the run left it; a run started with a ``NotDurable``
+            context needs it again).
         timeout_s: a new wall-clock budget.
         hooks: run-level hooks for the rest of the run, as for :func:`start` (their
             ``on_run_start`` gets the agent the run resumes on and its history).
@@ -431,6 +472,8 @@ def resume(
     """
     validate_id(run_id, "run id")
     _check_run_args(agent, timeout_s, None, hooks=hooks)
+    if context is not None:
+        _context(context)  # (refused before the run is claimed)
     rt = current()
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
@@ -467,12 +510,63 @@ def resume(
         approvals={**state.approvals, **{k: v for k, v in decisions.items() if k in mine}},
         pending=(),
     )
-    envelope = Envelope(state, fp, context, activate=False, resumed=True, approvals=decisions)
-    relay = HookRelay(hooks, graph, context) if hooks is not None else None
+    state, value = _resumed_context(state, context)
+    envelope = Envelope(state, fp, value, activate=False, resumed=True, approvals=decisions)
+    relay = HookRelay(hooks, graph, value) if hooks is not None else None
     if relay is not None:
         relay.run_started(run_id, graph[state.agent_name], state.messages)
-    ending = Ending(graph, relay=relay)
+    ending = Ending(graph, relay=relay, context=value)
     return _launch(rt, envelope, graph, blob, timeout_s, claimed=True, ending=ending)
+
+
+def _resumed_context(state: RunState, context: Any) -> tuple[RunState, Any]:
+    """A resumed run's state and context: ``context`` when given (checked before the claim),
+    else the one its checkpoint keeps, as its class where this process has it."""
+    if context is not None:
+        value, stored = _context(context)
+        return state.evolve(context=stored), value
+    return state, (None if state.context is None else revive(state.context))
+
+
+def _resume_state(
+    agent: Agent,
+    waiting: Waiting,
+    others: list[str],
+    *,
+    context: Any,
+    timeout_s: float | None,
+    hooks: RunHooks | Sequence[RunHooks] | None,
+) -> RunHandle:
+    """``start(agent, state)``: the interrupted run of ``state`` resumed with its decisions.
+
+    Raises:
+        UserError: options other than ``context``, ``timeout_s`` and ``hooks`` were given,
+            or a pending call has no decision.
+    """
+    if others:
+        raise UserError(
+            f"a RunState resumes its run: it takes context=, timeout_s= and hooks=, not "
+            f"{', '.join(sorted(others))}"
+        )
+    undecided = waiting.undecided()
+    if undecided:
+        raise UserError(
+            f"run {waiting.run_id!r} still has calls without a decision: {undecided!r}; "
+            "approve or reject each of state.get_interruptions()",
+            run_id=waiting.run_id,
+        )
+    value = context if context is not None else waiting.context
+    if value is not None and not waiting.durable and not isinstance(value, NotDurable):
+        value = NotDurable(value)
+    return resume(
+        waiting.run_id,
+        agent=agent,
+        approvals=dict(waiting.decisions),
+        context=value,
+        timeout_s=timeout_s,
+        hooks=hooks,
+        _pending=waiting.interruptions,
+    )
 
 
 def _check_pending(state: RunState, shown: tuple[PendingApproval, ...]) -> None:

@@ -96,15 +96,21 @@ class CoordinatorClient:
 
     # --- the run table ------------------------------------------------------------------
     async def claim(
-        self, run_id: str, owner: str, agent_name: str, tenant: str | None = None
+        self,
+        run_id: str,
+        owner: str,
+        agent_name: str,
+        tenant: str | None = None,
+        group: tuple[str | None, str] | None = None,
     ) -> tuple[RunInfo | None, int]:
-        """Dispatch a run for ``owner`` (see ``Coordinator.claim``), in a slot of ``tenant``.
+        """Dispatch a run for ``owner`` (see ``Coordinator.claim``), in a slot of ``tenant``
+        (``group``: its ``trace()`` block's ``(group_id, trace_id)``).
 
         Raises:
             TooManyRuns: the tenant has ``max_concurrent_runs`` runs in flight.
         """
         taken, epoch = await self._call(
-            lambda c: c.claim.remote(run_id, owner, agent_name, False, tenant)
+            lambda c: c.claim.remote(run_id, owner, agent_name, False, tenant, group)
         )
         return taken, int(epoch)
 

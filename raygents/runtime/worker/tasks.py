@@ -44,6 +44,12 @@ class StepResult:
     """Where and how long a tool task ran (for events)."""
     halt: Any = None
     """The child run's :class:`~raygents.core.envelope.Outcome` when it suspended or waits."""
+    wrote: bool = False
+    """A tool task wrote to the run context: ``context`` is its copy as the call left it."""
+    context: Any = None
+    writes: list[Any] | None = None
+    """The call's writes to the run context as plain data (see
+    :func:`~raygents.core.contextdata.diff`), applied when its batch ends."""
 
 
 def tool_error(name: str, error: object) -> ToolResult:
@@ -162,7 +168,8 @@ async def run_tool(
         return StepResult(tool_error(tool.name, f"{type(exc).__name__}: {first_line}"))
     report: TaskReport = wire.loads(blob)
     result = ToolResult(report.content, is_error=report.is_error)
-    return StepResult(result, data={"worker_pid": report.pid, "run_s": report.seconds})
+    data = {"worker_pid": report.pid, "run_s": report.seconds}
+    return StepResult(result, data=data, wrote=report.wrote, context=report.context)
 
 
 def submit_tool(task: Any, ctx: ToolContext, payload: Any) -> Any:

@@ -39,6 +39,9 @@ class TaskReport:
     is_error: bool
     seconds: float
     pid: int
+    context: Any = None
+    """The run context as the call left it, when the call wrote to it (``wrote``)."""
+    wrote: bool = False
 
 
 def error_text(name: str, error: object) -> str:
@@ -92,6 +95,7 @@ def _task(name: str, call: Call) -> Callable[..., bytes]:
     def run_tool(blob: bytes) -> bytes:
         started = time.perf_counter()
         ctx, payload, *parent = wire.loads(blob)
+        before = None if ctx.context is None else wire.dumps(ctx.context)
         with tracing.worker_span(parent[0] if parent else None, name, ctx.call_id) as span:
             try:
                 content, is_error = call(ctx, payload)
@@ -99,10 +103,27 @@ def _task(name: str, call: Call) -> Callable[..., bytes]:
                 content, is_error = error_text(name, describe(exc)), True
             tracing.tool_done(span, is_error, content)
         seconds = time.perf_counter() - started
-        return wire.dumps(TaskReport(content, is_error, seconds, os.getpid()))
+        report = TaskReport(content, is_error, seconds, os.getpid())
+        if before is not None and _changed(ctx.context, before):  # the agent actor applies it
+            wrote = TaskReport(content, is_error, seconds, report.pid, ctx.context, True)
+            try:
+                return wire.dumps(wrote)
+            except Exception as exc:
+                text = f"it left the run context unpicklable: {describe(exc)}"
+                report = TaskReport(error_text(name, text), True, seconds, report.pid)
+        return wire.dumps(report)
 
     run_tool.__name__ = run_tool.__qualname__ = f"tool:{name}"
     return run_tool
+
+
+def _changed(context: Any, before: bytes) -> bool:
+    """Whether the call wrote to the run context: its pickle differs from the one taken
+    before the call (one that no longer pickles counts as written)."""
+    try:
+        return wire.dumps(context) != before
+    except Exception:
+        return True
 
 
 async def _awaited(value: Awaitable[Any]) -> Any:
