@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from raygents.agents.tools import ToolResult
+from raygents.core.contextdata import capture
 from raygents.core.envelope import RunState
 from raygents.core.events import RunEvent
+from raygents.errors import UserError
 from raygents.runtime.actor.writer import RecordWriter
 
 __all__ = ["Journal"]
@@ -38,6 +40,7 @@ class Journal:
         state: RunState,
         emit: Callable[[RunEvent], None],
         calls: int,
+        live: Callable[[], Any] | None = None,
     ) -> None:
         self.writer = writer
         self.state = state
@@ -45,6 +48,9 @@ class Journal:
         self.emit = emit
         self.entries = dict(state.journal)
         self.writes = dict(state.context_writes)
+        self.live = live
+        """The run's context object in the actor, whose writes (hooks, callbacks,
+        ``remote=False`` tools) a journal record keeps too."""
         self.written = set(state.journal)
         self.failed = False
         self.left = calls  # steps of the batch still running
@@ -88,8 +94,8 @@ class Journal:
         try:
             while not self.failed and self.left > 0 and self.written != self.entries.keys():
                 ids = set(self.entries)
-                state = self.state.evolve(
-                    journal=dict(self.entries), context_writes=dict(self.writes)
+                state = self._context(
+                    self.state.evolve(journal=dict(self.entries), context_writes=dict(self.writes))
                 )
                 self.state, write = self.writer.write(state, "running")
                 if write is not None:
@@ -106,6 +112,17 @@ class Journal:
                 self.written = ids
         finally:
             self._flight = None
+
+    def _context(self, state: RunState) -> RunState:
+        """``state`` with the context as the actor holds it now (a record of a call that ran
+        in the actor keeps what it wrote: the call is not run again)."""
+        if self.live is None or state.context is None:
+            return state
+        try:
+            stored = capture(state.context, self.live())
+        except UserError:  # (the batch's end refuses it, failing the run)
+            return state
+        return state if stored is state.context else state.evolve(context=stored)
 
     async def settle(self) -> bool:
         """Wait for the records in flight; True if every result is in a written record."""

@@ -99,7 +99,7 @@ class ToolCalls:
         """Run a batch; finished calls go to the journal. Returns halted children too, and
         whether the journal records hold every result (then the batch needs no other record:
         a resume replays the results from the journal)."""
-        journal = Journal(self.writer, state, emit, len(batch.steps))
+        journal = Journal(self.writer, state, emit, len(batch.steps), lambda: envelope.context)
 
         async def one(step: loop.ToolStep) -> StepResult:
             started = time.perf_counter()
