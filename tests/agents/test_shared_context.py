@@ -162,6 +162,9 @@ def test_a_context_that_is_not_plain_data_is_refused_before_the_run() -> None:
     with pytest.raises(rg.UserError, match=r"cannot be stored as plain data.*NotDurable"):
         rg.start(agent, "go", context={"lock": threading.Lock()})
     assert not [r for r in rg.runs() if r.agent_name == "ctx_refused"], "nothing started"
+    too_big = {"blob": "x" * (rg.MAX_PAYLOAD_BYTES["run input"] + 1)}
+    with pytest.raises(rg.PayloadTooLarge, match=r"run input \(the run context\)"):
+        rg.start(agent, "go", context=too_big)
 
 
 @rg.tool(remote=False)

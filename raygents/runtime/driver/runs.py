@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -302,10 +303,15 @@ def _context(context: Any) -> tuple[Any, StoredContext | None]:
 
     Raises:
         UserError: it cannot be stored as plain data (see :func:`contextdata.store`).
+        PayloadTooLarge: it is over the run input's cap (every checkpoint may carry it).
     """
     if isinstance(context, NotDurable):
         return context.value, None
-    return context, store(context)
+    stored = store(context)
+    if stored is not None:
+        text = json.dumps(stored.data, ensure_ascii=False)
+        PayloadTooLarge.check("run input", text, what="the run context")
+    return context, stored
 
 
 def _launch(
