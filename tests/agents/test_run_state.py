@@ -64,8 +64,11 @@ def test_a_rejected_call_gets_the_rejection_message() -> None:
         rg.run(agent, "go", context={"asked": []})
     state = info.value.to_state()
     state.reject(state.get_interruptions()[0], rejection_message="not allowed today")
-    result = rg.start(agent, state).result(timeout_s=60)
+    handle = rg.run_streamed(agent, state)
+    deltas = "".join(e.delta or "" for e in handle.events() if e.type == "llm_delta")
+    result = handle.result(timeout_s=60)
     assert result.final_output == "sunny in Oakland / not allowed today"
+    assert deltas == result.final_output, "run_streamed resumes streaming"
     assert result.context == {"asked": ["Oakland"]}, "the rejected call did not run"
 
 

@@ -149,6 +149,7 @@ def start(
             context=context,
             timeout_s=timeout_s,
             hooks=hooks,
+            stream=_stream,
         )
     ready = _prepare(
         agent,
@@ -453,6 +454,7 @@ def resume(
     timeout_s: float | None = None,
     hooks: RunHooks | Sequence[RunHooks] | None = None,
     _pending: Sequence[PendingApproval] | None = None,
+    _stream: bool = False,
 ) -> RunHandle:
     """Continue a suspended, interrupted or stopped run from its newest checkpoint.
 
@@ -517,7 +519,9 @@ def resume(
         pending=(),
     )
     state, value = _resumed_context(state, context)
-    envelope = Envelope(state, fp, value, activate=False, resumed=True, approvals=decisions)
+    envelope = Envelope(
+        state, fp, value, stream=_stream, activate=False, resumed=True, approvals=decisions
+    )
     relay = HookRelay(hooks, graph, value) if hooks is not None else None
     if relay is not None:
         relay.run_started(run_id, graph[state.agent_name], state.messages)
@@ -542,8 +546,10 @@ def _resume_state(
     context: Any,
     timeout_s: float | None,
     hooks: RunHooks | Sequence[RunHooks] | None,
+    stream: bool,
 ) -> RunHandle:
-    """``start(agent, state)``: the interrupted run of ``state`` resumed with its decisions.
+    """``start(agent, state)``: the interrupted run of ``state`` resumed with its decisions
+    (``stream``: from ``run_streamed``).
 
     Raises:
         UserError: options other than ``context``, ``timeout_s`` and ``hooks`` were given,
@@ -572,6 +578,7 @@ def _resume_state(
         timeout_s=timeout_s,
         hooks=hooks,
         _pending=waiting.interruptions,
+        _stream=stream,
     )
 
 
