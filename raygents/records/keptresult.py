@@ -38,6 +38,8 @@ __all__ = [
 FORMAT = 2
 """The marker format this code writes (1: entry and a small output only); it reads both."""
 _BUDGET = codec.DEFAULT_MAX_BYTES - codec.OVERHEAD - 4096  # payload bytes, with room to spare
+_CONTEXT_KEPT = 64 * 1024
+"""The largest final run context (packed bytes) a marker keeps; a larger one is left out."""
 _MESSAGE_BOUND = 256  # msgpack bytes of a message besides its texts, at most (an estimate)
 
 
@@ -83,7 +85,7 @@ def fitted(done: dict[str, Any]) -> dict[str, Any]:
 def _upper_bound(done: Mapping[str, Any], messages: list[dict[str, Any]]) -> int:
     """More bytes than ``done`` packs into: four per character of its texts, plus a bound
     for each message's other fields."""
-    size = 4096 + 4 * len(str(done.get("output") or ""))
+    size = 4096 + 4 * len(str(done.get("output") or "")) + _CONTEXT_KEPT * ("context" in done)
     for m in messages:
         size += _MESSAGE_BOUND + 4 * len(m.get("content") or "")
         for call in m.get("tool_calls") or ():
@@ -115,6 +117,9 @@ def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> 
     if isinstance(usage, Usage):
         done["usage"] = usage.model_dump(mode="json")
     done["input_count"] = result.get("input_count", 0)
+    context = result.get("context")
+    if context is not None and codec.packed_size(context) <= _CONTEXT_KEPT:
+        done["context"] = context
     done["messages"] = dump_messages(result.get("messages") or ())
     return fitted(done)
 
@@ -190,4 +195,7 @@ def summary(marker: Mapping[str, Any]) -> RunSummary | None:
         "agent_name": agent_name if isinstance(agent_name, str) and agent_name else "?",
         "input_count": count if type(count) is int and 0 <= count <= len(messages) else 0,
     }
+    context = marker.get("context")
+    if isinstance(context, dict):
+        found["context"] = context
     return found

@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, get_args
 
 from raygents.core.messages import Usage
 from raygents.errors import RunCancelled
@@ -90,6 +90,9 @@ class RunSummary(TypedDict):
     agent_name: str
     input_count: NotRequired[int]
     """How many of ``messages`` the run started with."""
+    context: NotRequired[dict[str, Any]]
+    """The run's final context, as its state keeps it (a ``StoredContext`` as JSON), when it
+    has a durable one."""
 
 
 _STATUS_OF: dict[str, RunStatus] = {
@@ -110,7 +113,7 @@ def outcome_status(outcome: Outcome) -> RunStatus:
 def run_summary(outcome: Outcome) -> RunSummary:
     """The summary the run table keeps of a completed run's result."""
     state = outcome.state
-    return {
+    summary: RunSummary = {
         "final_output": outcome.output or "",
         "messages": state.messages,
         "usage": state.usage,
@@ -118,6 +121,9 @@ def run_summary(outcome: Outcome) -> RunSummary:
         "agent_name": state.agent_name,
         "input_count": state.input_len,
     }
+    if state.context is not None:
+        summary["context"] = state.context.model_dump(mode="json")
+    return summary
 
 
 def ended_info(state: RunState, status: TableStatus, error: str | None = None) -> RunInfo:

@@ -225,3 +225,17 @@ def test_an_agent_tool_child_writes_the_parents_context() -> None:
     )
     result = rg.run(parent, "go", context={"notes": ["start"]})
     assert result.context == {"notes": ["start", "from the child"]}
+
+
+def test_attach_gives_the_final_context_too() -> None:
+    from raygents.runtime.driver.client import current
+
+    agent = rg.Agent(
+        "ctx_attach",
+        tools=[count],
+        model=ScriptedModel([calls(("count", {})), text("done")]),
+    )
+    ran = rg.run(agent, "go", context={"count": 41})
+    current().handles.pop(ran.run_id, None)  # (as another driver: from the run table)
+    attached = rg.attach(ran.run_id).result(timeout_s=60)
+    assert attached.context == ran.context == {"count": 42}

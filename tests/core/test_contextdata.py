@@ -158,3 +158,19 @@ def test_capture_keeps_the_same_object_when_nothing_changed() -> None:
     with pytest.raises(rg.UserError, match="plain data"):
         capture(stored, {"a": threading.Lock()})
     assert to_plain(Airline("x"))["passenger"] == "x"
+
+
+def test_a_completed_runs_marker_keeps_a_small_final_context() -> None:
+    from raygents.core.envelope import Outcome, RunState
+    from raygents.records import keptresult
+    from raygents.records.runinfo import outcome_entry
+
+    small = RunState(run_id="r", agent_name="a", context=store(Airline("ann", "F1")))
+    info, result = outcome_entry(Outcome("completed", small, output="done"))
+    kept = keptresult.summary(keptresult.done_marker(info, 1, result))
+    assert kept is not None and kept["context"] == small.context.model_dump(mode="json")
+    assert revive(StoredContext.model_validate(kept["context"])) == Airline("ann", "F1")
+    big = RunState(run_id="r", agent_name="a", context=store({"blob": "x" * 100_000}))
+    info, result = outcome_entry(Outcome("completed", big, output="done"))
+    kept = keptresult.summary(keptresult.done_marker(info, 1, result))
+    assert kept is not None and "context" not in kept, "a large one is left out"

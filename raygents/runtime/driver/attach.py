@@ -11,6 +11,7 @@ from raygents.agents.agent import Agent
 from raygents.agents.result import RunResult
 from raygents.agents.tools import ToolResult
 from raygents.core.approvals import PendingApproval
+from raygents.core.contextdata import StoredContext, revive
 from raygents.core.envelope import RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, ToolCall, Usage
@@ -154,7 +155,20 @@ def _result(run_id: str, summary: RunSummary) -> RunResult:
         turns=summary["turns"],
         last_agent=agent if agent is not None else Agent(summary["agent_name"]),
         input_count=summary.get("input_count", 0),
+        context=_context(summary.get("context")),
     )
+
+
+def _context(kept: Any) -> Any:
+    """A kept run context as its class where this process has it, else its plain data;
+    None when none was kept (or it does not read)."""
+    if kept is None:
+        return None
+    try:
+        return revive(StoredContext.model_validate(kept))
+    except Exception:  # (a class that no longer validates it: the plain data)
+        data = kept.get("data") if isinstance(kept, dict) else None
+        return data
 
 
 def _status(value: str) -> RunStatus:
