@@ -83,6 +83,16 @@ def test_a_context_that_is_not_plain_data_is_refused(value: Any, problem: str) -
     assert "NotDurable" in str(info.value)
 
 
+def test_a_context_nested_too_deeply_is_refused() -> None:
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(100):
+        node["next"] = {}
+        node = node["next"]
+    with pytest.raises(rg.UserError, match="nested more than 64 levels"):
+        store(deep)
+
+
 def test_a_not_durable_context_has_no_stored_form() -> None:
     with pytest.raises(rg.UserError, match="NotDurable"):
         store(rg.NotDurable(threading.Lock()))
