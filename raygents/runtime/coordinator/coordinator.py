@@ -445,7 +445,9 @@ class Coordinator:
         returns the age used and a row for each run (see ``retention.Expired.row``), and
         one for each run kept because it cannot be read (``retention.Unreadable.row``).
         Runs the table holds as running, suspended or awaiting approval are never touched,
-        nor are those whose keys, records or marker cannot be read."""
+        nor are those whose keys, records or marker cannot be read. Batch jobs' ledger shards
+        written by runs of a job that started before the age go too (a
+        ``retention.ExpiredLedger.row`` for each job)."""
         if older_than_s is None:
             older_than_s = self._settings.retention_s or retention.DEFAULT_GC_S
         await self.records.rebuilt(self.records.list_wait_s)
@@ -477,6 +479,15 @@ class Coordinator:
                     row["error"] = str(exc)
                 else:
                     table.drop(expired.run_id)
+            rows.append(row)
+        ledgers = await loop.run_in_executor(None, retention.scan_ledgers, self.store, cutoff)
+        for ledger in ledgers:
+            row = ledger.row()
+            if not dry_run:
+                try:
+                    await loop.run_in_executor(None, retention.remove_ledger, self.store, ledger)
+                except CheckpointError as exc:
+                    row["error"] = str(exc)
             rows.append(row)
         return older_than_s, rows
 
