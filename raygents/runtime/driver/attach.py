@@ -302,6 +302,9 @@ def cancel(run_id: str) -> None:
     info = rt.ask(rt.directory.client.cancel(run_id))
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
+    if handle is not None and info.status == "cancelled":  # (its stop was its end, then)
+        handle._set_status("cancelled")
+        rt.handles.pop(run_id, None)  # (attach follows the run as the coordinator has it)
 
 
 def runs(status: str | None = None) -> list[RunInfo]:
