@@ -351,7 +351,7 @@ def _cancel(args: argparse.Namespace, out: TextIO) -> int:
             out.write(render_detail(doc, last=6) + "\n")
         return 0 if doc["status"] == "cancelled" else 1
     if info.status not in ("pending", "running"):
-        raise CommandFailed(f"run {args.run_id!r} is {info.status}: it has ended already")
+        raise CommandFailed(f"run {args.run_id!r} is {info.status}, not running: it has ended")
     handle = rg.attach(args.run_id)
     rg.cancel(args.run_id)
     return _report_end(handle, args, out, "cancel")

@@ -5,6 +5,9 @@ ended run. The coordinator as a plain class over a ``memory://`` store, then thr
 
 from __future__ import annotations
 
+import argparse
+import io
+import json
 import os
 from typing import Any
 
@@ -155,3 +158,21 @@ def test_cancel_retires_a_run_awaiting_approval() -> None:
     with pytest.raises(rg.RunCancelled):
         rg.attach(run_id).result(timeout_s=30)
     rg.cancel(run_id)  # (ended: nothing changes)
+
+
+@pytest.mark.usefixtures("rt")
+def test_the_command_cancels_a_run_awaiting_approval_and_approve_then_refuses() -> None:
+    from raygents.cli.runs import CommandFailed, _approve, _cancel
+
+    agent = rg.Agent("wirer_cli", tools=[wire], model=FunctionModel(_wire_once))
+    with pytest.raises(rg.RunInterrupted) as interrupted:
+        rg.run(agent, "pay")
+    run_id = interrupted.value.run_id
+    out = io.StringIO()
+    assert _cancel(argparse.Namespace(run_id=run_id, json=True, timeout=60.0), out) == 0
+    assert json.loads(out.getvalue())["status"] == "cancelled"
+    approve = argparse.Namespace(
+        run_id=run_id, agent=agent, all=True, approve=[], deny=[], json=False, timeout=60.0
+    )
+    with pytest.raises(CommandFailed, match="cancelled, not awaiting approval"):
+        _approve(approve, io.StringIO())
