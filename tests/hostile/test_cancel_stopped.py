@@ -9,6 +9,7 @@ import argparse
 import io
 import json
 import os
+import time
 from typing import Any
 
 import pytest
@@ -176,3 +177,18 @@ def test_the_command_cancels_a_run_awaiting_approval_and_approve_then_refuses() 
     )
     with pytest.raises(CommandFailed, match="cancelled, not awaiting approval"):
         _approve(approve, io.StringIO())
+
+
+@pytest.mark.usefixtures("rt")
+def test_the_handle_of_a_run_awaiting_approval_cancels_it_too() -> None:
+    agent = rg.Agent("wirer_handle", tools=[wire], model=FunctionModel(_wire_once))
+    handle = rg.start(agent, "pay")
+    with pytest.raises(rg.RunInterrupted):
+        handle.result(timeout_s=60)
+    handle.cancel()
+    deadline = time.monotonic() + 30
+    while {i.run_id: i.status for i in rg.runs()}[handle.run_id] != "cancelled":
+        assert time.monotonic() < deadline, "the run was not cancelled"
+        time.sleep(0.05)
+    with pytest.raises(rg.UserError, match="was cancelled"):
+        rg.resume(handle.run_id, agent=agent, approvals={"big": True})

@@ -150,7 +150,7 @@ class RunHandle:
         for it, and raises what goes wrong).
         """
         if self.done() and self._status in ("suspended", "awaiting_approval"):
-            done = self._runtime.submit(self._runtime.directory.client.cancel(self.run_id))
+            done = self._runtime.submit(_cancel_stopped(self._runtime, self.run_id))
             done.add_done_callback(_logged_failure(self.run_id))
             return
         self._runtime.call_soon(self._token.request, CANCEL)
@@ -177,6 +177,15 @@ class RunHandle:
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id} {self._status}>"
+
+
+async def _cancel_stopped(runtime: Any, run_id: str) -> None:
+    """Have the coordinator cancel a stopped run, once it has this driver's notes (its stop
+    among them: until then it may take the run for running)."""
+    sending = runtime._send_notes()
+    if sending:
+        await asyncio.wait(sending)
+    await runtime.directory.client.cancel(run_id)
 
 
 def _logged_failure(run_id: str) -> Callable[[concurrent.futures.Future[Any]], None]:
