@@ -475,7 +475,8 @@ def aws_env(
     secret_key: str = FAKE_SECRET_KEY,
     region: str = "us-east-1",
 ) -> Iterator[dict[str, str]]:
-    """Point boto3 at ``endpoint_url`` with fake credentials; restore the environment after.
+    """Point boto3 at ``endpoint_url`` with fake credentials (and let raygents use a store there
+    without the checkpoint key: moto is thrown away); restore the environment after.
 
     Yields:
         The variables set, e.g. to hand to a subprocess or a Ray ``runtime_env``.
@@ -489,6 +490,7 @@ def aws_env(
         "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_CONFIG_FILE": os.devnull,
         "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "RAYGENTS_UNSIGNED_OK": "1",  # (a throwaway moto store runs without the key)
     }
     removed = (
         *("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"),

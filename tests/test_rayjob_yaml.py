@@ -43,5 +43,8 @@ def test_checkpoints_go_to_s3_everywhere(job: dict[str, Any]) -> None:
     groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
     for group in groups:
         for container in group["template"]["spec"]["containers"]:
-            env = {e["name"]: e["value"] for e in container.get("env", ())}
+            env = {e["name"]: e.get("value") or e.get("valueFrom") for e in container["env"]}
             assert env.get("RAYGENTS_STORE", "").startswith("s3://"), container["name"]
+            assert env.get("RAYGENTS_CHECKPOINT_KEY") == {  # (an s3:// store needs the key)
+                "secretKeyRef": {"name": "raygents-key", "key": "key"}
+            }, container["name"]

@@ -20,9 +20,16 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from raygents.agents.agent import Agent
+from raygents.batch.fingerprint import (
+    Fingerprints,
+    changed_run_id,
+    combined,
+    graph_fingerprint,
+    input_fingerprint,
+)
 from raygents.batch.items import (
     BatchItem,
     BatchResult,
@@ -43,7 +50,13 @@ from raygents.batch.output import (
 from raygents.batch.progress import BatchProgress, Display, open_display
 from raygents.batch.runs import GroupedStarts, JobRuns
 from raygents.core.messages import Usage
-from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
+from raygents.errors import (
+    RaygentsError,
+    RunInterrupted,
+    SuspendedError,
+    TooManyRuns,
+    UserError,
+)
 from raygents.ids import validate_id
 from raygents.runtime.driver.runs import check_run_limits
 
@@ -66,6 +79,11 @@ log = logging.getLogger("raygents")
 _LAUNCHERS = 4  # threads that start groups of items, resume or look up runs (round trips)
 _TICK_S = 1.0  # how often the progress display is refreshed without an item ending
 _FLUSH_S = 2.0  # how often the ledger (and output in a store) puts what it has
+_SLOT_WAIT_S = (0.05, 1.0)  # an item's first and longest wait for a slot of its tenant
+
+OnChange = Literal["error", "rerun"]
+"""What a job run again does with an item the ledger holds as completed with another input
+or agent graph: refuse (``error``), or run it again (``rerun``)."""
 
 
 def start_batch(
@@ -82,6 +100,7 @@ def start_batch(
     max_tokens: int | None = None,
     timeout_s: float | None = None,
     tenant: str | None = None,
+    on_change: OnChange = "error",
 ) -> BatchHandle:
     """Run ``agent`` over ``inputs`` in the background and return the job's handle at once.
 
@@ -102,7 +121,20 @@ def start_batch(
         max_turns: caps ``max_turns`` of every agent in each run.
         max_tokens: each run's token budget (see :func:`raygents.start`).
         timeout_s: each run's wall-clock budget, after which it suspends.
-        tenant: whose quota of runs in flight the runs count against.
+        tenant: whose quota of runs in flight the runs count against. With
+            ``max_concurrent_runs`` (``raygents.init``), items wait for a slot of the tenant
+            (never failing with ``TooManyRuns``), and no more than the limit are in flight.
+        on_change: what to do, running a job again, with an item its ledger holds as
+            completed with another run input or agent graph (the ledger keeps their
+            fingerprints, :mod:`raygents.batch.fingerprint`): ``"error"`` stops the job with
+            a ``UserError`` naming the job and the first such index; ``"rerun"`` runs the
+            item again, as run :func:`raygents.batch.fingerprint.changed_run_id`
+            (``<job_id>.<index>-<16 hex digits>``), which cannot collide with its old run:
+            that run and its kept result stay as they were. Only completed items are
+            compared: an item whose run stopped (suspended, awaiting approval) resumes it.
+
+    Raises:
+        UserError: an argument is unusable (checked before anything starts).
     """
     if not isinstance(agent, Agent):
         raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
@@ -113,6 +145,9 @@ def start_batch(
         raise UserError(f"max_failures must be an int of at least 0 or None, got {max_failures!r}")
     if tenant is not None:
         validate_id(tenant, "tenant")
+    if on_change not in ("error", "rerun"):
+        raise UserError(f"on_change must be 'error' or 'rerun', got {on_change!r}")
+    graph_fp = graph_fingerprint(agent)
     check_run_limits(timeout_s, max_turns, max_tokens)
     if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
         raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
@@ -125,9 +160,14 @@ def start_batch(
     sink = None if output is None else open_output(output, job_id)
     from raygents.runtime.driver.client import current
 
-    current()  # (raygents starts here, in the caller's thread: the main one handles SIGTERM)
+    rt = current()  # (raygents starts here, in the caller's thread: the main one handles SIGTERM)
+    limit = rt.directory.cached_settings().max_concurrent_runs
+    if limit is not None:  # (the job's items wait for their tenant's slots: never more of them)
+        concurrency = min(concurrency, limit)
     runs = JobRuns(agent, job_id, context, options)
-    handle = BatchHandle(runs, inputs, concurrency, sink, max_failures)
+    handle = BatchHandle(
+        runs, inputs, concurrency, sink, max_failures, on_change=on_change, graph_fp=graph_fp
+    )
     handle._display = open_display(progress, job_id, _length(inputs))
     handle._thread.start()
     return handle
@@ -158,8 +198,16 @@ class BatchHandle:
         concurrency: int,
         sink: Shards | None,
         max_failures: int | None,
+        *,
+        on_change: OnChange = "error",
+        graph_fp: str = "",
     ) -> None:
         self.job_id = runs.job_id
+        self._on_change = on_change
+        self._graph_fp = graph_fp
+        self._ledger_fps = Fingerprints()  # (of the items the ledger holds as completed)
+        self._ledger_graphs: set[str] = set()
+        self._fps: dict[int, tuple[str, str]] = {}  # (of the items running: for their lines)
         self._runs = runs
         self._inputs = inputs
         self._total = _length(inputs)
@@ -308,14 +356,17 @@ class BatchHandle:
         from raygents.runtime.driver.client import current
         from raygents.stores.open import open_store
 
-        self._ledger = open_ledger(open_store(current().settings.store), self.job_id)
+        rt = current()
+        key = rt.directory.cached_settings().key  # (the coordinator's: it signs the records)
+        self._ledger = open_ledger(open_store(rt.settings.store), self.job_id, key)
         self._read_shards()
         self._runs.read()
 
     def _read_shards(self) -> None:
         """What the output and the ledger hold: lines of an index past the job's inputs (or
         past :data:`MAX_INDEX`, without a length), and ledger lines of another run id, are
-        left out."""
+        left out. The fingerprints of each completed item's input and graph are kept, to
+        compare with the item's as the job reads its inputs."""
         assert self._ledger is not None
         limit = MAX_INDEX if self._total is None else self._total
         if self._sink is not None:
@@ -323,8 +374,14 @@ class BatchHandle:
                 mark(self._written, line["index"])
         for line in self._ledger.completed(limit):
             index = line["index"]
-            if line.get("run_id") != batch_run_id(self.job_id, index):
+            fps = _fingerprints_of(line)
+            if line.get("run_id") != batch_run_id(self.job_id, index) and (
+                fps is None or line.get("run_id") != changed_run_id(self.job_id, index, *fps)
+            ):
                 continue
+            if fps is not None:
+                self._ledger_fps.set(index, combined(*fps))
+                self._ledger_graphs.add(fps[1])
             if self._sink is not None and is_marked(self._written, index):
                 mark(self._logged_bits, index)
             elif isinstance(line.get("output"), str):
@@ -355,15 +412,42 @@ class BatchHandle:
                     ) from exc
                 if item is _END:
                     break
-                if self._logged_before(index):
+                run_id = self._run_id(index, item)
+                if run_id is None:
                     slots.release()
                     continue
-                task = loop.create_task(self._one(loop, pool, index, item))
+                task = loop.create_task(self._one(loop, pool, index, run_id, item))
                 tasks.add(task)
                 task.add_done_callback(_ended_with(tasks, slots))
         finally:
             if tasks:
                 await asyncio.wait(set(tasks))
+
+    def _run_id(self, index: int, raw: Any) -> str | None:
+        """The run id of item ``index``, or None when the ledger says an earlier run of the
+        job completed it with the same input and graph (it then ends at once).
+
+        Raises:
+            UserError: the ledger holds it as completed with another input or agent graph,
+                and ``on_change`` is ``"error"``.
+        """
+        fps = (input_fingerprint(self._runs.input_of(raw)), self._graph_fp)
+        self._fps[index] = fps
+        kept = self._ledger_fps.get(index)
+        if kept is None or kept == combined(*fps):
+            if self._logged_before(index):  # (its end let its fingerprints go)
+                return None
+            return batch_run_id(self.job_id, index)
+        if self._on_change == "error":
+            what = "its input" if fps[1] in self._ledger_graphs else "the agent graph"
+            raise UserError(
+                f"batch {self.job_id!r}: item {index} completed before with another input or "
+                f"agent graph ({what} changed since), and the job's ledger would answer with "
+                "its old output: run the job with on_change='rerun' to run changed items "
+                "again, or give it another job_id"
+            )
+        self._logged.pop(index, None)  # (its old output is not this input's)
+        return changed_run_id(self.job_id, index, *fps)
 
     def _logged_before(self, index: int) -> bool:
         """End item ``index`` at once if the ledger says an earlier run of the job completed
@@ -452,9 +536,9 @@ class BatchHandle:
         loop: asyncio.AbstractEventLoop,
         pool: concurrent.futures.Executor,
         index: int,
+        run_id: str,
         raw: Any,
     ) -> None:
-        run_id = batch_run_id(self.job_id, index)
         with self._lock:
             self._running[run_id] = None
         try:
@@ -474,12 +558,7 @@ class BatchHandle:
     ) -> BatchItem:
         skipped = False
         try:
-            status = self._runs.status(run_id)
-            if status in (None, "failed"):
-                handle, skipped = await self._starts.start(run_id, raw)
-            else:
-                launch = self._runs.launch
-                handle, skipped = await loop.run_in_executor(pool, launch, run_id, raw)
+            handle, skipped = await self._launch(loop, pool, run_id, raw)
             with self._lock:
                 self._running[run_id] = handle
                 stopping = self._stopped is not None
@@ -501,6 +580,35 @@ class BatchHandle:
             skipped=skipped,
         )
 
+    async def _launch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        pool: concurrent.futures.Executor,
+        run_id: str,
+        raw: Any,
+    ) -> tuple[RunHandle, bool]:
+        """Start, resume or follow an item's run, waiting for a slot of its tenant while
+        ``max_concurrent_runs`` refuses it (the wait doubles up to a second).
+
+        Raises:
+            SuspendedError: the job stopped while the item waited for a slot.
+        """
+        status = self._runs.status(run_id)
+        wait, longest = _SLOT_WAIT_S
+        while True:
+            try:
+                if status in (None, "failed"):
+                    return await self._starts.start(run_id, raw)
+                return await loop.run_in_executor(pool, self._runs.launch, run_id, raw)
+            except TooManyRuns:
+                if self._stopped is not None:
+                    raise SuspendedError(
+                        "the job stopped while the item waited for a slot of its tenant",
+                        run_id=run_id,
+                    ) from None
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, longest)
+
     def _end(self, item: BatchItem, logged: bool = False) -> None:
         """Count an item that ended, keep or write it, and stop the job past max_failures
         (or when its output cannot be written: the item then counts as failed).
@@ -508,10 +616,18 @@ class BatchHandle:
         A completed item goes to the ledger at once without an output (the ledger is the
         output); with one, only once its line there is durable (:meth:`_flush`)."""
         saved = item.status == "completed" and not logged and self._ledger is not None
+        fps = self._fps.pop(item.index, None)
+        entry = item.to_json()
+        if fps is not None:  # (what a later run of the job compares its inputs with)
+            entry.update(input_fp=fps[0], graph_fp=fps[1])
         if saved and self._sink is None:
             assert self._ledger is not None
-            self._ledger.write(item.to_json())
-        written = item.skipped and is_marked(self._written, item.index)
+            self._ledger.write(entry)
+        written = (  # (a changed item's old output line is not its output)
+            item.skipped
+            and is_marked(self._written, item.index)
+            and item.run_id == batch_run_id(self.job_id, item.index)
+        )
         unwritable: RaygentsError | None = None
         with self._lock:
             if self._sink is not None and not written:
@@ -525,7 +641,7 @@ class BatchHandle:
                     item = replace(item, status="failed", error=error, skipped=False)
                 else:
                     if saved:
-                        self._unsaved.append(line)
+                        self._unsaved.append(entry)
             elif self._sink is None:
                 self._items.append(item)
             self._counts[item.status] += 1
@@ -572,6 +688,15 @@ def _ended_with(tasks: set[asyncio.Task[None]], slots: asyncio.Semaphore) -> Any
         slots.release()
 
     return ended
+
+
+def _fingerprints_of(line: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A ledger line's fingerprints of its input and graph (lines written before they were
+    kept have none)."""
+    input_fp, graph_fp = line.get("input_fp"), line.get("graph_fp")
+    if isinstance(input_fp, str) and isinstance(graph_fp, str):
+        return input_fp, graph_fp
+    return None
 
 
 def _wrapped(job_id: str, exc: BaseException) -> RaygentsError:

@@ -6,9 +6,11 @@ Each run of a job writes its own shards, ``<job_id>.<writer>.<part:05d>.jsonl`` 
 tells runs of the job apart and sorts in the order they started), each of at most
 ``shard_items`` lines. In a directory each line is appended and flushed as its item ends; in
 a store (S3, or the checkpoint store) a shard is one create-only object, put when it is full
-and at each :meth:`Shards.flush`. A line is one item (:meth:`raygents.batch.job.BatchItem.to_json`).
-An index can have a line from each run of the job that ended it (a failed item that a later
-run completed); a completed item never runs again, so its line is the last of its index.
+and at each :meth:`Shards.flush`. A line is one item (:meth:`raygents.batch.job.BatchItem.to_json`);
+a ledger line also holds the fingerprints of the item's input and agent graph, and, with a
+checkpoint key, a seal (:mod:`raygents.records.ledger`). An index can have a line from each
+run of the job that ended it (a failed item that a later run completed, a changed item run
+again); the newest is the last of its index.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import io
 import json
 import logging
 import os
-import re
 import stat
 import threading
 import time
@@ -27,11 +28,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from raygents.errors import CheckpointCorrupt, UserError
+from raygents.records import ledger
 from raygents.stores.base import Store
 
 __all__ = ["Shards", "is_marked", "mark", "open_ledger", "open_output"]
 
-_SHARD = re.compile(r"(.+)\.([0-9a-f]{16}-\d+)\.(\d{5})\.jsonl")
 _SHARD_BYTES = 1 << 30  # the most of a shard read back
 _LINE_BYTES = 64 << 20  # the longest line read back (a longer one is left out)
 MAX_INDEX = 1 << 27
@@ -41,7 +42,7 @@ is left out (its item runs, and finds its run completed)."""
 log = logging.getLogger("raygents")
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (a FIFO planted as a shard never blocks its open)
 
-LEDGER = "jobs"
+LEDGER = ledger.LEDGER
 """The folder of the checkpoint store that holds batch jobs' ledgers: ``jobs/<job_id>/``."""
 
 
@@ -57,6 +58,8 @@ class Shards:
         store: Store | None = None,
         prefix: str = "",
         shard_items: int = 10_000,
+        sealed: bool = False,
+        key: bytes | None = None,
     ) -> None:
         if type(shard_items) is not int or shard_items < 1:
             raise UserError(f"shard_items must be an int of at least 1, got {shard_items!r}")
@@ -68,6 +71,9 @@ class Shards:
         self._dir = directory
         self._store = store
         self._prefix = prefix
+        self._sealed = sealed
+        """A ledger: its lines carry a seal (with ``key``), checked as they are read back."""
+        self._key = key
         self._lock = threading.Lock()
         self._part = 0
         self._lines = 0
@@ -85,6 +91,8 @@ class Shards:
                 behind, and the next line goes to a new one). In a store, a put that
                 fails keeps its lines for the next :meth:`flush`.
         """
+        if self._sealed and self._key is not None:
+            line = ledger.seal(line, self._key, self.job_id)
         text = json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n"
         with self._lock:
             if self._dir is None:
@@ -173,11 +181,11 @@ class Shards:
             assert self._store is not None
             names = [k[len(self._prefix) :] for k in self._store.list(self._prefix)]
         found = [
-            (m.group(2), m.group(3), n)
+            (m[2], m[3], m[4], n)
             for n in names
-            if (m := _SHARD.fullmatch(n)) and m.group(1) == self.job_id
+            if (m := ledger.SHARD.fullmatch(n)) and m[1] == self.job_id
         ]
-        return [n for _, _, n in sorted(found)]
+        return [n for *_, n in sorted(found)]
 
     def lines(self, name: str, skip: int = 0) -> Iterator[dict[str, Any]]:
         """The items of one shard after its first ``skip``, in the order they were written
@@ -206,12 +214,29 @@ class Shards:
 
     def completed(self, limit: int = MAX_INDEX) -> Iterator[dict[str, Any]]:
         """The lines of completed items that every run of the job wrote, oldest first (those
-        of an index below ``limit``, the job's item count)."""
+        of an index below ``limit``, the job's item count). In a ledger read with a key, a
+        line whose seal is missing or does not hold is left out (logged): its item runs
+        again, and finds its run's signed completion marker if it completed."""
         for name in self.shards():
+            refused = 0
             for line in self.lines(name):
+                if self._sealed:
+                    checked = ledger.unsealed(line, self._key, self.job_id)
+                    if checked is None:
+                        refused += 1
+                        continue
+                    line = checked
                 index = line.get("index")
                 if line.get("status") == "completed" and type(index) is int and 0 <= index < limit:
                     yield line
+            if refused:
+                log.warning(
+                    "batch %r: %d line(s) of ledger shard %s are not sealed with the checkpoint "
+                    "key: left out (their items run again)",
+                    self.job_id,
+                    refused,
+                    name,
+                )
 
 
 def mark(bits: bytearray, index: int) -> None:
@@ -300,7 +325,8 @@ def open_output(url: str | os.PathLike[str], job_id: str, shard_items: int = 10_
     return shards
 
 
-def open_ledger(store: Store, job_id: str) -> Shards:
+def open_ledger(store: Store, job_id: str, key: bytes | None = None) -> Shards:
     """The ledger of job ``job_id``'s completed items in the checkpoint store ``store``,
-    under ``jobs/<job_id>/``."""
-    return Shards(job_id, store=store, prefix=f"{LEDGER}/{job_id}/")
+    under ``jobs/<job_id>/``: with ``key`` (the checkpoint key), each line is sealed as it is
+    written and checked as it is read back (:mod:`raygents.records.ledger`)."""
+    return Shards(job_id, store=store, prefix=ledger.prefix(job_id), sealed=True, key=key)

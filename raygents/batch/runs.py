@@ -123,6 +123,14 @@ class JobRuns:
 
         return start(self._agent, run_input, context=context, run_id=run_id, **self._options)
 
+    def input_of(self, raw: Any) -> Any:
+        """An item's run input (what its fingerprint covers): the item itself where it is
+        not a usable item dict (its start then refuses it)."""
+        try:
+            return self._split(raw)[0]
+        except UserError:
+            return raw
+
     def _split(self, raw: Any) -> tuple[Any, Any]:
         """An item's run input and context."""
         if isinstance(raw, Mapping) and "input" in raw:

@@ -120,7 +120,10 @@ def parser() -> argparse.ArgumentParser:
 
     agent_help = "MODULE:ATTR of an agent whose graph holds the run's agents"
     cancel = sub.add_parser(
-        "cancel", parents=[common, waits], help="stop a running run now (its records stay)"
+        "cancel",
+        parents=[common, waits],
+        help="stop a run that has not ended: running, suspended or awaiting approval (its "
+        "records stay)",
     )
     cancel.add_argument("run_id", type=_run_id, metavar="RUN_ID")
 

@@ -330,7 +330,8 @@ def print_gc(
 ) -> None:
     """What ``raygents gc`` deleted (or would, ``dry_run``): rows of ``retention.Expired``
     (with an ``error`` where a delete failed), as one JSON document or a line and a table;
-    and the runs it kept because they cannot be read (rows of ``retention.Unreadable``)."""
+    the batch jobs whose ledger shards went (rows of ``retention.ExpiredLedger``); and the
+    runs it kept because they cannot be read (rows of ``retention.Unreadable``)."""
     from raygents.records.retention import describe
 
     kept = [
@@ -353,10 +354,17 @@ def print_gc(
             **({"error": row["error"]} if "error" in row else {}),
         }
         for row in rows
-        if "unreadable" not in row
+        if "unreadable" not in row and "job_id" not in row
     ]
+    jobs = [row for row in rows if "job_id" in row]
     if as_json:
-        doc = {"older_than_s": older_than_s, "dry_run": dry_run, "runs": runs, "unreadable": kept}
+        doc = {
+            "older_than_s": older_than_s,
+            "dry_run": dry_run,
+            "runs": runs,
+            "unreadable": kept,
+            "jobs": [{**row, "written_at": _iso(row["written_at"])} for row in jobs],
+        }
         print_json(doc, out)
         return
     failed = sum(1 for run in runs if "error" in run)
@@ -369,6 +377,18 @@ def print_gc(
     if runs:
         columns = GC_COLUMNS if failed else GC_COLUMNS[:-1]
         out.write(render_table(runs, columns) + "\n")
+    if jobs:
+        bad = sum(1 for row in jobs if "error" in row)
+        out.write(
+            f"{verb} the ledger shards of {len(jobs) - bad} batch job(s) written over "
+            f"{describe(older_than_s)} ago"
+            + (f"; those of {bad} could not be deleted" if bad else "")
+            + "\n"
+        )
+        for row in jobs:
+            error = f"  {visible(row['error'])}" if "error" in row else ""
+            written = _iso(row["written_at"]) or "-"
+            out.write(f"  {visible(row['job_id'])}  {written}  {row['keys']} shard(s){error}\n")
     if kept:
         out.write(
             f"kept {len(kept)} run(s) that cannot be read, whatever their age (when they ended "

@@ -338,9 +338,20 @@ def _suspend(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cancel(args: argparse.Namespace, out: TextIO) -> int:
+    """Cancel a run that has not ended: a running one stops at once; a suspended or
+    awaiting-approval one is cancelled where it lies (its pending calls can no longer be
+    approved)."""
     info = _info(args.run_id)
+    if info.status in ("suspended", "awaiting_approval"):
+        rg.cancel(args.run_id)
+        doc = _detail(_info(args.run_id))
+        if args.json:
+            print_json(doc, out)
+        else:
+            out.write(render_detail(doc, last=6) + "\n")
+        return 0 if doc["status"] == "cancelled" else 1
     if info.status not in ("pending", "running"):
-        raise CommandFailed(f"run {args.run_id!r} is {info.status}, not running")
+        raise CommandFailed(f"run {args.run_id!r} is {info.status}, not running: it has ended")
     handle = rg.attach(args.run_id)
     rg.cancel(args.run_id)
     return _report_end(handle, args, out, "cancel")

@@ -147,4 +147,12 @@ class StoreReader:
                 except CheckpointError as exc:
                     row["error"] = str(exc)
             rows.append(row)
+        for ledger in retention.scan_ledgers(self.store, cutoff):
+            row = ledger.row()
+            if not dry_run:
+                try:
+                    retention.remove_ledger(self.store, ledger)
+                except CheckpointError as exc:
+                    row["error"] = str(exc)
+            rows.append(row)
         return rows

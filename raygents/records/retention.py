@@ -15,6 +15,13 @@ minus that. A writer whose clock runs ``D`` behind the remover's makes its runs 
 older: they go at most ``D`` before their time. One that runs ahead makes them look younger,
 and an end in the future is age 0: never past retention (nor does it hold back the expiry of
 the others). Keep the nodes' clocks synchronised (NTP) to keep ``D`` to seconds.
+
+Batch jobs' ledgers (``jobs/<job_id>/``, :mod:`raygents.records.ledger`) hold every completed
+item's output, so they follow the same retention: a ledger shard goes once the run of the job
+that wrote it started longer ago than the age (by the writer's clock, as above; the time is in
+the shard's name). A shard can go before the item runs it lists (the job ran longer than
+that): running the job again then finds those runs completed and their kept results, and
+runs nothing again.
 """
 
 from __future__ import annotations
@@ -28,20 +35,23 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from raygents.errors import UserError
-from raygents.records import checkpoint, rebuild
+from raygents.records import checkpoint, ledger, rebuild
 from raygents.stores.base import Store
 
 __all__ = [
     "DEFAULT_GC_S",
     "ENDED",
     "Expired",
+    "ExpiredLedger",
     "Unreadable",
     "cutoff_of",
     "describe",
     "parse_duration",
     "remove",
+    "remove_ledger",
     "retention_seconds",
     "scan",
+    "scan_ledgers",
 ]
 
 ENDED = ("completed", "failed", "cancelled")
@@ -91,6 +101,21 @@ class Unreadable:
             "unreadable": self.why,
             "keys": len(self.keys),
         }
+
+
+@dataclass(frozen=True)
+class ExpiredLedger:
+    """The shards of a batch job's ledger written by runs of the job that started before the
+    cutoff: removed, or to be removed."""
+
+    job_id: str
+    written_at: float
+    """When the newest of them was started."""
+    keys: list[str]
+
+    def row(self) -> dict[str, Any]:
+        """As ``raygents gc`` prints it (``keys``: how many)."""
+        return {"job_id": self.job_id, "written_at": self.written_at, "keys": len(self.keys)}
 
 
 def retention_seconds(value: Any) -> float | None:
@@ -176,6 +201,34 @@ def remove(store: Store, run_id: str, keys: list[str]) -> None:
     if markers:
         store.delete(markers)
     store.remove_empty_dir(checkpoint.run_prefix(run_id))
+
+
+def scan_ledgers(store: Store, cutoff: float) -> list[ExpiredLedger]:
+    """The batch jobs' ledger shards in ``store`` written by runs of a job that started
+    before ``cutoff``, by job (blocking: one listing). Keys under ``jobs/`` that are not a
+    job's shard (another name, another job's name in a job's folder) are left alone."""
+    found: dict[str, tuple[float, list[str]]] = {}
+    for key in store.list(f"{ledger.LEDGER}/"):
+        parts = key.split("/")
+        if len(parts) != 3:
+            continue
+        match = ledger.SHARD.fullmatch(parts[2])
+        if match is None or match[1] != parts[1]:
+            continue
+        written = ledger.written_at(parts[2])
+        if written is None or written >= cutoff:
+            continue
+        newest, keys = found.get(parts[1], (0.0, []))
+        keys.append(key)
+        found[parts[1]] = (max(newest, written), keys)
+    expired = [ExpiredLedger(job, at, keys) for job, (at, keys) in found.items()]
+    return sorted(expired, key=lambda e: e.written_at)
+
+
+def remove_ledger(store: Store, expired: ExpiredLedger) -> None:
+    """Delete the shards of ``expired`` (and the job's folder, once empty)."""
+    store.delete(expired.keys)
+    store.remove_empty_dir(ledger.prefix(expired.job_id))
 
 
 def cutoff_of(older_than_s: float) -> float:

@@ -9,7 +9,7 @@ from typing import Any
 
 from raygents.core.messages import Message
 from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
-from raygents.records import codec
+from raygents.records import codec, storekey
 from raygents.sessions.base import (
     build_messages,
     check_input_len,
@@ -24,7 +24,7 @@ __all__ = ["StoreSession"]
 
 _FORMAT = "raygents.session"
 _SUFFIX = ".sess"
-_KEY_ENV = "RAYGENTS_CHECKPOINT_KEY"
+_KEY_ENV = storekey.KEY_ENV
 _MAX_WRITE_ATTEMPTS = 64
 _LINEAGE = 64  # ids of the versions a version was built on that it records, newest last
 
@@ -44,7 +44,9 @@ class StoreSession:
             default, resolved on first use or when the session is pickled, so a copy sent to
             Ray workers uses the store the sending process chose. ``memory://`` is per process.
         key: an HMAC key for the frames; ``$RAYGENTS_CHECKPOINT_KEY`` (read where used) by
-            default, else a checksum.
+            default, else a checksum; a shared store (``s3://``, or a marked ``file://``
+            directory: :mod:`raygents.records.storekey`) refuses to work without one, unless
+            ``$RAYGENTS_UNSIGNED_OK=1``.
         keep_versions: how many versions of a conversation to keep (at least 1).
     """
 
@@ -198,10 +200,18 @@ class StoreSession:
         return self._store
 
     def _key(self) -> bytes | None:
+        """The key the frames are signed with: the one given, else the checkpoint key.
+
+        Raises:
+            UserError: there is none and the store is shared (see
+                :mod:`raygents.records.storekey`).
+        """
         if self.key is not None:
             return self.key
         text = os.environ.get(_KEY_ENV)
-        return text.encode() if text else None
+        key = text.encode() if text else None
+        storekey.require_key(self._open().url, key)
+        return key
 
     @staticmethod
     def _versions(store: Store, session_id: str) -> list[str]:

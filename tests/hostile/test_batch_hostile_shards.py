@@ -38,7 +38,8 @@ def read_job(
     import raygents.runtime.driver.client as client
     import raygents.stores.open as opener
 
-    settings = SimpleNamespace(settings=SimpleNamespace(store="memory://"))
+    directory = SimpleNamespace(cached_settings=lambda: SimpleNamespace(key=None))
+    settings = SimpleNamespace(settings=SimpleNamespace(store="memory://"), directory=directory)
     monkeypatch.setattr(client, "current", lambda: settings)
     monkeypatch.setattr(opener, "open_store", lambda url: ledger)
     runs = SimpleNamespace(job_id="j", read=lambda: None)

@@ -9,7 +9,8 @@ with records). A failed run keeps its records while it is in the run table, so i
 resumed, and they are deleted when it is forgotten; a suspended or awaiting-approval run's
 records are never deleted here. With a retention (``init(retention=)``), ended runs' records
 and kept results go once they ended longer ago than that (:mod:`~raygents.records.retention`):
-a few hundred runs per look, a look every minute at most, in the clean-up's thread.
+a few hundred runs per look, a look every minute at most, in the clean-up's thread; batch
+jobs' ledger shards go with them, by the start of the run of the job that wrote them.
 """
 
 from __future__ import annotations
@@ -137,12 +138,21 @@ class Cleaner:
     async def _expire_loop(self, retention_s: float) -> None:
         """Queue ended runs past retention, a bounded batch per look, until stopped."""
         every = min(max(retention_s / 4, 1.0), _EXPIRE_EVERY_S)
+        loop = asyncio.get_running_loop()
         while True:
+            cutoff = time.time() - retention_s
             try:
-                self.expire_due(time.time() - retention_s)
-            except Exception:  # (a bug must not stop the clean-up)
+                self.expire_due(cutoff)
+                await loop.run_in_executor(self._thread, self.expire_ledgers, cutoff)
+            except Exception:  # (a bug, or the store's failure, must not stop the clean-up)
                 log.exception("the expiry of runs past retention failed")
             await asyncio.sleep(every)
+
+    def expire_ledgers(self, cutoff: float) -> None:
+        """Delete batch jobs' ledger shards written by runs of a job that started before
+        ``cutoff`` (in the clean-up's thread): they hold the items' outputs."""
+        for expired in retention.scan_ledgers(self.store, cutoff):
+            retention.remove_ledger(self.store, expired)
 
     def expire_due(self, cutoff: float) -> int:
         """Queue up to ``_EXPIRE_BATCH`` ended runs that ended before ``cutoff`` (from the

@@ -18,8 +18,8 @@ from typing import Any
 import ray
 
 from raygents.core.envelope import Envelope
-from raygents.errors import CheckpointError, TooManyRuns
-from raygents.records import rebuild, retention
+from raygents.errors import CANCEL, CheckpointError, TooManyRuns
+from raygents.records import checkpoint, rebuild, retention
 from raygents.records.runinfo import Note, RecordEntry, RunInfo, RunSummary
 from raygents.runtime.actor.gates import LIMITER_NAME
 from raygents.runtime.coordinator.cleanup import Cleaner
@@ -39,6 +39,10 @@ from raygents.telemetry import logs, tracing
 __all__ = ["Coordinator", "RunInfo"]  # (RunInfo lives in runtime.runinfo)
 
 log = logging.getLogger("raygents")
+
+_STOPPED = ("suspended", "awaiting_approval")
+_CANCELLER = "raygents:cancel"  # (the owner of the dispatch that stores a stopped run's cancel)
+_CANCELLED = "run cancelled"
 
 
 class Coordinator:
@@ -130,6 +134,69 @@ class Coordinator:
         for handles in self.registry.actors.values():
             for handle in handles:
                 handle.suspend.remote(requests)
+
+    async def cancel(self, run_id: str) -> RunInfo | None:
+        """Cancel a run that has not ended; its entry after, or None for a run not known.
+
+        A running run stops at once (as :meth:`suspend` with ``CANCEL``). A suspended or
+        awaiting-approval one, and its stopped agent-as-tool children, get a ``cancelled``
+        record at their next seq, written here under a new dispatch (which fences any copy
+        still about): no driver can resume it or approve its pending calls any more, and its
+        records stay until retention or ``gc`` removes them. An ended run is left as it is.
+
+        Raises:
+            CheckpointError: its records cannot be read (damaged, or signed with another
+                key), or its ``cancelled`` record cannot be stored; it is left as it was.
+        """
+        await self.records.known(run_id, look=True)
+        info = self.table.get(run_id)
+        if info is None or info.status in retention.ENDED:
+            return info
+        if info.status not in _STOPPED:  # (running, or claimed and on its way)
+            await self.suspend([(run_id, CANCEL)])
+            return info
+        for child in self._stopped_children(run_id):
+            await self._cancel_stopped(child)
+        await self._cancel_stopped(info)
+        return self.table.get(run_id)
+
+    def _stopped_children(self, run_id: str) -> list[RunInfo]:
+        """The suspended or awaiting-approval agent-as-tool descendants of a run, deepest
+        first."""
+        found: list[RunInfo] = []
+        parents = [run_id]
+        while parents:
+            parent = parents.pop()
+            for info in list(self.table.runs.values()):
+                if info.parent == parent and info.status in _STOPPED:
+                    found.append(info)
+                    parents.append(info.run_id)
+        return found[::-1]
+
+    async def _cancel_stopped(self, info: RunInfo) -> None:
+        """Store a ``cancelled`` record after a stopped run's newest one and end it."""
+        run_id, key = info.run_id, self._settings.key
+        taken, epoch = self.table.claim(run_id, _CANCELLER, info.agent_name, force=True)
+        assert taken is None  # (force: a stopped run is never someone else's)
+        try:
+            if epoch > 1 and self.direct:
+                await self.records.mark_fence(run_id, epoch)
+            blobs, _ = await self.records.load(run_id, True)
+            if not blobs:
+                raise CheckpointError(f"run {run_id!r} has no records to cancel", run_id=run_id)
+            state, _ = checkpoint.restore(blobs, run_id=run_id, key=key)
+            state, record = checkpoint.make_record(
+                state.evolve(epoch=epoch, pending=()), "cancelled", error=_CANCELLED
+            )
+            data = checkpoint.encode(record, key=key)
+            entry = ("cancelled", state.agent_name, state.turns, _CANCELLED)
+            full = record["kind"] == "full"
+            await self.records.save(run_id, state.seq, data, entry, True, epoch, full)
+        except BaseException:
+            self.table.unclaim(run_id, info)
+            raise
+        ended = replace(info, status="cancelled", last_error=_CANCELLED, seq=state.seq, owner=None)
+        self._finish(ended)
 
     # --- checkpoints --------------------------------------------------------------------
     async def save(
@@ -381,7 +448,9 @@ class Coordinator:
         returns the age used and a row for each run (see ``retention.Expired.row``), and
         one for each run kept because it cannot be read (``retention.Unreadable.row``).
         Runs the table holds as running, suspended or awaiting approval are never touched,
-        nor are those whose keys, records or marker cannot be read."""
+        nor are those whose keys, records or marker cannot be read. Batch jobs' ledger shards
+        written by runs of a job that started before the age go too (a
+        ``retention.ExpiredLedger.row`` for each job)."""
         if older_than_s is None:
             older_than_s = self._settings.retention_s or retention.DEFAULT_GC_S
         await self.records.rebuilt(self.records.list_wait_s)
@@ -413,6 +482,15 @@ class Coordinator:
                     row["error"] = str(exc)
                 else:
                     table.drop(expired.run_id)
+            rows.append(row)
+        ledgers = await loop.run_in_executor(None, retention.scan_ledgers, self.store, cutoff)
+        for ledger in ledgers:
+            row = ledger.row()
+            if not dry_run:
+                try:
+                    await loop.run_in_executor(None, retention.remove_ledger, self.store, ledger)
+                except CheckpointError as exc:
+                    row["error"] = str(exc)
             rows.append(row)
         return older_than_s, rows
 

@@ -17,7 +17,6 @@ from raygents.core.events import RunEvent
 from raygents.core.messages import Message, ToolCall, Usage
 from raygents.core.schema import parse_output
 from raygents.errors import (
-    CANCEL,
     SUSPEND_FOR_CHECKPOINT,
     CheckpointError,
     OutputValidationError,
@@ -293,13 +292,19 @@ async def _pending(rt: Runtime, run_id: str) -> list[PendingApproval]:
 
 
 def cancel(run_id: str) -> None:
-    """Cancel a run wherever it runs, started by this driver or another one (see
-    :meth:`RunHandle.cancel`). A run that is not running (ended, suspended, awaiting
-    approval) is left as it is.
+    """Cancel a run that has not ended, started by this driver or another one.
+
+    A running run stops at once (see :meth:`RunHandle.cancel`). A suspended or
+    awaiting-approval run (and its stopped agent-as-tool children) is cancelled where it
+    lies: a ``cancelled`` record is stored after its newest checkpoint, so that its pending
+    calls can no longer be approved and it can no longer be resumed (:func:`resume` raises
+    a ``UserError`` that says it was cancelled); its status is ``cancelled`` and its records
+    stay, until retention or ``raygents gc`` removes them. A run that ended is left as it is.
 
     Raises:
         UserError: ``run_id`` is not a valid run id.
         RunNotFound: the coordinator knows no such run.
+        CheckpointError: a stopped run's records cannot be read (it is left as it was).
     """
     validate_id(run_id, "run id")
     rt = current()
@@ -308,11 +313,12 @@ def cancel(run_id: str) -> None:
         handle.cancel()
         return
     rt.send_notes()
-    info = rt.ask(rt.directory.client.get_run(run_id))
+    info = rt.ask(rt.directory.client.cancel(run_id))
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
-    if info.status == "running":
-        rt.ask(rt.directory.client.suspend([(run_id, CANCEL)]))
+    if handle is not None and info.status == "cancelled":  # (its stop was its end, then)
+        handle._set_status("cancelled")
+        rt.handles.pop(run_id, None)  # (attach follows the run as the coordinator has it)
 
 
 def runs(status: str | None = None) -> list[RunInfo]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,8 @@ from raygents.records.runinfo import RunStatus
 
 if TYPE_CHECKING:
     from raygents.runtime.link.drive import SuspendToken
+
+log = logging.getLogger("raygents")
 
 __all__ = ["EventLog", "RunHandle"]
 
@@ -142,8 +145,14 @@ class RunHandle:
         cancelled. Its records stay in the store for inspection; it cannot be resumed.
 
         ``result()`` then raises :class:`~raygents.RunCancelled` (unless the run ended
-        first); the run's status is ``cancelled``.
+        first); the run's status is ``cancelled``. A run that stopped (suspended, or awaiting
+        approval) is cancelled where it lies, as :func:`raygents.cancel` does (which waits
+        for it, and raises what goes wrong).
         """
+        if self.done() and self._status in ("suspended", "awaiting_approval"):
+            done = self._runtime.submit(_cancel_stopped(self._runtime, self.run_id))
+            done.add_done_callback(_logged_failure(self.run_id))
+            return
         self._runtime.call_soon(self._token.request, CANCEL)
 
     # --- called by the runtime ----------------------------------------------------------
@@ -168,3 +177,22 @@ class RunHandle:
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id} {self._status}>"
+
+
+async def _cancel_stopped(runtime: Any, run_id: str) -> None:
+    """Have the coordinator cancel a stopped run, once it has this driver's notes (its stop
+    among them: until then it may take the run for running)."""
+    sending = runtime._send_notes()
+    if sending:
+        await asyncio.wait(sending)
+    await runtime.directory.client.cancel(run_id)
+
+
+def _logged_failure(run_id: str) -> Callable[[concurrent.futures.Future[Any]], None]:
+    """A done callback that logs the failure of a cancel nobody waits for."""
+
+    def check(future: concurrent.futures.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("run %s: cannot cancel it: %s", run_id, future.exception())
+
+    return check

@@ -10,14 +10,14 @@ import os
 from typing import Any
 
 from raygents.errors import UserError
-from raygents.records import codec
+from raygents.records import codec, storekey
 from raygents.runtime.link.settings import Settings
 
 __all__ = ["check_recovery", "checkpoint_key", "local_defaults", "settings_mismatch"]
 
 log = logging.getLogger("raygents")
 
-KEY_ENV = "RAYGENTS_CHECKPOINT_KEY"
+KEY_ENV = storekey.KEY_ENV
 REQUIRE_KEY_ENV = "RAYGENTS_REQUIRE_KEY"
 _warned_unkeyed = False
 """Whether this process has warned about a shared store without a key (once is enough)."""
@@ -56,12 +56,15 @@ def checkpoint_key(store_url: str) -> bytes | None:
     """The checkpoint HMAC key from ``$RAYGENTS_CHECKPOINT_KEY``, checked, or None.
 
     Without a key, records carry a checksum only: whoever can write the store can forge a
-    run's state (approve a pending call, rewrite its conversation). A store others can write
-    (``s3://``) without a key gets a loud warning, once per process; with
-    ``$RAYGENTS_REQUIRE_KEY=1`` a missing key is an error whatever the store.
+    run's state (approve a pending call, rewrite its conversation). A shared store
+    (``s3://``, or a ``file://`` directory marked shared: :mod:`raygents.records.storekey`)
+    without a key is refused, unless ``$RAYGENTS_UNSIGNED_OK=1`` (then it gets a loud
+    warning, once per process); with ``$RAYGENTS_REQUIRE_KEY=1`` a missing key is an error
+    whatever the store.
 
     Raises:
-        UserError: the key is shorter than ``codec.MIN_KEY_BYTES``, or missing while required.
+        UserError: the key is shorter than ``codec.MIN_KEY_BYTES``, or missing while required
+            (a shared store, or ``$RAYGENTS_REQUIRE_KEY``).
     """
     global _warned_unkeyed
     text = os.environ.get(KEY_ENV)
@@ -71,7 +74,7 @@ def checkpoint_key(store_url: str) -> bytes | None:
             raise UserError(
                 f"${KEY_ENV} is {len(key)} bytes long; a checkpoint key needs at least "
                 f"{codec.MIN_KEY_BYTES} bytes: set it to a long random value, e.g. the output "
-                "of: python -c 'import secrets; print(secrets.token_hex(32))'"
+                f"of: {storekey.MAKE_KEY}"
             )
         return key
     if os.environ.get(REQUIRE_KEY_ENV, "").strip().lower() in ("1", "true", "yes"):
@@ -80,17 +83,18 @@ def checkpoint_key(store_url: str) -> bytes | None:
             f"{codec.MIN_KEY_BYTES} random bytes, the same on every driver of the store), or "
             f"unset ${REQUIRE_KEY_ENV}"
         )
-    if store_url.startswith("s3://") and not _warned_unkeyed:
+    storekey.require_key(store_url, None)
+    if storekey.shared_because(store_url) is not None and not _warned_unkeyed:
         _warned_unkeyed = True
         log.warning(
-            "the checkpoint store %s has no key: anyone who can write to it can forge run "
-            "state (approve a pending tool call, rewrite a conversation) and raygents will "
-            "resume it. Set $%s to at least %d random bytes (the same on every driver) to "
-            "sign checkpoints; $%s=1 makes a missing key an error",
+            "the shared checkpoint store %s has no key ($%s is set): anyone who can write "
+            "to it can forge run state (approve a pending tool call, rewrite a conversation) "
+            "and raygents will resume it. Set $%s to at least %d random bytes (the same on "
+            "every driver) to sign checkpoints",
             store_url,
+            storekey.UNSIGNED_OK_ENV,
             KEY_ENV,
             codec.MIN_KEY_BYTES,
-            REQUIRE_KEY_ENV,
         )
     return None
 

@@ -166,6 +166,11 @@ class CoordinatorClient:
         are (see ``Coordinator.suspend``)."""
         await self._call(lambda c: c.suspend.remote(requests))
 
+    async def cancel(self, run_id: str) -> RunInfo | None:
+        """Cancel a run that has not ended (see ``Coordinator.cancel``); its entry after."""
+        info: RunInfo | None = await self._call(lambda c: c.cancel.remote(run_id))
+        return info
+
     async def gc(
         self, older_than_s: float | None, dry_run: bool
     ) -> tuple[float, list[dict[str, Any]]]:
