@@ -68,6 +68,8 @@ class AgentActor:
         graph_fp: the fingerprint of the graph snapshot.
         namespace: the raygents namespace (to find the coordinator).
         coordinator: the coordinator's handle (found by name in ``namespace`` if None).
+        definitions: the definition fingerprints of the graph's agents (to register the
+            graph again with a restarted coordinator).
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class AgentActor:
         graph_fp: str,
         namespace: str,
         coordinator: Any = None,
+        definitions: dict[str, str] | None = None,
     ) -> None:
         self.directory = Directory(
             namespace, coordinator, owner=f"agent:{agent_name}@{graph_fp[:8]}:{os.getpid()}"
@@ -87,7 +90,8 @@ class AgentActor:
             blob = graph
             graph = cloudpickle.loads(blob)
             assert isinstance(graph, dict)
-            self.directory.graphs[graph_fp] = (blob, {n: a.replicas for n, a in graph.items()})
+            replicas = {n: a.replicas for n, a in graph.items()}
+            self.directory.graphs[graph_fp] = (blob, replicas, definitions)
         assert isinstance(graph, dict)
         self.graph: dict[str, Agent] = graph
         self.agent = graph[agent_name]

@@ -25,14 +25,17 @@ from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.runtime.link.drive import drive
 
-__all__ = ["Ending", "drive_root"]
+__all__ = ["Ending", "GraphBlob", "drive_root"]
+
+GraphBlob = tuple[bytes, dict[str, str]]
+"""A graph snapshot's pickle and its agents' definition fingerprints, by name."""
 
 
 async def drive_root(
     rt: Runtime,
     handle: RunHandle,
     envelope: Envelope,
-    blob: bytes,
+    blob: GraphBlob,
     replicas: dict[str, int],
     ending: Ending,
     timeout_s: float | None,
@@ -44,7 +47,7 @@ async def drive_root(
         if claim:  # a generated id: nobody else has claimed it, so its first epoch is 1
             envelope = dataclasses.replace(envelope, state=state.evolve(epoch=1))
             rt.note("claim", state.run_id, rt.owner, state.agent_name)
-        await rt.ensure_graph(envelope.graph_fp, blob, replicas)
+        await rt.ensure_graph(envelope.graph_fp, blob[0], replicas, blob[1])
         if timeout_s is not None:
             timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
         handle._set_status("running")

@@ -31,7 +31,7 @@ from raygents.records.runinfo import RunInfo
 from raygents.runtime.driver.client import Runtime, current
 from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.hookrelay import HookRelay
-from raygents.runtime.driver.rootrun import Ending, drive_root
+from raygents.runtime.driver.rootrun import Ending, GraphBlob, drive_root
 from raygents.runtime.driver.snapshot import snapshot
 from raygents.runtime.link.drive import SuspendToken
 from raygents.sessions import validate_session_id
@@ -199,7 +199,7 @@ class _Start:
     rt: Runtime
     envelope: Envelope
     graph: dict[str, Agent]
-    blob: bytes
+    blob: GraphBlob
     timeout_s: float | None
     ending: Ending
 
@@ -251,7 +251,7 @@ def _prepare(
     rt = current()
     if session_id is not None:
         rt.send_notes()  # this driver's last run on the session has released it
-    graph, blob, fp = snapshot(agent)
+    graph, blob, fp, defs = snapshot(agent)
     state = RunState(
         run_id=run_id or new_run_id(),
         agent_name=agent.name,
@@ -269,14 +269,15 @@ def _prepare(
     relay = HookRelay(hooks, graph, context) if hooks is not None else None
     if relay is not None:
         relay.run_started(state.run_id, agent, messages)
-    return _Start(rt, envelope, graph, blob, timeout_s, Ending(graph, _output_type, relay))
+    ending = Ending(graph, _output_type, relay)
+    return _Start(rt, envelope, graph, (blob, defs), timeout_s, ending)
 
 
 def _launch(
     rt: Runtime,
     envelope: Envelope,
     graph: dict[str, Agent],
-    blob: bytes,
+    blob: GraphBlob,
     timeout_s: float | None,
     *,
     fresh_id: bool = False,
@@ -448,7 +449,7 @@ def resume(
         state, last = checkpoint.restore(blobs, run_id=run_id, key=key)
         if last.get("status") == "cancelled":
             raise UserError(f"run {run_id!r} was cancelled; it cannot be resumed", run_id=run_id)
-        graph, blob, fp = snapshot(agent)
+        graph, blob, fp, defs = snapshot(agent)
         if state.agent_name not in graph:
             raise UserError(
                 f"run {run_id!r} was at agent {state.agent_name!r}, which is not in the graph "
@@ -472,7 +473,7 @@ def resume(
     if relay is not None:
         relay.run_started(run_id, graph[state.agent_name], state.messages)
     ending = Ending(graph, relay=relay)
-    return _launch(rt, envelope, graph, blob, timeout_s, claimed=True, ending=ending)
+    return _launch(rt, envelope, graph, (blob, defs), timeout_s, claimed=True, ending=ending)
 
 
 def _check_pending(state: RunState, shown: tuple[PendingApproval, ...]) -> None:
