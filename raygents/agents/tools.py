@@ -155,6 +155,10 @@ class FunctionTool(Tool):
             self._args_model = args_model(f"{name}_args", self._arg_fields)
         return self._args_model
 
+    def argument_types(self) -> list[Any]:
+        """The types of the function's arguments (the tool context's aside)."""
+        return [annotation for annotation, _, _ in self._arg_fields.values()]
+
     def __getstate__(self) -> dict[str, Any]:
         # The arguments' model is a class made at run time: cloudpickle would copy it whole
         # (most of a graph snapshot's bytes and time); the process that loads the tool builds

@@ -43,6 +43,8 @@ from ray import cloudpickle
 from ray.cloudpickle import cloudpickle as _cloudpickle
 
 from raygents.agents.agent import Agent, agent_graph
+from raygents.agents.tools import FunctionTool
+from raygents.core.annotations import resolve_annotations
 from raygents.errors import UserError
 from raygents.runtime.driver.definitions import definitions
 
@@ -93,6 +95,8 @@ def snapshot(agent: Agent) -> Snapshot:
     """
     graph = dict(sorted(agent_graph(agent).items()))
     _agents.update(graph)
+    for each in graph.values():
+        _resolve_types(each)
     try:
         key, kept = _key(graph)
     except Exception:  # (whatever the key cannot pickle, the full snapshot says why)
@@ -114,6 +118,16 @@ def known_agent(name: str) -> Agent | None:
     """The agent named ``name`` in the newest graph this process started a run with (and
     still uses), if any: an attached run's result is typed by its ``output_type``."""
     return _agents.get(name)
+
+
+def _resolve_types(agent: Agent) -> None:
+    """Resolve the string annotations of the types the agent declares, here where they
+    resolve (see :mod:`~raygents.core.annotations`)."""
+    resolve_annotations(agent.output_type)
+    for each in agent.tools:
+        if isinstance(each, FunctionTool):
+            for kind in each.argument_types():
+                resolve_annotations(kind)
 
 
 def _full(agent: Agent, graph: dict[str, Agent]) -> tuple[bytes, str, dict[str, str]]:
