@@ -56,7 +56,8 @@ if TYPE_CHECKING:
         output_guardrail,
     )
     from raygents.agents.handoffs import Handoff, HandoffInputData, handoff
-    from raygents.agents.hooks import RunHooks
+    from raygents.agents.hooks import AgentHooks, RunHooks
+    from raygents.agents.items import RunItem
     from raygents.agents.result import RunResult, TypedResult
     from raygents.agents.tools import Tool, ToolContext, ToolResult, tool
     from raygents.agents.tooluse import StopAtTools
@@ -95,7 +96,8 @@ _HOMES = {
         "output_guardrail",
     ),
     "raygents.agents.handoffs": ("Handoff", "HandoffInputData", "handoff"),
-    "raygents.agents.hooks": ("RunHooks",),
+    "raygents.agents.hooks": ("AgentHooks", "RunHooks"),
+    "raygents.agents.items": ("RunItem",),
     "raygents.integrations.mcp": ("MCPServerStdio", "MCPServerStreamableHTTP"),
     "raygents.core.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "raygents.models.base": ("Model", "ModelSettings"),
@@ -134,6 +136,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "SUSPEND_FOR_CHECKPOINT",
     "Agent",
+    "AgentHooks",
     "Approval",
     "ApprovalDecision",
     "ApprovalDecisionsMismatch",
@@ -178,6 +181,7 @@ __all__ = [
     "RunInfo",
     "RunInterrupted",
     "RunNotFound",
+    "RunItem",
     "RunResult",
     "RunStatus",
     "SQLiteSession",

@@ -19,6 +19,7 @@ from raygents.agents.agent import Agent
 from raygents.agents.guardrails import run_input_guardrails, run_output_guardrails
 from raygents.agents.hooks import fire
 from raygents.agents.tools import Tool
+from raygents.agents.tooluse import final_value
 from raygents.core import loop
 from raygents.core.context import RunContext
 from raygents.core.envelope import Envelope, Outcome, RunState
@@ -340,7 +341,7 @@ class AgentActor:
                 return await self._model_turn(envelope, token, emit, view, state, call, record)
             case loop.RunTools() as batch:
                 return await self._tools_turn(state, view, envelope, batch, emit)
-            case loop.Finish(output=output):
+            case loop.Finish(output=output, tool=tool):
                 await run_output_guardrails(
                     self.agent.output_guardrails,
                     ctx,
@@ -348,10 +349,11 @@ class AgentActor:
                     on_trip=self._on_trip(ctx),
                 )
                 await save_run_session(self.graph[state.start_agent or self.agent.name], state)
-                await fire(hooks, "on_agent_end", ctx, self.agent, output)
-                end = {"output": output, "turns": state.turns, "usage": state.usage}
-                self._emit(emit, state, "agent_end", **end)
-                return Outcome("completed", state, output=output), state, action, False
+                if hooks is not None:
+                    value = final_value(self.agent, output, tool)
+                    await fire(hooks, "on_agent_end", ctx, self.agent, value)
+                self._emit(emit, state, "agent_end", output=output, tool_name=tool)
+                return Outcome("completed", state, output=output, tool=tool), state, action, False
             case loop.Fail(error=error):
                 raise error
             case loop.HandoffTo(target=target):
@@ -382,6 +384,8 @@ class AgentActor:
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
         )
+        if envelope.llm_events:
+            self._emit(emit, state, "llm_start", request=request)
         active = self._active.get(state.run_id)
         reply = asyncio.ensure_future(
             self._call_model(request, state, envelope.stream, emit, active)
@@ -410,6 +414,8 @@ class AgentActor:
         state, action = loop.on_response(state, view, response)
         ctx = self._run_context(state, envelope.context)  # (usage with this call)
         await fire(hooks, "on_llm_end", ctx, self.agent, response)
+        if envelope.llm_events:
+            self._emit(emit, state, "llm_end", response=response)
         return None, state, action, False
 
     async def _begin(
@@ -472,7 +478,9 @@ class AgentActor:
                 return await self.stops.halt(state, "awaiting_approval", emit), state, batch, False
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self.stops.halt(state, "suspended", emit, cause=cause), state, batch, False
-        state, action = loop.on_results(state, view, gated, [r.result for r in results])
+        outputs = [r.result for r in results]
+        view = await self.toolbox.decided(view, state, envelope.context, gated, outputs)
+        state, action = loop.on_results(state, view, gated, outputs)
         # (a handoff writes its own record)
         return None, state, action, isinstance(action, loop.CallModel) and not journaled
 

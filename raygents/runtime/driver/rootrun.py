@@ -9,6 +9,7 @@ from typing import Any
 
 from raygents.agents.agent import Agent
 from raygents.agents.result import RunResult
+from raygents.agents.tooluse import final_value
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.events import RunEvent
 from raygents.core.schema import parse_output
@@ -107,9 +108,12 @@ class Ending:
     output_type: Any = None
     relay: HookRelay | None = None
 
-    def output(self, state: RunState, text: str) -> Any:
+    def output(self, state: RunState, text: str, tool: str | None = None) -> Any:
         """The final output parsed on the driver (an ``OutputValidationError`` if it does
-        not parse); a run typed by ``run_typed`` that resumed here keeps its text."""
+        not parse); a run typed by ``run_typed`` that resumed here keeps its text; a run a
+        tool's result ended (``tool``) gets that tool's return value, typed as it declares."""
+        if tool is not None and self.output_type is None:
+            return final_value(self.graph[state.agent_name], text, tool)
         output_type = self.output_type
         if output_type is None and state.response_format is None:
             output_type = self.graph[state.agent_name].output_type
@@ -129,13 +133,14 @@ def _finish(
         try:
             result = RunResult(
                 run_id=state.run_id,
-                final_output=ending.output(state, text),
+                final_output=ending.output(state, text, outcome.tool),
                 messages=state.messages,
                 usage=state.usage,
                 turns=state.turns,
                 last_agent=ending.graph[state.agent_name],
                 output_text=text,
                 input_count=state.input_len,
+                start_agent=ending.graph.get(state.start_agent),
             )
             event = RunEvent(type="complete", output=text, usage=state.usage, **base)
         except OutputValidationError as exc:

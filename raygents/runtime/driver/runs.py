@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from raygents.agents.agent import Agent
 from raygents.agents.checks import is_amount
-from raygents.agents.hooks import RunHooks, check_hooks
+from raygents.agents.hooks import RunHooks, check_hooks, wants_model_calls
 from raygents.agents.result import RunResult, TypedResult
 from raygents.core.approvals import ApprovalDecision, PendingApproval, normalise
 from raygents.core.envelope import Envelope, RunState, new_run_id
@@ -265,7 +265,7 @@ def _prepare(
         tenant=tenant,
         started_at=time.time(),
     )
-    envelope = Envelope(state, fp, context, stream=_stream)
+    envelope = Envelope(state, fp, context, stream=_stream, llm_events=wants_model_calls(hooks))
     relay = HookRelay(hooks, graph, context) if hooks is not None else None
     if relay is not None:
         relay.run_started(state.run_id, agent, messages)
@@ -304,6 +304,7 @@ def _launch(
         claim = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name, tenant))
         envelope = _claimed(envelope, *claim)
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
+    handle._graph, handle._agent_name = graph, envelope.state.agent_name
     ending = ending or Ending(graph)
     if ending.relay is not None:
         handle._listener = ending.relay.event
@@ -468,7 +469,15 @@ def resume(
         approvals={**state.approvals, **{k: v for k, v in decisions.items() if k in mine}},
         pending=(),
     )
-    envelope = Envelope(state, fp, context, activate=False, resumed=True, approvals=decisions)
+    envelope = Envelope(
+        state,
+        fp,
+        context,
+        llm_events=wants_model_calls(hooks),
+        activate=False,
+        resumed=True,
+        approvals=decisions,
+    )
     relay = HookRelay(hooks, graph, context) if hooks is not None else None
     if relay is not None:
         relay.run_started(run_id, graph[state.agent_name], state.messages)
