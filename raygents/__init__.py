@@ -58,7 +58,8 @@ if TYPE_CHECKING:
         output_guardrail,
     )
     from raygents.agents.handoffs import Handoff, HandoffInputData, handoff
-    from raygents.agents.hooks import RunHooks
+    from raygents.agents.hooks import AgentHooks, RunHooks
+    from raygents.agents.items import RunItem
     from raygents.agents.result import RunResult, TypedResult
     from raygents.agents.runstate import RunState
     from raygents.agents.toolguardrails import (
@@ -110,7 +111,8 @@ _HOMES = {
         "output_guardrail",
     ),
     "raygents.agents.handoffs": ("Handoff", "HandoffInputData", "handoff"),
-    "raygents.agents.hooks": ("RunHooks",),
+    "raygents.agents.hooks": ("AgentHooks", "RunHooks"),
+    "raygents.agents.items": ("RunItem",),
     "raygents.integrations.mcp": ("MCPServerStdio", "MCPServerStreamableHTTP"),
     "raygents.core.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "raygents.models.base": ("Model", "ModelSettings"),
@@ -160,6 +162,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "SUSPEND_FOR_CHECKPOINT",
     "Agent",
+    "AgentHooks",
     "Approval",
     "ApprovalDecision",
     "ApprovalDecisionsMismatch",
@@ -205,6 +208,7 @@ __all__ = [
     "RunInfo",
     "RunInterrupted",
     "RunNotFound",
+    "RunItem",
     "RunResult",
     "RunState",
     "RunStatus",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic
 
 from raygents.agents.agent_tool import AgentTool, OutputExtractor
 from raygents.agents.checks import check_needs_approval, check_options
@@ -26,7 +26,7 @@ from raygents.agents.tooluse import (
     check_stop_at_tools,
     check_tool_use_behavior,
 )
-from raygents.core.context import IsEnabled, NeedsApproval, RunContext
+from raygents.core.context import IsEnabled, NeedsApproval, RunContext, TContext
 from raygents.core.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.core.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
 from raygents.core.schema import output_type_problem
@@ -48,7 +48,7 @@ __all__ = [
 Instructions = str | Callable[[RunContext, "Agent"], Any]
 
 
-class Agent:
+class Agent(Generic[TContext]):
     """An agent: instructions, a model, tools and handoffs. Each agent runs as a Ray actor.
 
     Agents are declarative: building one starts nothing. A run snapshots the graph of agents it
@@ -73,7 +73,8 @@ class Agent:
         tool_use_behavior: ``"run_llm_again"`` (default), ``"stop_on_first_tool"``,
             :class:`StopAtTools` (names of the agent's tools, checked when it is built but
             for its MCP servers'), or a function ``(ctx, results) -> final output or None``
-            (see :data:`ToolsToFinalOutput`; sync, called in the agent actor after each batch).
+            (see :data:`ToolsToFinalOutput`; sync or async, called in the agent actor after each
+            batch).
         reset_tool_choice: drop a configured ``tool_choice`` once a tool ran, so it cannot loop.
         max_turns: model calls allowed while this agent is active.
         max_tool_depth: agent-as-tool nesting allowed when this agent is called as a tool.

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from raygents.core.context import TContext
 
 if TYPE_CHECKING:
     # Recursive data: hooks are given the agent they run for, and an agent holds its hooks.
@@ -13,12 +15,12 @@ if TYPE_CHECKING:
     from raygents.core.context import RunContext
     from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolResult
 
-__all__ = ["RunHooks", "check_hooks", "fire"]
+__all__ = ["AgentHooks", "RunHooks", "check_hooks", "fire", "wants_model_calls"]
 
 log = logging.getLogger("raygents")
 
 
-class RunHooks:
+class RunHooks(Generic[TContext]):
     """Base class for hooks; override the methods you need (sync or async).
 
     Hooks are given two ways. Per agent (``Agent(hooks=...)``), they run inside that agent's
@@ -87,20 +89,106 @@ class RunHooks:
         """The run was restored from checkpoint ``seq``."""
 
 
+class AgentHooks(Generic[TContext]):
+    """The OpenAI Agents SDK's per-agent hooks, with its names and argument order, for
+    ``Agent(hooks=)``; override the methods you need (sync or async). They run in the agent's
+    actor, as :class:`RunHooks` given to an agent do.
+
+    ``on_start`` / ``on_end`` are :class:`RunHooks`' ``on_agent_start`` / ``on_agent_end``;
+    ``on_handoff(ctx, agent, source)`` fires on the hooks of the agent handing off, ``agent``
+    being the one it hands to (the SDK's order: :class:`RunHooks`' ``on_handoff`` takes
+    ``(ctx, source, target)``); ``on_llm_start`` gets the system prompt and the input as
+    Chat Completions dicts.
+    """
+
+    async def on_start(self, ctx: RunContext, agent: Agent) -> None:
+        """``agent`` became active in the run."""
+
+    async def on_end(self, ctx: RunContext, agent: Agent, output: Any) -> None:
+        """``agent`` produced the final output (typed, as the result holds it)."""
+
+    async def on_handoff(self, ctx: RunContext, agent: Agent, source: Agent) -> None:
+        """``source`` (this hooks' agent) hands the run to ``agent``."""
+
+    async def on_tool_start(self, ctx: RunContext, agent: Agent, call: ToolCall) -> None:
+        """A tool call is about to run."""
+
+    async def on_tool_end(
+        self, ctx: RunContext, agent: Agent, call: ToolCall, result: ToolResult
+    ) -> None:
+        """A tool call finished."""
+
+    async def on_llm_start(
+        self, ctx: RunContext, agent: Agent, system_prompt: str | None, input_items: list[Any]
+    ) -> None:
+        """A model call is about to start."""
+
+    async def on_llm_end(self, ctx: RunContext, agent: Agent, response: ModelResponse) -> None:
+        """A model call returned; ``ctx.usage`` includes its usage."""
+
+
+_AGENT_HOOKS = {"on_agent_start": "on_start", "on_agent_end": "on_end"}
+""":class:`RunHooks` names whose :class:`AgentHooks` method has another name."""
+
+
 async def fire(hooks: Any, method: str, ctx: RunContext, *args: Any) -> None:
-    """Call ``hooks.<method>(ctx, *args)`` if there are hooks; log and swallow its errors."""
+    """Call ``hooks.<method>(ctx, *args)`` if there are hooks; log and swallow its errors.
+    An :class:`AgentHooks` gets the call under its own name, with its arguments."""
     if hooks is None:
         return
     for hook in hooks if isinstance(hooks, list | tuple) else (hooks,):
-        fn = getattr(hook, method, None)
+        name, given = method, args
+        if isinstance(hook, AgentHooks):
+            name, given = _AGENT_HOOKS.get(method, method), _agent_args(method, args)
+        fn = getattr(hook, name, None)
         if fn is None:
             continue
+        if name == "on_llm_start" and not isinstance(hook, AgentHooks) and _takes_sdk_input(fn):
+            given = _agent_args(name, args)
         try:
-            result = fn(ctx, *args)
+            result = fn(ctx, *given)
             if inspect.isawaitable(result):
                 await result
         except Exception:
-            log.exception("hook %s.%s failed in run %s", type(hook).__name__, method, ctx.run_id)
+            log.exception("hook %s.%s failed in run %s", type(hook).__name__, name, ctx.run_id)
+
+
+def _agent_args(method: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A hook call's arguments in the SDK's order and shape."""
+    if method == "on_handoff":
+        source, target = args
+        return target, source
+    if method == "on_llm_start":
+        agent, request = args
+        input_items = [m.to_openai() for m in request.messages]
+        return agent, request.system or None, input_items
+    return args
+
+
+def _takes_sdk_input(fn: Any) -> bool:
+    """Whether an ``on_llm_start`` takes the SDK's ``(ctx, agent, system_prompt,
+    input_items)`` rather than ``(ctx, agent, request)``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 4
+
+
+def wants_model_calls(hooks: Any) -> bool:
+    """Whether run-level ``hooks`` have model-call hooks of their own (the run then sends
+    the events that carry them)."""
+    plain = {getattr(base, name) for base in (RunHooks, AgentHooks) for name in _MODEL_CALL_HOOKS}
+    for hook in hooks if isinstance(hooks, list | tuple) else [] if hooks is None else [hooks]:
+        for name in _MODEL_CALL_HOOKS:
+            fn = getattr(hook, name, None)
+            if callable(fn) and getattr(fn, "__func__", fn) not in plain:
+                return True
+    return False
+
+
+_MODEL_CALL_HOOKS = ("on_llm_start", "on_llm_end")
 
 
 _METHODS = tuple(name for name in vars(RunHooks) if name.startswith("on_"))
@@ -117,8 +205,35 @@ def check_hooks(owner: str, hooks: object) -> None:
     from raygents.errors import UserError, excerpt
 
     for hook in hooks if isinstance(hooks, list | tuple) else [] if hooks is None else [hooks]:
+        if isinstance(hook, AgentHooks):
+            continue
         if not any(callable(getattr(hook, method, None)) for method in _METHODS):
             raise UserError(
-                f"{owner}: hooks must be a RunHooks (an object with some of its on_... "
-                f"methods), a list of them, or None, got {excerpt(repr(hook), 80)}"
+                f"{owner}: hooks must be a RunHooks or an AgentHooks (an object with some of "
+                f"their on_... methods), a list of them, or None, got {excerpt(repr(hook), 80)}"
             )
+        problem = _sdk_agent_hooks(hook)
+        if problem:
+            raise UserError(
+                f"{owner}: {type(hook).__name__} {problem}, as the OpenAI Agents SDK's "
+                "AgentHooks do; a RunHooks would not call it so: subclass rg.AgentHooks (the "
+                "SDK's names and argument order), or use RunHooks' on_agent_start, on_agent_end "
+                "and on_handoff(ctx, source, target)"
+            )
+
+
+def _sdk_agent_hooks(hook: object) -> str:
+    """What marks a hooks object that is not an :class:`AgentHooks` as written for the SDK's
+    ``AgentHooks`` (whose calls it would miss, or get with their arguments swapped), if
+    anything."""
+    names = [name for name in ("on_start", "on_end") if callable(getattr(hook, name, None))]
+    if names:
+        return f"has {' and '.join(names)}"
+    handoff = getattr(hook, "on_handoff", None)
+    try:
+        params = list(inspect.signature(handoff).parameters) if callable(handoff) else []
+    except (TypeError, ValueError):
+        params = []
+    if params[1:3] == ["agent", "source"]:
+        return "takes on_handoff(ctx, agent, source)"
+    return ""

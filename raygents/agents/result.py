@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from raygents.agents.items import RunItem, run_items
 from raygents.core.messages import Message, Usage
 from raygents.core.schema import parse_output
 
@@ -34,6 +35,8 @@ class RunResult:
             included); a handoff ``input_filter`` that rewrote the history changes it.
         context: the run context as the run left it (every write of tools, hooks and
             callbacks applied); for a ``NotDurable`` context, the value the caller passed.
+        start_agent: the agent the run started on (None where it is not known here: then
+            every new item is ``last_agent``'s).
     """
 
     run_id: str
@@ -45,6 +48,7 @@ class RunResult:
     output_text: str = ""
     input_count: int = 0
     context: Any = None
+    start_agent: Agent | None = None
 
     @property
     def interruptions(self) -> list[Any]:
@@ -57,9 +61,11 @@ class RunResult:
         return self.messages[-1] if self.messages else Message("assistant", "")
 
     @property
-    def new_items(self) -> tuple[Message, ...]:
-        """The messages the run added to its input: model replies, tool results."""
-        return self.messages[self.input_count :]
+    def new_items(self) -> tuple[RunItem, ...]:
+        """The messages the run added to its input (model replies, tool results), each a
+        :class:`RunItem` with the agent that added it."""
+        start = self.start_agent or self.last_agent
+        return run_items(self.messages[self.input_count :], start, self.last_agent)
 
     def to_input_list(self) -> list[dict[str, Any]]:
         """The conversation as Chat Completions dicts, ready to be the next run's input."""

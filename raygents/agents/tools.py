@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, get_origin, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -170,6 +170,14 @@ class FunctionTool(Tool):
             self._args_model = args_model(f"{name}_args", self._arg_fields)
         return self._args_model
 
+    def return_type(self) -> Any:
+        """The type the function declares it returns (``inspect.Parameter.empty`` if none)."""
+        return signature(self.fn).return_annotation
+
+    def argument_types(self) -> list[Any]:
+        """The types of the function's arguments (the tool context's aside)."""
+        return [annotation for annotation, _, _ in self._arg_fields.values()]
+
     def __getstate__(self) -> dict[str, Any]:
         # The arguments' model is a class made at run time: cloudpickle would copy it whole
         # (most of a graph snapshot's bytes and time); the process that loads the tool builds
@@ -209,7 +217,9 @@ class FunctionTool(Tool):
 
 def _is_context_param(param: inspect.Parameter) -> bool:
     annotation = param.annotation
-    if annotation is ToolContext or annotation == "ToolContext":
+    if annotation is ToolContext or get_origin(annotation) is ToolContext:
+        return True
+    if isinstance(annotation, str) and annotation.partition("[")[0] == "ToolContext":
         return True
     return param.name == "ctx" and annotation is inspect.Parameter.empty
 

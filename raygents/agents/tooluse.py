@@ -8,10 +8,12 @@ from typing import Any, Literal
 
 from raygents.agents.checks import is_function
 from raygents.core.context import RunContext
-from raygents.errors import UserError, excerpt
+from raygents.core.schema import parse_output, parse_tool_output
+from raygents.errors import OutputValidationError, UserError, excerpt
 
 __all__ = [
     "StopAtTools",
+    "final_value",
     "ToolUseBehavior",
     "ToolsToFinalOutput",
     "check_stop_at_tools",
@@ -64,9 +66,10 @@ def _tool_names(given: object) -> tuple[str, ...]:
 
 
 ToolsToFinalOutput = Callable[[RunContext, list[Any]], Any]
-"""A ``tool_use_behavior`` function ``(ctx, results) -> final output or None``: ``results``
-lists ``(ToolCall, ToolResult)`` pairs of the calls of the turn that ran; ``None`` lets the
-model see the results, anything else ends the run with it as the final output."""
+"""A ``tool_use_behavior`` function ``(ctx, results) -> final output or None`` (sync or
+async): ``results`` lists ``(ToolCall, ToolResult)`` pairs of the calls of the turn that ran;
+``None`` lets the model see the results, anything else ends the run with it as the final
+output."""
 ToolUseBehavior = Literal["run_llm_again", "stop_on_first_tool"] | StopAtTools | ToolsToFinalOutput
 
 
@@ -114,3 +117,19 @@ def check_stop_at_tools(
                 f"({excerpt(', '.join(map(repr, tools)) or 'it has none', 200)}); "
                 "name a tool it has"
             )
+
+
+def final_value(agent: Any, text: str, tool: str | None) -> Any:
+    """A final output as a hook or the result holds it: the return value of the tool whose
+    result ended the run (``tool``), typed as the tool declares it; else the text parsed into
+    the agent's ``output_type`` (the text where it does not parse: the run then fails with
+    ``OutputValidationError`` in the driver).
+    """
+    if tool is not None:
+        found = next((t for t in agent.tools if getattr(t, "name", None) == tool), None)
+        returns = getattr(found, "return_type", None)
+        return text if returns is None else parse_tool_output(text, returns())
+    try:
+        return parse_output(text, agent.output_type)
+    except OutputValidationError:
+        return text

@@ -6,12 +6,14 @@ import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from raygents.core.messages import Usage
 from raygents.errors import UserError, excerpt
 
-__all__ = ["IsEnabled", "NeedsApproval", "RunContext", "is_enabled"]
+__all__ = ["IsEnabled", "NeedsApproval", "RunContext", "TContext", "is_enabled"]
 
 NeedsApproval = bool | Callable[..., Any]
 """``needs_approval`` of a tool: always (``True``), never (``False``), or a predicate
@@ -24,9 +26,14 @@ IsEnabled = bool | Callable[..., Any]
 becomes active."""
 
 
+TContext = TypeVar("TContext", default=Any)
+"""The type of the user's run context (``RunContext[MyContext]``, ``Agent[MyContext]``)."""
+
+
 @dataclass(frozen=True)
-class RunContext:
-    """What dynamic instructions and guardrails know about the run."""
+class RunContext(Generic[TContext]):
+    """What dynamic instructions and guardrails know about the run (``RunContext[T]`` for a
+    context of type ``T``)."""
 
     run_id: str
     agent_name: str

@@ -169,6 +169,9 @@ class Envelope:
     ``state.context`` where the run arrives (a ``NotDurable`` context's value as it is)."""
     stream: bool = False
     """Stream model output as ``llm_delta`` events."""
+    llm_events: bool = False
+    """Send ``llm_start`` / ``llm_end`` events (the run's run-level hooks have model-call
+    hooks): they carry the request and the reply, so only runs that need them send them."""
     activate: bool = True
     """The agent becomes active with this envelope (start, handoff, resume)."""
     suspend_cause: str | None = None
@@ -193,3 +196,6 @@ class Outcome:
     cause: str | None = None
     checkpoint_error: str | None = None
     """Why the final checkpoint could not be stored (the state is then carried inline)."""
+    tool: str | None = None
+    """The tool whose result is the output, when the agent's tool use behaviour stopped at
+    a tool (the driver types the output as the tool declares its return value)."""

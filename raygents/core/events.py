@@ -6,13 +6,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from raygents.core.messages import Usage
+from raygents.core.messages import ModelRequest, ModelResponse, Usage
 
 __all__ = ["EventType", "RunEvent", "TERMINAL_EVENTS"]
 
 EventType = Literal[
     "agent_start",
+    "llm_start",
     "llm_delta",
+    "llm_end",
     "tool_start",
     "tool_end",
     "handoff",
@@ -44,6 +46,8 @@ class RunEvent(BaseModel):
     delta: str | None = None
     """``llm_delta``: a piece of the model's text."""
     tool_name: str | None = None
+    """``tool_start`` / ``tool_end``: the tool; ``agent_end``: the tool whose result is the
+    output, when the agent's tool use behaviour stopped at one."""
     call_id: str | None = None
     arguments: str | None = None
     result: str | None = None
@@ -59,6 +63,12 @@ class RunEvent(BaseModel):
     """``error`` / ``suspended`` / ``interrupted``: what happened."""
     turns: int | None = None
     usage: Usage | None = None
+    """The run's model calls and usage so far (its agent-as-tool children's once they ended)."""
+    request: ModelRequest | None = None
+    """``llm_start``: what the model is sent (only for a run whose run-level hooks have
+    ``on_llm_start`` or ``on_llm_end``)."""
+    response: ModelResponse | None = None
+    """``llm_end``: the model's reply (as ``llm_start``)."""
     data: dict[str, Any] | None = None
 
     @property

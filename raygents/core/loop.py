@@ -68,6 +68,7 @@ __all__ = [
     "pending_batch",
     "next_turn",
     "on_response",
+    "executed",
     "on_results",
 ]
 
@@ -175,6 +176,8 @@ class Finish:
     """The run completed with ``output`` (the final message is already in the history)."""
 
     output: str
+    tool: str | None = None
+    """The tool whose result is the output, when the tool use behaviour stopped at a tool."""
 
 
 @dataclass(frozen=True)
@@ -461,30 +464,38 @@ def on_results(
     state = state.evolve(
         messages=(*state.messages, *tool_messages), journal={}, approvals={}, pending=()
     )
-    final = _final_output(state, view, batch, results)
+    final, tool = _final_output(state, view, batch, results)
     if final is not None:
         state = state.evolve(messages=(*state.messages, Message("assistant", final)))
-        return state, Finish(final)
+        return state, Finish(final, tool)
     transfer = next((s for s in batch.steps if isinstance(s, Transfer)), None)
     if transfer is not None:
         return state, HandoffTo(transfer.target, transfer.call)
     return next_turn(state, view)
 
 
-def _final_output(
-    state: RunState, view: AgentView, batch: RunTools, results: Sequence[ToolResult]
-) -> str | None:
-    executed = [
+def executed(batch: RunTools, results: Sequence[ToolResult]) -> list[tuple[ToolCall, ToolResult]]:
+    """The ``(call, result)`` pairs of a batch's calls that ran (not rejected, handed off or
+    skipped), in call order: what a tool use behaviour decides on."""
+    return [
         (s.call, r) for s, r in zip(batch.steps, results, strict=True) if isinstance(s, Execute)
     ]
+
+
+def _final_output(
+    state: RunState, view: AgentView, batch: RunTools, results: Sequence[ToolResult]
+) -> tuple[str | None, str | None]:
+    """The final output the tool use behaviour takes from a batch, if any, and the tool whose
+    result it is (None for a function's)."""
+    ran = executed(batch, results)
     behavior = view.tool_use_behavior
-    if behavior == "run_llm_again" or not executed:
-        return None
+    if behavior == "run_llm_again" or not ran:
+        return None, None
     if behavior == "stop_on_first_tool":
-        return executed[0][1].content
+        return ran[0][1].content, ran[0][0].name
     if callable(behavior):
-        return behavior(state, executed)
-    return next((r.content for call, r in executed if call.name in behavior), None)
+        return behavior(state, ran), None
+    return next(((r.content, c.name) for c, r in ran if c.name in behavior), (None, None))
 
 
 def apply_handoff(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import json
 import re
 import threading
@@ -489,6 +490,18 @@ def _drop(value: Any, node: dict[str, Any], defs: dict[str, Any], hops: int) -> 
 def is_typed(output_type: Any) -> bool:
     """Whether ``output_type`` asks for a parsed final output (not None and not ``str``)."""
     return output_type is not None and output_type is not str
+
+
+def parse_tool_output(text: str, return_type: Any) -> Any:
+    """A tool's result text as the value its function returned, typed as it declares
+    (``return_type``): the text itself for an undeclared, ``str`` or ``Any`` return type, or
+    when the text does not validate as the type (a tool's error, say)."""
+    if return_type in (None, str, Any, inspect.Parameter.empty) or isinstance(return_type, str):
+        return text
+    try:
+        return TypeAdapter(return_type).validate_json(text)
+    except Exception:  # (not that type: the text is what the tool returned)
+        return text
 
 
 def parse_output(text: str, output_type: Any, *, run_id: str | None = None) -> Any:

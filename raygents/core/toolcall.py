@@ -11,14 +11,20 @@ import dataclasses
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 __all__ = ["ToolContext", "clean_text", "result_text", "split_arguments"]
 
 
+_C = TypeVar("_C", default=Any)
+
+
 @dataclass(frozen=True)
-class ToolContext:
-    """What a tool call knows about the run that made it."""
+class ToolContext(Generic[_C]):
+    """What a tool call knows about the run that made it (``ToolContext[T]`` for a context of
+    type ``T``)."""
 
     run_id: str
     call_id: str

@@ -350,7 +350,9 @@ def test_a_tool_use_behavior_function_decides_the_final_output() -> None:
     state, _ = loop.next_turn(loop.activate(state, v), v)
     state, batch = loop.on_response(state, v, calls(("weather", {"city": "Oslo"})))
     assert isinstance(batch, loop.RunTools)
-    _, end = loop.on_results(state, v, batch, [rg.ToolResult("sunny in Oslo")])
+    results = [rg.ToolResult("sunny in Oslo")]
+    decided = asyncio.run(box.decided(v, state, "ctx", batch, results))
+    _, end = loop.on_results(state, decided, batch, results)
     assert isinstance(end, loop.Finish) and json.loads(end.output) == {"answer": "sunny in Oslo"}
     assert seen == [("ctx", [("weather", "sunny in Oslo")])]
     with pytest.raises(rg.UserError, match="tool_use_behavior"):

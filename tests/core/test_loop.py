@@ -219,17 +219,21 @@ def test_handoff_plan_is_sequential() -> None:
 
 
 @pytest.mark.parametrize(
-    ("behavior", "expected"),
-    [("stop_on_first_tool", "r-c1"), (("echo",), "r-c2"), (("nothing",), None)],
+    ("behavior", "expected", "tool"),
+    [
+        ("stop_on_first_tool", "r-c1", "add"),
+        (("echo",), "r-c2", "echo"),
+        (("nothing",), None, None),
+    ],
 )
-def test_tool_use_behaviours(behavior: object, expected: str | None) -> None:
+def test_tool_use_behaviours(behavior: object, expected: str | None, tool: str | None) -> None:
     v = view(tool_use_behavior=behavior)
     batch = calls(call("add", {"a": 1, "b": 1}, id="c1"), call("echo", {}, id="c2"))
     state, action, requests = drive(v, [batch, text("model")], tool=lambda c: f"r-{c.id}")
     if expected is None:
         assert action == loop.Finish("model") and len(requests) == 2
     else:
-        assert action == loop.Finish(expected) and len(requests) == 1
+        assert action == loop.Finish(expected, tool) and len(requests) == 1
         assert state.messages[-1] == Message("assistant", expected)
 
 

@@ -19,6 +19,7 @@ from raygents.agents.agent import Agent
 from raygents.agents.guardrails import run_input_guardrails, run_output_guardrails
 from raygents.agents.hooks import fire
 from raygents.agents.tools import Tool
+from raygents.agents.tooluse import final_value
 from raygents.core import loop
 from raygents.core.context import RunContext
 from raygents.core.contextdata import apply, assign, capture, revive, to_plain
@@ -70,6 +71,8 @@ class AgentActor:
         graph_fp: the fingerprint of the graph snapshot.
         namespace: the raygents namespace (to find the coordinator).
         coordinator: the coordinator's handle (found by name in ``namespace`` if None).
+        definitions: the definition fingerprints of the graph's agents (to register the
+            graph again with a restarted coordinator).
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class AgentActor:
         graph_fp: str,
         namespace: str,
         coordinator: Any = None,
+        definitions: dict[str, str] | None = None,
     ) -> None:
         self.directory = Directory(
             namespace, coordinator, owner=f"agent:{agent_name}@{graph_fp[:8]}:{os.getpid()}"
@@ -89,7 +93,8 @@ class AgentActor:
             blob = graph
             graph = cloudpickle.loads(blob)
             assert isinstance(graph, dict)
-            self.directory.graphs[graph_fp] = (blob, {n: a.replicas for n, a in graph.items()})
+            replicas = {n: a.replicas for n, a in graph.items()}
+            self.directory.graphs[graph_fp] = (blob, replicas, definitions)
         assert isinstance(graph, dict)
         self.graph: dict[str, Agent] = graph
         self.agent = graph[agent_name]
@@ -346,7 +351,7 @@ class AgentActor:
                 return await self._model_turn(envelope, token, emit, view, state, call, record)
             case loop.RunTools() as batch:
                 return await self._tools_turn(state, view, envelope, batch, emit)
-            case loop.Finish(output=output):
+            case loop.Finish(output=output, tool=tool):
                 await run_output_guardrails(
                     self.agent.output_guardrails,
                     ctx,
@@ -354,11 +359,12 @@ class AgentActor:
                     on_trip=self._on_trip(ctx),
                 )
                 await save_run_session(self.graph[state.start_agent or self.agent.name], state)
-                await fire(hooks, "on_agent_end", ctx, self.agent, output)
+                if hooks is not None:
+                    value = final_value(self.agent, output, tool)
+                    await fire(hooks, "on_agent_end", ctx, self.agent, value)
                 state = self._capture(state, envelope)
-                end = {"output": output, "turns": state.turns, "usage": state.usage}
-                self._emit(emit, state, "agent_end", **end)
-                return Outcome("completed", state, output=output), state, action, False
+                self._emit(emit, state, "agent_end", output=output, tool_name=tool)
+                return Outcome("completed", state, output=output, tool=tool), state, action, False
             case loop.Fail(error=error):
                 raise error
             case loop.HandoffTo(target=target):
@@ -389,6 +395,8 @@ class AgentActor:
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
         )
+        if envelope.llm_events:
+            self._emit(emit, state, "llm_start", request=request)
         active = self._active.get(state.run_id)
         reply = asyncio.ensure_future(
             self._call_model(request, state, envelope.stream, emit, active)
@@ -417,6 +425,8 @@ class AgentActor:
         state, action = loop.on_response(state, view, response)
         ctx = self._run_context(state, envelope.context)  # (usage with this call)
         await fire(hooks, "on_llm_end", ctx, self.agent, response)
+        if envelope.llm_events:
+            self._emit(emit, state, "llm_end", response=response)
         return None, state, action, False
 
     async def _begin(
@@ -481,7 +491,9 @@ class AgentActor:
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self.stops.halt(state, "suspended", emit, cause=cause), state, batch, False
         state = self._apply_writes(state, envelope, results)
-        state, action = loop.on_results(state, view, gated, [r.result for r in results])
+        outputs = [r.result for r in results]
+        view = await self.toolbox.decided(view, state, envelope.context, gated, outputs)
+        state, action = loop.on_results(state, view, gated, outputs)
         # (a handoff writes its own record)
         return None, state, action, isinstance(action, loop.CallModel) and not journaled
 

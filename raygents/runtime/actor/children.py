@@ -13,6 +13,7 @@ from raygents.agents.agent import agent_graph
 from raygents.agents.agent_tool import AgentTool
 from raygents.agents.result import RunResult
 from raygents.agents.tools import ToolResult, to_tool_result
+from raygents.agents.tooluse import final_value
 from raygents.core.contextdata import diff
 from raygents.core.envelope import Envelope, RunState
 from raygents.core.events import RunEvent
@@ -146,6 +147,7 @@ async def run_child(
         envelope.graph_fp,
         envelope.context,
         envelope.stream,
+        envelope.llm_events,
         activate=fresh,
         resumed=not fresh,
         approvals=envelope.approvals,
@@ -167,8 +169,8 @@ async def run_child(
     if outcome.kind == "completed":
         ended(outcome.state)
         if tool.output_extractor is not None:
-            result = await extract(tool, outcome.state, outcome.output or "")
-            return StepResult(result, usage=usage, writes=writes)
+            made = await extract(tool, outcome.state, outcome.output or "", outcome.tool)
+            return StepResult(made, usage=usage, writes=writes)
         return StepResult(ToolResult(outcome.output or ""), usage=usage, writes=writes)
     if outcome.kind == "failed":
         if budget is not None and usage.requests < budget:  # (see child_budget)
@@ -185,22 +187,30 @@ def _writes(state: RunState, child: RunState) -> list[Any] | None:
     return diff(state.context.data, child.context.data) or None
 
 
-async def extract(tool: AgentTool, state: RunState, text: str) -> ToolResult:
+async def extract(
+    tool: AgentTool, state: RunState, text: str, ended_by: str | None = None
+) -> ToolResult:
     """The tool result that the tool's ``custom_output_extractor`` makes of the child's result
-    (an error result naming the tool if it raises)."""
+    (an error result naming the tool if it raises); ``ended_by``: the tool whose result ended
+    the child run, if one did."""
     assert tool.output_extractor is not None
     graph = agent_graph(tool.agent)
     last = graph.get(state.agent_name, tool.agent)
     try:
         result = RunResult(
             run_id=state.run_id,
-            final_output=parse_output(text, last.output_type, run_id=state.run_id),
+            final_output=(
+                parse_output(text, last.output_type, run_id=state.run_id)
+                if ended_by is None
+                else final_value(last, text, ended_by)
+            ),
             messages=state.messages,
             usage=state.usage,
             turns=state.turns,
             last_agent=last,
             output_text=text,
             input_count=state.input_len,
+            start_agent=tool.agent,
         )
         value = tool.output_extractor(result)
         if inspect.isawaitable(value):

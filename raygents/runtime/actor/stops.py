@@ -28,7 +28,11 @@ Emit = Callable[[RunEvent], None]
 
 
 def send_event(emit: Emit, state: RunState, agent_name: str, kind: Any, **fields: Any) -> None:
-    """Send the run's event ``kind`` (its own fields in ``fields``)."""
+    """Send the run's event ``kind`` (its own fields in ``fields``), with the run's turns and
+    usage so far (what run-level hooks see in their context), but on text deltas."""
+    if kind != "llm_delta":
+        fields.setdefault("turns", state.turns)
+        fields.setdefault("usage", state.usage)
     emit(RunEvent(type=kind, run_id=state.run_id, agent_name=agent_name, path=state.path, **fields))
 
 

@@ -121,10 +121,30 @@ class Toolbox:
         changes["system"] = await self.agent.system_prompt(ctx, handoffs)
         if state.response_format is not None:
             changes["output_schema"] = state.response_format
-        behavior = self.agent.tool_use_behavior
-        if callable(behavior) and not isinstance(behavior, StopAtTools):
-            changes["tool_use_behavior"] = _decide_final(behavior, self.agent.name, ctx.context)
         return dataclasses.replace(base, **changes)
+
+    async def decided(
+        self,
+        view: loop.AgentView,
+        state: RunState,
+        context: Any,
+        batch: loop.RunTools,
+        results: Sequence[ToolResult],
+    ) -> loop.AgentView:
+        """The view with which the loop takes a batch's results: a ``tool_use_behavior``
+        function (sync or async) is asked here, and the loop gets its answer."""
+        behavior = self.agent.tool_use_behavior
+        if not callable(behavior) or isinstance(behavior, StopAtTools):
+            return view
+        ran = loop.executed(batch, results)
+        if not ran:
+            return view
+        final = await _decide_final(behavior, self.agent.name, context, state, ran)
+
+        def decide(state: RunState, results: Sequence[tuple[ToolCall, ToolResult]]) -> str | None:
+            return final
+
+        return dataclasses.replace(view, tool_use_behavior=decide)
 
     async def _disabled(self, ctx: RunContext, handoffs: list[Handoff]) -> set[str]:
         """The names of the tools and handoff tools whose ``is_enabled`` is off now."""
@@ -183,26 +203,25 @@ def _static_behavior(behavior: Any) -> Any:
     return "run_llm_again"
 
 
-def _decide_final(fn: Callable[..., Any], agent: str, context: Any) -> loop.DecideFinal:
-    """A ``tool_use_behavior`` function as the loop calls it: the run's context made from its
-    state, a returned value turned into the final output text, an error into the run's."""
-
-    def decide(state: RunState, results: Sequence[tuple[ToolCall, ToolResult]]) -> str | None:
-        ctx = RunContext(state.run_id, agent, context, state.turns, state.usage)
-        try:
-            value = fn(ctx, list(results))
-        except Exception as exc:
-            raise RaygentsError(
-                f"agent {agent!r}: its tool_use_behavior function raised "
-                f"{type(exc).__name__}: {exc}",
-                run_id=state.run_id,
-            ) from None
+async def _decide_final(
+    fn: Callable[..., Any],
+    agent: str,
+    context: Any,
+    state: RunState,
+    results: Sequence[tuple[ToolCall, ToolResult]],
+) -> str | None:
+    """Ask a ``tool_use_behavior`` function (sync or async) about a batch's results: the
+    final output text, or None; its error is the run's."""
+    ctx = RunContext(state.run_id, agent, context, state.turns, state.usage)
+    try:
+        value = fn(ctx, list(results))
         if inspect.isawaitable(value):
-            if inspect.iscoroutine(value):
-                value.close()
-            raise UserError(f"agent {agent!r}: the tool_use_behavior function must be sync")
-        if value is None:
-            return None
-        return value if isinstance(value, str) else to_tool_result(value).content
-
-    return decide
+            value = await value
+    except Exception as exc:
+        raise RaygentsError(
+            f"agent {agent!r}: its tool_use_behavior function raised {type(exc).__name__}: {exc}",
+            run_id=state.run_id,
+        ) from None
+    if value is None:
+        return None
+    return value if isinstance(value, str) else to_tool_result(value).content

@@ -174,6 +174,7 @@ class ToolCalls:
             "tool_end",
             tool_name=call.name,
             call_id=call.id,
+            arguments=call.arguments,
             result=out.result.content,
             is_error=out.result.is_error,
             duration_s=took,

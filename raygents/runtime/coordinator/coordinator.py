@@ -85,9 +85,15 @@ class Coordinator:
         logs.setup()
 
     # --- agent actors -------------------------------------------------------------------
-    def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
+    def register_graph(
+        self,
+        graph_fp: str,
+        blob: bytes,
+        replicas: dict[str, int],
+        definitions: dict[str, str] | None = None,
+    ) -> None:
         """Remember a graph snapshot; actors of older definitions of its agents retire."""
-        self.registry.register_graph(graph_fp, blob, replicas)
+        self.registry.register_graph(graph_fp, blob, replicas, definitions)
 
     def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
         """The actors serving ``name`` in ``graph_fp``, created on first use."""

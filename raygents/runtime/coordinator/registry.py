@@ -26,6 +26,8 @@ _FLUSH_S = 3.0
 class _Graph:
     blob: bytes
     replicas: dict[str, int]
+    definitions: dict[str, str]
+    """The definition fingerprint of each agent (none known: each is a new definition)."""
 
 
 class ActorRegistry:
@@ -53,17 +55,31 @@ class ActorRegistry:
         self.actors: dict[tuple[str, str], list[Any]] = {}
         self.beats = Beats()
 
-    def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
-        """Remember a graph snapshot; actors of older definitions of its agents retire."""
+    def register_graph(
+        self,
+        graph_fp: str,
+        blob: bytes,
+        replicas: dict[str, int],
+        definitions: dict[str, str] | None = None,
+    ) -> None:
+        """Remember a graph snapshot; the actors of other graphs whose agent it defines
+        differently retire (those of an agent it defines the same way keep serving their
+        graphs: a chat loop that starts each turn on the last agent of the one before
+        changes the graph, not its agents)."""
         if graph_fp in self.graphs:
             return
-        self.graphs[graph_fp] = _Graph(blob, dict(replicas))
+        defined = dict(definitions or {})
+        self.graphs[graph_fp] = _Graph(blob, dict(replicas), defined)
         for (fp, name), handles in list(self.actors.items()):
-            if fp != graph_fp and name in replicas:
-                for handle in handles:
-                    handle.retire.remote()
-                    self.beats.forget(actor_key(handle))
-                del self.actors[(fp, name)]
+            if fp == graph_fp or name not in replicas:
+                continue
+            before = self.graphs[fp].definitions.get(name) if fp in self.graphs else None
+            if before is not None and before == defined.get(name):
+                continue
+            for handle in handles:
+                handle.retire.remote()
+                self.beats.forget(actor_key(handle))
+            del self.actors[(fp, name)]
 
     def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
         """The actors serving ``name`` in ``graph_fp``, created on first use."""
@@ -124,4 +140,4 @@ class ActorRegistry:
         options.update(self.actor_options)
         remote_cls = ray.remote(AgentActor).options(**options)
         me = ray.get_runtime_context().current_actor
-        return remote_cls.remote(graph.blob, name, graph_fp, self.namespace, me)
+        return remote_cls.remote(graph.blob, name, graph_fp, self.namespace, me, graph.definitions)

@@ -209,11 +209,14 @@ class Runtime:
                 ray.kill(self.coordinator, no_restart=True)
                 _wait_until_free(self.namespace, self.coordinator, timeout_s=10.0)
 
-    async def ensure_graph(self, fp: str, blob: bytes, replicas: dict[str, int]) -> None:
-        """Tell the coordinator about a graph snapshot once per process."""
+    async def ensure_graph(
+        self, fp: str, blob: bytes, replicas: dict[str, int], definitions: dict[str, str]
+    ) -> None:
+        """Tell the coordinator about a graph snapshot once per process (``definitions``: its
+        agents' definition fingerprints)."""
         if fp not in self.directory.graphs:
-            await self.directory.client.register_graph(fp, blob, replicas)
-            self.directory.graphs[fp] = (blob, replicas)
+            await self.directory.client.register_graph(fp, blob, replicas, definitions)
+            self.directory.graphs[fp] = (blob, replicas, definitions)
 
     def ask(self, call: Coroutine[Any, Any, T]) -> T:
         """Make a coordinator call (a ``CoordinatorClient`` method) from the caller's thread

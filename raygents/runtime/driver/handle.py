@@ -6,18 +6,20 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from raygents.agents.result import RunResult
 from raygents.core.events import RunEvent
-from raygents.errors import CANCEL, SUSPEND_FOR_CHECKPOINT, RaygentsError
+from raygents.errors import CANCEL, SUSPEND_FOR_CHECKPOINT, RaygentsError, UserError
 from raygents.records.runinfo import RunStatus
 
 if TYPE_CHECKING:
+    from raygents.agents.agent import Agent
     from raygents.runtime.link.drive import SuspendToken
 
 log = logging.getLogger("raygents")
+T = TypeVar("T")
 
 __all__ = ["EventLog", "RunHandle"]
 
@@ -101,6 +103,10 @@ class RunHandle:
         self._status: RunStatus = "pending"
         self._listener: Callable[[RunEvent], None] | None = None
         """Also handed each event (the run-level hooks' relay), on the runtime's loop."""
+        self._graph: Mapping[str, Agent] = {}
+        """The run's agents by name, where this driver started or resumed it."""
+        self._agent_name = ""
+        """The agent the run is at, as its events say."""
 
     def result(self, timeout_s: float | None = None) -> RunResult:
         """Wait for the run to end and return its result (or raise its error).
@@ -123,6 +129,48 @@ class RunHandle:
     def status(self) -> RunStatus:
         """The run's status as this driver last saw it."""
         return self._status
+
+    @property
+    def current_agent(self) -> Agent | None:
+        """The agent the run is at now (as its events say), its last agent once it completed;
+        None where this driver does not have the agent (a run it attached to)."""
+        if self._future.done() and self._future.exception() is None:
+            return self._future.result().last_agent
+        return self._graph.get(self._agent_name)
+
+    @property
+    def final_output(self) -> Any:
+        """The run's final output once it completed, else None."""
+        if self._future.done() and self._future.exception() is None:
+            return self._future.result().final_output
+        return None
+
+    def final_output_as(self, cls: type[T], raise_if_incorrect_type: bool = False) -> T:
+        """The final output as ``cls`` (see :meth:`RunResult.final_output_as`), once the run
+        ended.
+
+        Raises:
+            UserError: the run has not ended yet.
+        """
+        return self._ended().final_output_as(cls, raise_if_incorrect_type)
+
+    def to_input_list(self) -> list[dict[str, Any]]:
+        """The conversation as the next run's input (see :meth:`RunResult.to_input_list`),
+        once the run ended.
+
+        Raises:
+            UserError: the run has not ended yet.
+        """
+        return self._ended().to_input_list()
+
+    def _ended(self) -> RunResult:
+        if not self._future.done():
+            raise UserError(
+                f"run {self.run_id} has not ended yet: read its events to the end, or wait "
+                "for result()",
+                run_id=self.run_id,
+            )
+        return self._future.result()
 
     def events(self) -> EventLog:
         """Every event of the run from its start; iterate with ``for`` or ``async for``.
@@ -160,6 +208,8 @@ class RunHandle:
         self._status = status
 
     def _emit(self, event: RunEvent) -> None:
+        if event.type == "agent_start" and not event.path:
+            self._agent_name = event.agent_name
         self._events.append(event)
         if self._listener is not None:
             self._listener(event)

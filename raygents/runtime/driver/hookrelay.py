@@ -9,6 +9,7 @@ from typing import Any
 
 from raygents.agents.agent import Agent
 from raygents.agents.hooks import fire
+from raygents.agents.tooluse import final_value
 from raygents.core.context import RunContext
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, ToolCall, ToolResult, Usage
@@ -51,6 +52,10 @@ class HookRelay:
                 args = self._args(event)
                 if args is not None:
                     self._queue(f"on_{event.type}", ctx, agent, *args)
+            case "llm_start" | "llm_end":
+                reported = event.request if event.type == "llm_start" else event.response
+                if reported is not None:
+                    self._queue(f"on_{event.type}", ctx, agent, reported)
             case "tool_start" | "tool_end":
                 call = ToolCall(event.call_id or "", event.tool_name or "", event.arguments or "{}")
                 result = ToolResult(event.result or "", bool(event.is_error))
@@ -62,7 +67,8 @@ class HookRelay:
     def _args(self, event: RunEvent) -> tuple[Any, ...] | None:
         match event.type:
             case "agent_end":
-                return (event.output or "",)
+                agent = self._graph[event.agent_name]
+                return (final_value(agent, event.output or "", event.tool_name),)
             case "handoff":
                 target = self._graph.get(event.to_agent or "")
                 return None if target is None else (target,)

@@ -10,6 +10,7 @@ from typing import Any
 from raygents.agents.agent import Agent
 from raygents.agents.result import RunResult
 from raygents.agents.runstate import RunState as Waiting
+from raygents.agents.tooluse import final_value
 from raygents.core.contextdata import assign, revive
 from raygents.core.envelope import Envelope, Outcome, RunState
 from raygents.core.events import RunEvent
@@ -27,14 +28,17 @@ from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.runtime.link.drive import drive
 
-__all__ = ["Ending", "drive_root"]
+__all__ = ["Ending", "GraphBlob", "drive_root"]
+
+GraphBlob = tuple[bytes, dict[str, str]]
+"""A graph snapshot's pickle and its agents' definition fingerprints, by name."""
 
 
 async def drive_root(
     rt: Runtime,
     handle: RunHandle,
     envelope: Envelope,
-    blob: bytes,
+    blob: GraphBlob,
     replicas: dict[str, int],
     ending: Ending,
     timeout_s: float | None,
@@ -47,7 +51,7 @@ async def drive_root(
             envelope = dataclasses.replace(envelope, state=state.evolve(epoch=1))
             group = (state.workflow.group_id, state.workflow.trace_id) if state.workflow else None
             rt.note("claim", state.run_id, rt.owner, state.agent_name, False, None, group)
-        await rt.ensure_graph(envelope.graph_fp, blob, replicas)
+        await rt.ensure_graph(envelope.graph_fp, blob[0], replicas, blob[1])
         if timeout_s is not None:
             timer = rt.loop.call_later(timeout_s, handle._token.request, SUSPEND_FOR_CHECKPOINT)
         handle._set_status("running")
@@ -121,9 +125,12 @@ class Ending:
         except Exception:  # (its class no longer validates it here: the plain data)
             return revive(state.context.model_copy(update={"type": None}))
 
-    def output(self, state: RunState, text: str) -> Any:
+    def output(self, state: RunState, text: str, tool: str | None = None) -> Any:
         """The final output parsed on the driver (an ``OutputValidationError`` if it does
-        not parse); a run typed by ``run_typed`` that resumed here keeps its text."""
+        not parse); a run typed by ``run_typed`` that resumed here keeps its text; a run a
+        tool's result ended (``tool``) gets that tool's return value, typed as it declares."""
+        if tool is not None and self.output_type is None:
+            return final_value(self.graph[state.agent_name], text, tool)
         output_type = self.output_type
         if output_type is None and state.response_format is None:
             output_type = self.graph[state.agent_name].output_type
@@ -143,7 +150,7 @@ def _finish(
         try:
             result = RunResult(
                 run_id=state.run_id,
-                final_output=ending.output(state, text),
+                final_output=ending.output(state, text, outcome.tool),
                 messages=state.messages,
                 usage=state.usage,
                 turns=state.turns,
@@ -151,6 +158,7 @@ def _finish(
                 output_text=text,
                 input_count=state.input_len,
                 context=ending.final_context(state),
+                start_agent=ending.graph.get(state.start_agent),
             )
             event = RunEvent(type="complete", output=text, usage=state.usage, **base)
         except OutputValidationError as exc:

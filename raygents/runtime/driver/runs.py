@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from raygents.agents.agent import Agent
 from raygents.agents.checks import is_amount
-from raygents.agents.hooks import RunHooks, check_hooks
+from raygents.agents.hooks import RunHooks, check_hooks, wants_model_calls
 from raygents.agents.result import RunResult, TypedResult
 from raygents.agents.runstate import RunState as Waiting
 from raygents.core.approvals import ApprovalDecision, PendingApproval, normalise
@@ -34,7 +34,7 @@ from raygents.records.runinfo import RunInfo
 from raygents.runtime.driver.client import Runtime, current
 from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.hookrelay import HookRelay
-from raygents.runtime.driver.rootrun import Ending, drive_root
+from raygents.runtime.driver.rootrun import Ending, GraphBlob, drive_root
 from raygents.runtime.driver.snapshot import snapshot
 from raygents.runtime.driver.tracegroup import current_workflow
 from raygents.runtime.link.drive import SuspendToken
@@ -221,7 +221,7 @@ class _Start:
     rt: Runtime
     envelope: Envelope
     graph: dict[str, Agent]
-    blob: bytes
+    blob: GraphBlob
     timeout_s: float | None
     ending: Ending
 
@@ -274,7 +274,7 @@ def _prepare(
     if session_id is not None:
         rt.send_notes()  # this driver's last run on the session has released it
     value, stored = _context(context)
-    graph, blob, fp = snapshot(agent)
+    graph, blob, fp, defs = snapshot(agent)
     state = RunState(
         run_id=run_id or new_run_id(),
         agent_name=agent.name,
@@ -290,12 +290,13 @@ def _prepare(
         context=stored,
         workflow=current_workflow(),
     )
-    envelope = Envelope(state, fp, value, stream=_stream)
+    llm_events = wants_model_calls(hooks)
+    envelope = Envelope(state, fp, value, stream=_stream, llm_events=llm_events)
     relay = HookRelay(hooks, graph, value) if hooks is not None else None
     if relay is not None:
         relay.run_started(state.run_id, agent, messages)
     ending = Ending(graph, _output_type, relay, value)
-    return _Start(rt, envelope, graph, blob, timeout_s, ending)
+    return _Start(rt, envelope, graph, (blob, defs), timeout_s, ending)
 
 
 def _context(context: Any) -> tuple[Any, StoredContext | None]:
@@ -319,7 +320,7 @@ def _launch(
     rt: Runtime,
     envelope: Envelope,
     graph: dict[str, Agent],
-    blob: bytes,
+    blob: GraphBlob,
     timeout_s: float | None,
     *,
     fresh_id: bool = False,
@@ -349,6 +350,7 @@ def _launch(
         claim = rt.ask(client.claim(run_id, rt.owner, state.agent_name, state.tenant, group))
         envelope = _claimed(envelope, *claim)
     handle = RunHandle(run_id, rt, SuspendToken(run_id))
+    handle._graph, handle._agent_name = graph, envelope.state.agent_name
     ending = ending or Ending(graph)
     if ending.relay is not None:
         handle._listener = ending.relay.event
@@ -499,7 +501,7 @@ def resume(
         state, last = checkpoint.restore(blobs, run_id=run_id, key=key)
         if last.get("status") == "cancelled":
             raise UserError(f"run {run_id!r} was cancelled; it cannot be resumed", run_id=run_id)
-        graph, blob, fp = snapshot(agent)
+        graph, blob, fp, defs = snapshot(agent)
         if state.agent_name not in graph:
             raise UserError(
                 f"run {run_id!r} was at agent {state.agent_name!r}, which is not in the graph "
@@ -520,13 +522,20 @@ def resume(
     )
     state, value = _resumed_context(state, context)
     envelope = Envelope(
-        state, fp, value, stream=_stream, activate=False, resumed=True, approvals=decisions
+        state,
+        fp,
+        value,
+        stream=_stream,
+        llm_events=wants_model_calls(hooks),
+        activate=False,
+        resumed=True,
+        approvals=decisions,
     )
     relay = HookRelay(hooks, graph, value) if hooks is not None else None
     if relay is not None:
         relay.run_started(run_id, graph[state.agent_name], state.messages)
     ending = Ending(graph, relay=relay, context=value)
-    return _launch(rt, envelope, graph, blob, timeout_s, claimed=True, ending=ending)
+    return _launch(rt, envelope, graph, (blob, defs), timeout_s, claimed=True, ending=ending)
 
 
 def _resumed_context(state: RunState, context: Any) -> tuple[RunState, Any]:

@@ -2,7 +2,10 @@
 
 A run's graph travels to the coordinator and its agent actors as cloudpickle bytes, and the
 SHA-256 of those bytes is its fingerprint: a changed definition gets new actors, never the
-old behaviour. Pickling costs most for functions and classes that travel by value (a script's
+old behaviour. The graph is written in the order of its agents' names, so that graphs of the
+same agents started from different agents are one graph; each agent also gets the fingerprint
+of its own definition (:mod:`~raygents.runtime.driver.definitions`), which decides whether its
+older actors retire. Pickling costs most for functions and classes that travel by value (a script's
 ``__main__``, modules registered with ``register_pickle_by_value``): cloudpickle copies their
 code and everything they reference at every start.
 
@@ -40,11 +43,15 @@ from ray import cloudpickle
 from ray.cloudpickle import cloudpickle as _cloudpickle
 
 from raygents.agents.agent import Agent, agent_graph
+from raygents.agents.tools import FunctionTool
+from raygents.core.annotations import resolve_annotations
 from raygents.errors import UserError
+from raygents.runtime.driver.definitions import definitions
 
 __all__ = ["known_agent", "snapshot"]
 
-Snapshot = tuple[dict[str, Agent], bytes, str]
+Snapshot = tuple[dict[str, Agent], bytes, str, dict[str, str]]
+"""The graph by name, its pickle, its fingerprint and its agents' definition fingerprints."""
 
 _KEPT = 32
 _KNOWN = 4096  # functions and classes whose way of travelling is remembered, at most
@@ -55,7 +62,7 @@ _BASE_GLOBALS = ("__package__", "__name__", "__path__", "__file__")
 _cp: Any = _cloudpickle  # (the module's own functions, untyped)
 
 _lock = threading.Lock()
-_snapshots: OrderedDict[bytes, tuple[bytes, str, list[Any]]] = OrderedDict()
+_snapshots: OrderedDict[bytes, tuple[bytes, str, dict[str, str], list[Any]]] = OrderedDict()
 _by_reference: dict[int, tuple[Any, bool]] = {}
 _registry: frozenset[str] = frozenset()
 _agents: weakref.WeakValueDictionary[str, Agent] = weakref.WeakValueDictionary()
@@ -80,13 +87,16 @@ _markers_by_reference()
 
 
 def snapshot(agent: Agent) -> Snapshot:
-    """The graph ``agent`` starts, its cloudpickle bytes and its fingerprint.
+    """The graph ``agent`` starts, its cloudpickle bytes, its fingerprint and the fingerprints
+    of its agents' definitions.
 
     Raises:
         UserError: two agents of the graph share a name, or the graph cannot be pickled.
     """
-    graph = agent_graph(agent)
+    graph = dict(sorted(agent_graph(agent).items()))
     _agents.update(graph)
+    for each in graph.values():
+        _resolve_types(each)
     try:
         key, kept = _key(graph)
     except Exception:  # (whatever the key cannot pickle, the full snapshot says why)
@@ -95,13 +105,13 @@ def snapshot(agent: Agent) -> Snapshot:
         found = _snapshots.get(key)
         if found is not None:
             _snapshots.move_to_end(key)
-            return graph, found[0], found[1]
-    blob, fp = _full(agent, graph)
+            return graph, found[0], found[1], found[2]
+    blob, fp, defs = _full(agent, graph)
     with _lock:
-        _snapshots[key] = (blob, fp, kept)
+        _snapshots[key] = (blob, fp, defs, kept)
         while len(_snapshots) > _KEPT:
             _snapshots.popitem(last=False)
-    return graph, blob, fp
+    return graph, blob, fp, defs
 
 
 def known_agent(name: str) -> Agent | None:
@@ -110,12 +120,22 @@ def known_agent(name: str) -> Agent | None:
     return _agents.get(name)
 
 
-def _full(agent: Agent, graph: dict[str, Agent]) -> tuple[bytes, str]:
+def _resolve_types(agent: Agent) -> None:
+    """Resolve the string annotations of the types the agent declares, here where they
+    resolve (see :mod:`~raygents.core.annotations`)."""
+    resolve_annotations(agent.output_type)
+    for each in agent.tools:
+        if isinstance(each, FunctionTool):
+            for kind in each.argument_types():
+                resolve_annotations(kind)
+
+
+def _full(agent: Agent, graph: dict[str, Agent]) -> tuple[bytes, str, dict[str, str]]:
     try:
         blob: bytes = cloudpickle.dumps(graph)  # type: ignore[no-untyped-call]
     except Exception as exc:
         raise UserError(f"agent graph of {agent.name!r} cannot be pickled for Ray: {exc}") from None
-    return blob, hashlib.sha256(blob).hexdigest()[:16]
+    return blob, hashlib.sha256(blob).hexdigest()[:16], definitions(graph)
 
 
 def _key(graph: dict[str, Agent]) -> tuple[bytes, list[Any]]:

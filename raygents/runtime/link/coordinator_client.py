@@ -201,9 +201,16 @@ class CoordinatorClient:
         return checkpoint.restore(blobs, run_id=run_id, key=key)
 
     # --- agent actors -------------------------------------------------------------------
-    async def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
-        """Tell the coordinator about an agent graph snapshot."""
-        await self._call(lambda c: c.register_graph.remote(graph_fp, blob, replicas))
+    async def register_graph(
+        self,
+        graph_fp: str,
+        blob: bytes,
+        replicas: dict[str, int],
+        definitions: dict[str, str] | None = None,
+    ) -> None:
+        """Tell the coordinator about an agent graph snapshot (``definitions``: its agents'
+        definition fingerprints, see :mod:`~raygents.runtime.driver.definitions`)."""
+        await self._call(lambda c: c.register_graph.remote(graph_fp, blob, replicas, definitions))
 
     async def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
         """The actors serving agent ``name`` of graph ``graph_fp``."""

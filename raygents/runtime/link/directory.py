@@ -41,8 +41,9 @@ class Directory:
         self.namespace = namespace
         self.client = CoordinatorClient(namespace, coordinator, revive)
         """The coordinator's calls (``revive``: see :class:`CoordinatorClient`)."""
-        self.graphs: dict[str, tuple[bytes, dict[str, int]]] = {}
-        """Graph snapshots this process knows, to register again with a restarted coordinator."""
+        self.graphs: dict[str, tuple[bytes, dict[str, int], dict[str, str] | None]] = {}
+        """Graph snapshots this process knows (pickle, replicas, definition fingerprints), to
+        register again with a restarted coordinator."""
         self._actors: dict[tuple[str, str], list[Any]] = {}
         self._turn = itertools.count()
         self._watches: dict[str, _Watch] = {}

@@ -52,3 +52,19 @@ def test_a_stale_actor_is_no_longer_handed_out() -> None:
     registry.replace_actor("gone", "a", first)  # reported again: already replaced
     registry.replace_actor("other", "a", first)  # not one of its actors
     assert registry.actors[("gone", "a")] == [second]
+
+
+def test_a_graph_with_the_same_definition_of_an_agent_keeps_its_actors() -> None:
+    """A chat loop that starts each turn on the last agent of the one before registers
+    another graph of the same agents: their actors keep serving the first graph."""
+    registry = ActorRegistry("test")
+    registry.register_graph("fp1", b"graph-1", {"a": 1, "b": 1}, {"a": "da", "b": "db"})
+    old_a, old_b = _handle("a1"), _handle("b1")
+    registry.actors[("fp1", "a")] = [old_a]
+    registry.actors[("fp1", "b")] = [old_b]
+    registry.register_graph("fp2", b"graph-2", {"b": 1, "a": 1}, {"a": "da", "b": "db2"})
+    assert not old_a.target.retired, "the same definition of 'a': its actor stays"
+    assert old_b.target.retired, "a new definition of 'b'"
+    assert set(registry.actors) == {("fp1", "a")}
+    registry.register_graph("fp3", b"graph-3", {"a": 1})  # definitions unknown: all new
+    assert old_a.target.retired

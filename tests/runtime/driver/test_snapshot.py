@@ -32,7 +32,7 @@ def answer(request: rg.ModelRequest) -> rg.ModelResponse:
 
 def full(agent: rg.Agent) -> tuple[bytes, str]:
     """What the snapshot must be: cloudpickle's bytes of the graph, and their fingerprint."""
-    blob = cloudpickle.dumps(agent_graph(agent))
+    blob = cloudpickle.dumps(dict(sorted(agent_graph(agent).items())))
     return blob, hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -54,7 +54,7 @@ def check(agent: rg.Agent, dumps: list[Any], *, fresh: bool) -> str:
     """Snapshot ``agent``: the bytes and fingerprint a full snapshot gives, made anew or not."""
     expected = full(agent)
     before = len(dumps)
-    graph, blob, fp = snapshots.snapshot(agent)
+    graph, blob, fp, _ = snapshots.snapshot(agent)
     assert graph == agent_graph(agent)
     assert (blob, fp) == expected
     assert len(dumps) - before == (1 if fresh else 0)
@@ -149,3 +149,45 @@ def test_a_graph_that_cannot_be_pickled_is_a_user_error() -> None:
     agent = rg.Agent("locked", model=FunctionModel(lambda r: text(str(lock.locked()))))
     with pytest.raises(rg.UserError, match="agent graph of 'locked' cannot be pickled"):
         snapshots.snapshot(agent)
+
+
+def test_agents_defined_the_same_way_have_the_same_definitions_whatever_the_start() -> None:
+    """A chat loop that starts each turn on the last agent of the one before: the graph of
+    a handoff cycle is one graph from either end, and an agent outside the cycle keeps its
+    definition in any graph that holds it."""
+    faq = rg.Agent("def_faq", "answer", model=FunctionModel(answer))
+    seats = rg.Agent("def_seats", "book", tools=[shout], model=FunctionModel(answer))
+    triage = rg.Agent("def_triage", "route", handoffs=[faq, seats], model=FunctionModel(answer))
+    faq.handoffs = [triage]
+    _, _, from_triage, defs = snapshots.snapshot(triage)
+    _, _, from_faq, again = snapshots.snapshot(faq)
+    _, _, alone, seats_only = snapshots.snapshot(seats)
+    assert from_faq == from_triage and again == defs
+    assert alone != from_triage and seats_only == {"def_seats": defs["def_seats"]}
+    seats.instructions = "book a seat"  # a new definition of seats, and of whoever reaches it
+    _, _, changed, after = snapshots.snapshot(triage)
+    assert changed != from_triage
+    assert after["def_seats"] != defs["def_seats"]
+    assert after["def_triage"] != defs["def_triage"] and after["def_faq"] != defs["def_faq"]
+    lone = rg.Agent("def_lone", "x", model=FunctionModel(answer))
+    before = snapshots.snapshot(lone)[3]
+    lone.instructions = "y"
+    assert snapshots.snapshot(lone)[3] != before
+
+
+def test_a_shared_tool_and_an_agent_tool_are_part_of_the_definitions_that_hold_them() -> None:
+    helper = rg.Agent("def_helper", "help", model=FunctionModel(answer))
+    left = rg.Agent("def_left", "l", tools=[shout, helper.as_tool()], model=FunctionModel(answer))
+    right = rg.Agent("def_right", "r", tools=[shout], model=FunctionModel(answer))
+    left.handoffs = [right]
+    before = snapshots.snapshot(left)[3]
+    helper.instructions = "help more"  # reached through the agent tool only
+    after = snapshots.snapshot(left)[3]
+    assert after["def_left"] != before["def_left"] and after["def_right"] == before["def_right"]
+    shout.description = "Shout a word loudly."  # a tool both agents hold
+    try:
+        again = snapshots.snapshot(left)[3]
+    finally:
+        shout.description = "Shout a word."
+    assert again["def_left"] != after["def_left"] and again["def_right"] != after["def_right"]
+    assert again["def_helper"] == after["def_helper"]

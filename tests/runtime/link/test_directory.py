@@ -24,7 +24,13 @@ class _Coordinator:
     def settings(self) -> Settings:
         return Settings(recovery=_RECOVERY)
 
-    def register_graph(self, graph_fp: str, blob: bytes, replicas: dict[str, int]) -> None:
+    def register_graph(
+        self,
+        graph_fp: str,
+        blob: bytes,
+        replicas: dict[str, int],
+        definitions: dict[str, str] | None = None,
+    ) -> None:
         self.graphs.add(graph_fp)
 
     def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
@@ -70,9 +76,10 @@ async def test_replicas_are_used_in_turn_and_asked_for_once() -> None:
 async def test_a_graph_the_coordinator_lost_is_registered_again() -> None:
     coordinator = _Coordinator()
     directory, handle = _directory(coordinator)
-    directory.graphs["fp"] = (b"graph", {"agent": 2})  # known here, not to a restarted one
+    known = (b"graph", {"agent": 2}, {"agent": "definition"})  # known here, not to a restarted one
+    directory.graphs["fp"] = known
     assert await directory.actor("fp", "agent") in coordinator.replicas
-    assert handle.calls["register_graph"] == [("fp", b"graph", {"agent": 2})]
+    assert handle.calls["register_graph"] == [("fp", *known)]
 
 
 async def test_an_unknown_graph_nobody_here_knows_fails() -> None:
