@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -30,6 +31,17 @@ def run(name: str, monkeypatch: pytest.MonkeyPatch, *args: str, stdin: str = "")
         assert exit.code in (None, 0)
 
 
+RAY_LOG = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|[^)]*pid=\d+[^)]*)\)")
+"""A line Ray forwards to the driver from its own processes (under load, e.g. a warning that
+many workers started), which is not the example's output."""
+
+
+def printed(capsys: pytest.CaptureFixture[str]) -> str:
+    """What the example printed (without the lines Ray forwards to the driver)."""
+    out = capsys.readouterr().out
+    return "".join(line for line in out.splitlines(keepends=True) if not RAY_LOG.match(line))
+
+
 def lines(out: str, prefix: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(prefix)]
 
@@ -38,7 +50,7 @@ def test_lifecycle_example_prints_what_the_sdks_does(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run("lifecycle_example.py", monkeypatch)
-    out = capsys.readouterr().out
+    out = printed(capsys)
     expected = Path(EXAMPLES / "lifecycle_example.py").read_text().split('"""\n$ python')[1]
     usage = [line.split(" Usage: ")[1] for line in lines(expected, "### ")]
     shown = lines(out, "### ")
@@ -53,14 +65,14 @@ def test_agent_lifecycle_example_runs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run("agent_lifecycle_example.py", monkeypatch)
-    assert capsys.readouterr().out.rstrip().endswith("Done!")
+    assert printed(capsys).rstrip().endswith("Done!")
 
 
 def test_llm_as_a_judge_loops_until_the_typed_verdict_passes(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run("llm_as_a_judge.py", monkeypatch)
-    out = capsys.readouterr().out
+    out = printed(capsys)
     assert lines(out, "Evaluator score:") == [
         "Evaluator score: needs_improvement",
         "Evaluator score: needs_improvement",
@@ -73,7 +85,7 @@ def test_forcing_tool_use_in_each_mode(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run("forcing_tool_use.py", monkeypatch)
-    out = capsys.readouterr().out
+    out = printed(capsys)
     assert out.split("=== ")[1:] == [
         "default ===\nThe weather in Tokyo is sunny with wind.\n\n",
         "first_tool ===\ncity='Tokyo' temperature_range='14-20C' conditions='Sunny with wind'\n\n",
@@ -91,7 +103,7 @@ def test_customer_service_chat_loop_starts_each_turn_on_the_last_agent(
         "Please change my seat",
     ]
     run("customer_service.py", monkeypatch, stdin="".join(f"{q}\n" for q in questions))
-    out = capsys.readouterr().out
+    out = printed(capsys)
     said = [line.removeprefix("Enter your message: ") for line in out.splitlines()]
     bag = "You are allowed to bring one bag on the plane."
     assert [line.split(" It must")[0].split(" There are 22")[0] for line in said if line] == [
