@@ -54,10 +54,16 @@ def test_lifecycle_example_prints_what_the_sdks_does(
     expected = Path(EXAMPLES / "lifecycle_example.py").read_text().split('"""\n$ python')[1]
     usage = [line.split(" Usage: ")[1] for line in lines(expected, "### ")]
     shown = lines(out, "### ")
-    assert [line.split(" Usage: ")[1] for line in shown] == usage
-    assert shown[7].startswith("### 8: Handoff from Start Agent to Multiply Agent.")
-    assert 'args={"max":50}' in shown[3] and "result=37" not in shown[3]
-    assert shown[-1].startswith("### 16: Agent Multiply Agent ended with output number=")
+    assert 'args={"max":50}' in shown[3] and "result=" not in shown[3]
+    # (the drawn number is random: odd hands off to the Multiply Agent, as in the SDK's
+    # sample output; even ends at the Start Agent after the same first seven events)
+    if len(shown) == 8:
+        assert [line.split(" Usage: ")[1] for line in shown[:7]] == usage[:7]
+        assert shown[-1].startswith("### 8: Agent Start Agent ended with output number=")
+    else:
+        assert [line.split(" Usage: ")[1] for line in shown] == usage
+        assert shown[7].startswith("### 8: Handoff from Start Agent to Multiply Agent.")
+        assert shown[-1].startswith("### 16: Agent Multiply Agent ended with output number=")
     assert out.rstrip().endswith("Done!")
 
 

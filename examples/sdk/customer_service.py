@@ -4,10 +4,10 @@ import asyncio
 import random
 import uuid
 
-from offline import RECOMMENDED_PROMPT_PREFIX, input_with_fallback, is_auto_mode, model, trace
+from offline import RECOMMENDED_PROMPT_PREFIX, input_with_fallback, is_auto_mode, model
 from pydantic import BaseModel
 
-from raygents import Agent, handoff, start, tool
+from raygents import Agent, handoff, start, tool, trace
 from raygents import ToolContext as RunContextWrapper
 
 TResponseInputItem = dict

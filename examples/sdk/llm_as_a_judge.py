@@ -4,9 +4,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Literal
 
-from offline import input_with_fallback, is_auto_mode, model, trace
+from offline import input_with_fallback, is_auto_mode, model
 
-from raygents import Agent, start
+from raygents import Agent, start, trace
 
 TResponseInputItem = dict
 

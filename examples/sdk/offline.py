@@ -12,9 +12,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
 
 from ray import cloudpickle
 
@@ -25,15 +23,6 @@ from raygents.testing import FunctionModel, call, calls, text
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 Reply = Callable[[rg.ModelRequest], rg.ModelResponse]
-
-try:  # one trace for the runs started inside it, where raygents has trace()
-    from raygents import trace  # type: ignore[attr-defined]
-except ImportError:
-
-    @contextmanager
-    def trace(workflow_name: str, **options: Any) -> Iterator[None]:
-        yield
-
 
 RECOMMENDED_PROMPT_PREFIX = (
     "# System context\n"
