@@ -73,6 +73,9 @@ class RunInfo:
     parent: str | None = None
     """The run id of the agent-as-tool parent of a child run; None for a top-level run (or
     a child whose parent is not known)."""
+    events: int = 0
+    """The ``seq`` of the last event of the run's latest drive that ended (its terminal
+    event), which a resumed run numbers its events after; 0 where not known."""
 
 
 class RunSummary(TypedDict):

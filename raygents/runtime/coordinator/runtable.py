@@ -144,8 +144,8 @@ class RunTable:
 
     # --- entries ------------------------------------------------------------------------
     def update(self, info: RunInfo) -> None:
-        """Enter news of a run (its attempts never go down; its owner and parent stay unless
-        named; when it started stays)."""
+        """Enter news of a run (its attempts never go down; its owner, parent and event count
+        stay unless named; when it started stays)."""
         old = self.runs.get(info.run_id)
         if old is not None:
             info = replace(
@@ -155,6 +155,7 @@ class RunTable:
                 tenant=info.tenant or old.tenant,
                 started_at=old.started_at if old.started_at is not None else info.started_at,
                 parent=info.parent or old.parent,
+                events=info.events or old.events,
                 updated_at=time.time(),
             )
         else:

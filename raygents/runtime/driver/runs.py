@@ -282,6 +282,7 @@ def _launch(
     fresh_id: bool = False,
     claimed: bool = False,
     ending: Ending | None = None,
+    numbered_after: int = 0,
 ) -> RunHandle:
     """Claim the run and drive it in the background.
 
@@ -302,7 +303,7 @@ def _launch(
         agent_name, tenant = envelope.state.agent_name, envelope.state.tenant
         claim = rt.ask(rt.directory.client.claim(run_id, rt.owner, agent_name, tenant))
         envelope = _claimed(envelope, *claim)
-    handle = RunHandle(run_id, rt, SuspendToken(run_id))
+    handle = RunHandle(run_id, rt, SuspendToken(run_id), numbered_after=numbered_after)
     ending = ending or Ending(graph)
     if ending.relay is not None:
         handle._listener = ending.relay.event
@@ -472,7 +473,17 @@ def resume(
     if relay is not None:
         relay.run_started(run_id, graph[state.agent_name], state.messages)
     ending = Ending(graph, relay=relay)
-    return _launch(rt, envelope, graph, blob, timeout_s, claimed=True, ending=ending)
+    numbered_after = before.events if before is not None else 0  # (its events number on)
+    return _launch(
+        rt,
+        envelope,
+        graph,
+        blob,
+        timeout_s,
+        claimed=True,
+        ending=ending,
+        numbered_after=numbered_after,
+    )
 
 
 def _check_pending(state: RunState, shown: tuple[PendingApproval, ...]) -> None:
