@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, overload
@@ -36,6 +37,7 @@ class EventLog:
         self._first_seq: int | None = None
         self._closed = False
         self._cond = threading.Condition()
+        self._async_waiters: list[asyncio.Future[None]] = []
 
     def append(self, event: RunEvent) -> None:
         """Add an event (called from the runtime's event loop)."""
@@ -49,12 +51,24 @@ class EventLog:
                 del self._events[:cut]
                 self._dropped += cut
             self._cond.notify_all()
+            self._wake_async()
 
     def close(self) -> None:
         """No more events will come."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._wake_async()
+
+    def _wake_async(self) -> None:
+        """Wake the ``async for`` readers waiting (each on its own loop; no thread is held
+        per waiting reader, so a server can follow many runs at once); holding the lock."""
+        if not self._async_waiters:
+            return
+        for waiter in self._async_waiters:
+            with contextlib.suppress(RuntimeError):  # (its loop is closed: nobody waits)
+                waiter.get_loop().call_soon_threadsafe(_set_done, waiter)
+        self._async_waiters.clear()
 
     def _get(self, index: int) -> RunEvent | int | None:
         """The event at ``index``, else the index to go on from (it was dropped), else None
@@ -104,12 +118,14 @@ class EventLog:
             with self._cond:
                 found = self._get(index)
                 closed = self._closed
+                if found is None and not closed:  # (woken by the next append or close)
+                    woken = asyncio.get_running_loop().create_future()
+                    self._async_waiters.append(woken)
             if found is None and closed:
                 return
             if found is None:
-                found = await asyncio.to_thread(self._wait, index)
-                if found is None:
-                    return
+                await woken
+                continue
             if isinstance(found, int):
                 lagged, index = self._lagged(last)
                 yield lagged
@@ -126,6 +142,11 @@ class EventLog:
         """The events so far (those still kept)."""
         with self._cond:
             return list(self._events)
+
+
+def _set_done(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # (its reader may have gone: cancelled)
+        waiter.set_result(None)
 
 
 def _after(event: RunEvent, seq: int) -> bool:

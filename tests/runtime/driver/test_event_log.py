@@ -99,3 +99,22 @@ def test_a_bounded_log_lags_async_readers_too() -> None:
     assert events[0].type == "lagged" and events[0].data is not None
     assert events[0].data["missed"][0] == 1
     assert events[-1].type == "complete"
+
+
+def test_waiting_async_readers_hold_no_thread() -> None:
+    log = EventLog()
+
+    async def read() -> list[int | None]:
+        return [e.seq async for e in log]
+
+    async def main() -> tuple[int, list[list[int | None]]]:
+        before = threading.active_count()
+        readers = [asyncio.ensure_future(read()) for _ in range(50)]
+        await asyncio.sleep(0.2)  # (every reader waits for the first event)
+        waiting = threading.active_count() - before
+        threading.Timer(0.05, lambda: (log.append(ev(1)), log.close())).start()
+        return waiting, await asyncio.wait_for(asyncio.gather(*readers), 10)
+
+    waiting, got = asyncio.run(main())
+    assert waiting == 0
+    assert got == [[1]] * 50
