@@ -37,7 +37,7 @@ IDLE_S = 60.0
 """A driver-published feed nobody followed for this long goes, and its driver stops sending."""
 ENDED_KEEP_S = 300.0
 """How long an ended run's feed stays, for followers that reconnect."""
-ENDED_FEEDS = 256
+ENDED_FEEDS = 64
 """How many ended runs' feeds stay at most (the oldest ends go first)."""
 BATCH = 1_000
 """Events one answer to a follower carries at most."""

@@ -41,7 +41,9 @@ def attach(run_id: str) -> RunHandle:
     """A handle to a run, possibly started by another driver.
 
     A run of this driver that is running, or whose handle is still referenced, gives its own
-    handle (with every event). For other runs the handle resolves when the run ends (a
+    handle (with every event); a run this process follows already gives the same handle
+    (one follower per run and process, whatever the number of readers). For other runs the
+    handle resolves when the run ends (a
     completed run's result comes from the coordinator, or from the result its completion
     marker keeps in the store, e.g. after a restart of Ray), and the result's ``last_agent``
     is the agent of that name this process started a run with, whose ``output_type`` types
@@ -74,6 +76,9 @@ def attach(run_id: str) -> RunHandle:
     handle = rt.handles.get(run_id)
     if handle is not None:
         return handle
+    handle = rt.followed.get(run_id)
+    if handle is not None and not handle.done():  # (one follower of a run per process)
+        return handle
     rt.send_notes()
     info = rt.ask(rt.directory.client.get_run(run_id))
     if info is None:
@@ -82,6 +87,7 @@ def attach(run_id: str) -> RunHandle:
     token.actor = rt.directory.client  # (it passes suspends and cancels to the run's actor)
     handle = RunHandle(run_id, rt, token, keep=KEEP)
     handle._set_status(_status(info.status))
+    rt.followed[run_id] = handle
     rt.submit(_follow(rt, handle))
     return handle
 

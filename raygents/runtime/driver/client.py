@@ -74,6 +74,9 @@ class Runtime:
         self.handles: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
         """This driver's runs: a running run's handle is held by its drive, an ended one only
         by whoever still uses it (a long-lived driver does not keep every result it saw)."""
+        self.followed: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
+        """Handles of runs other processes drive, that ``attach`` gave and that did not end:
+        one follower per run and process, whatever the number of readers."""
         self.publisher = Publisher(self.owner, self.directory.client, self.handles)
         """Sends the events of this driver's runs that someone follows to the relay."""
         mismatch = self._mismatch(settings)

@@ -58,9 +58,11 @@ class Follower:
                 break
         return seen
 
-    def hold(self, run_id: str) -> None:
-        """Attach and never read."""
+    def hold(self, run_id: str) -> bool:
+        """Attach and never read; whether attaching again gives the same handle (one
+        follower per run and process)."""
         self.held = rg.attach(run_id)
+        return rg.attach(run_id) is self.held or self.held.done()
 
     def held_events(self) -> int:
         """How many events the held handle got, once its run ended."""
@@ -129,7 +131,7 @@ def test_a_reconnect_after_a_seq_gets_exactly_the_events_after_it(follower: Any)
 
 def test_a_subscriber_that_never_reads_does_not_hold_the_run(follower: Any) -> None:
     handle = rg.run_streamed(rg.Agent("chatty", model=Words(3000, 0.0)), "talk", run_id=_id())
-    ray.get(follower.hold.remote(handle.run_id), timeout=60)
+    assert ray.get(follower.hold.remote(handle.run_id), timeout=60)
     handle.result(timeout_s=60)  # (while the follower reads nothing)
     assert ray.get(follower.held_events.remote(), timeout=60) == len(_mine(handle))
 
