@@ -418,6 +418,7 @@ class Coordinator:
         return older_than_s, rows
 
     # --- the relay of live events (see runtime.coordinator.relay) -----------------------
+    @ray.method(max_task_retries=0)  # (a long poll: its caller asks again, quietly)
     async def relay_follow(self, run_id: str, after: int, wait_s: float) -> Follow:
         """The run's events numbered after ``after``, waiting up to ``wait_s`` for some (a
         follower's long poll; a running run's driver is asked for them)."""
@@ -427,6 +428,7 @@ class Coordinator:
             info = self.table.get(run_id)
         return await self.relay.follow(run_id, after, wait_s, info)
 
+    @ray.method(max_task_retries=0)  # (a long poll: its caller asks again, quietly)
     async def relay_wanted(
         self, owner: str, version: int, wait_s: float
     ) -> tuple[int, dict[str, Want]]:

@@ -204,8 +204,9 @@ class CoordinatorClient:
         self, owner: str, version: int, wait_s: float
     ) -> tuple[int, dict[str, tuple[str, int]]]:
         """What the relay wants of driver ``owner``'s runs, once it changes from ``version``
-        (see ``Coordinator.relay_wanted``)."""
-        found, wants = await self._call(lambda c: c.relay_wanted.remote(owner, version, wait_s))
+        (see ``Coordinator.relay_wanted``). One try: a driver with no run left must not
+        bring a coordinator that is gone back for it."""
+        found, wants = await self.handle().relay_wanted.remote(owner, version, wait_s)
         return int(found), dict(wants)
 
     async def relay_publish(self, owner: str, batches: dict[str, list[RunEvent]]) -> None:
