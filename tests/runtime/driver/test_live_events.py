@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,8 +44,8 @@ class Words:
 class Follower:
     """Another process of the namespace: its own raygents runtime, following runs."""
 
-    def __init__(self) -> None:
-        rg.init(store="memory://", handle_sigterm=False)
+    def __init__(self, namespace: str = "raygents", store: str = "memory://") -> None:
+        rg.init(namespace=namespace, store=store, handle_sigterm=False)
         self.held: rg.RunHandle | None = None
 
     def follow(self, run_id: str, after: int | None = None, stop_at: int | None = None) -> Seen:
@@ -256,3 +257,30 @@ def _ticker_to_end() -> rg.Agent:
         return calls(call("tick", {"n": 0}, id="t0"))
 
     return rg.Agent("ticker_to_end", tools=[tick], model=FunctionModel(reply))
+
+
+def test_a_detached_run_is_followed_live_and_reconnected_to(
+    own_raygents: None, tmp_path: Path
+) -> None:
+    """The coordinator drives a detached run and numbers its events: its driver and another
+    process see the same numbers, live, and a reconnect picks up after a seq."""
+    namespace, store = f"relay-{uuid.uuid4().hex[:8]}", f"file://{tmp_path / 'store'}"
+    rg.shutdown()
+    rg.init(namespace=namespace, store=store, detached=True)
+    other = ray.remote(num_cpus=0)(Follower).remote(namespace, store)
+    try:
+        handle = rg.run_streamed(rg.Agent("talker", model=Words(20, 0.05)), "hi", run_id=_id())
+        head = other.follow.remote(handle.run_id, stop_at=4)
+        tail = other.follow.remote(handle.run_id, after=4)
+        handle.result(timeout_s=60)
+        ended = time.time()
+        mine = _mine(handle)
+        first, rest = ray.get(head, timeout=60), ray.get(tail, timeout=60)
+        assert [e for _, e in first] == mine[:4] and [e for _, e in rest] == mine[4:]
+        assert first[0][0] < ended - 0.3, "the first events came only at the end"
+        assert mine[-1]["type"] == "complete" and mine[-1]["seq"] == len(mine)
+    finally:
+        ray.get(other.close.remote(), timeout=60)
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["namespace"] == namespace:
+                ray.kill(ray.get_actor(entry["name"], namespace=namespace))
