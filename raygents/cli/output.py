@@ -287,7 +287,8 @@ def event_row(event: RunEvent) -> dict[str, Any]:
 
 
 def render_event(event: RunEvent) -> str:
-    """One line for a run event."""
+    """One line for a run event: its seq (where numbered), type, agent, what it says, and the
+    agent-as-tool calls leading to a child run's event."""
     what = {
         "tool_start": lambda e: (
             f"{visible(e.tool_name)}({visible(e.arguments)}) [{visible(e.call_id)}]"
@@ -298,9 +299,16 @@ def render_event(event: RunEvent) -> str:
         "error": lambda e: _cell(e.error),
         "suspended": lambda e: _cell(e.error),
         "checkpoint": lambda e: f"seq {visible((e.data or {}).get('seq'))}",
+        "llm_delta": lambda e: visible(" ".join((e.delta or "").split())),
+        "lagged": lambda e: f"missed {visible((e.data or {}).get('missed'))}",
+        "recovered": lambda e: _cell(e.error),
     }.get(event.type)
     text = what(event) if what is not None else ""
-    return f"{visible(event.type):<12} {visible(event.agent_name or '-'):<14} {text}".rstrip()
+    if event.path:
+        text += f"  (in {visible('/'.join(event.path))})"
+    number = f"{event.seq:>6} " if event.seq is not None else ""
+    line = f"{number}{visible(event.type):<12} {visible(event.agent_name or '-'):<14} {text}"
+    return line.rstrip()
 
 
 def print_runs(

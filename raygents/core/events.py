@@ -25,6 +25,7 @@ EventType = Literal[
     "recovered",
     "complete",
     "error",
+    "lagged",
 ]
 
 TERMINAL_EVENTS = frozenset({"complete", "error", "suspended", "interrupted"})
@@ -35,6 +36,14 @@ class RunEvent(BaseModel):
 
     ``path`` is empty for the run itself and names the agent-as-tool calls leading to a child
     run otherwise (``("analyst/call_1",)``). Only the fields of the event's type are set.
+
+    ``seq`` numbers a run's events 1, 2, 3, ... in the order the process that drives the run
+    (its driver, or the coordinator for a detached run) emits them; every handle of the run,
+    in any process, sees the same number on the same event. A resumed run goes on after the
+    number its previous drive ended with. Events that were never numbered live (a history
+    replayed from checkpoints, ``data["replayed"]``, and ``lagged`` markers) have ``None``.
+    A ``lagged`` event says that a follower missed the events ``data["missed"]`` (first and
+    last seq) because it fell too far behind; see :meth:`~raygents.RunHandle.events`.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -70,6 +79,8 @@ class RunEvent(BaseModel):
     response: ModelResponse | None = None
     """``llm_end``: the model's reply (as ``llm_start``)."""
     data: dict[str, Any] | None = None
+    seq: int | None = None
+    """The event's number in its run (see above); None where it was never numbered."""
 
     @property
     def is_terminal(self) -> bool:

@@ -78,6 +78,9 @@ class RunInfo:
     child run), if it had one."""
     trace_id: str | None = None
     """The trace id of that block (``trace_<32 hex digits>``); None outside one."""
+    events: int = 0
+    """The ``seq`` of the last event of the run's latest drive that ended (its terminal
+    event), which a resumed run numbers its events after; 0 where not known."""
 
 
 class RunSummary(TypedDict):

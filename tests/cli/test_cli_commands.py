@@ -170,8 +170,11 @@ def test_suspend_stops_a_running_run_with_a_checkpoint(head: Head) -> None:
             follow.kill()
             follow.wait(timeout=30)
     assert follow.returncode == 0
-    last = json.loads(rest.splitlines()[-1])
-    assert last["type"] == "error" and "suspended" in last["error"]
+    events = [first, *(json.loads(line) for line in rest.splitlines())]
+    seqs = [e["seq"] for e in events]  # (live, through the relay: numbered, none missed)
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    last = events[-1]
+    assert last["type"] == "suspended" and last["run_id"] == "cli-live"
     assert suspended["status"] == "suspended" and suspended["turns"] >= 1
     assert statuses(head)["cli-live"] == "suspended"
     again = cli(head, "suspend", "cli-live")

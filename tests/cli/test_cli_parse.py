@@ -166,6 +166,19 @@ def test_usage_and_events_in_one_line() -> None:
     assert render_event(checkpointed).endswith("seq 4")
 
 
+def test_live_events_in_one_line_with_their_seq_and_path() -> None:
+    delta = RunEvent(
+        type="llm_delta", run_id="r", agent_name="a", delta="two\nwords\x1b[2J", seq=12
+    )
+    assert render_event(delta) == "    12 llm_delta    a              two words\\x1b[2J"
+    lagged = RunEvent(type="lagged", run_id="r", agent_name="a", data={"missed": [3, 9]})
+    assert render_event(lagged) == "lagged       a              missed [3, 9]"
+    child = RunEvent(
+        type="handoff", run_id="r.c", agent_name="b", to_agent="c", path=("ask/c_1",), seq=7
+    )
+    assert render_event(child) == "     7 handoff      b              -> c  (in ask/c_1)"
+
+
 def test_load_agent_imports_module_attr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cli_parse_agents.py").write_text(
         "import raygents as rg\nTRIAGE = rg.Agent('triage')\nNOT_AN_AGENT = 3\n"

@@ -18,6 +18,7 @@ from typing import Any
 import ray
 
 from raygents.core.envelope import Envelope
+from raygents.core.events import RunEvent
 from raygents.errors import CANCEL, CheckpointError, TooManyRuns
 from raygents.records import checkpoint, rebuild, retention
 from raygents.records.runinfo import Note, RecordEntry, RunInfo, RunSummary
@@ -27,7 +28,9 @@ from raygents.runtime.coordinator.detached import DetachedRuns
 from raygents.runtime.coordinator.hotrecords import HotRecords
 from raygents.runtime.coordinator.recordstore import RecordStore
 from raygents.runtime.coordinator.registry import ActorRegistry
+from raygents.runtime.coordinator.relay import EventRelay, Want
 from raygents.runtime.coordinator.runtable import RunTable
+from raygents.runtime.link.follow import Follow
 from raygents.runtime.link.process import tune_collector
 from raygents.runtime.link.settings import Settings
 from raygents.stores.base import Store
@@ -79,7 +82,8 @@ class Coordinator:
         self.registry = ActorRegistry(
             namespace, detached=settings.detached, actor_options=dict(settings.actor_options)
         )
-        self.driven = DetachedRuns(namespace, self.finish)
+        self.relay = EventRelay()
+        self.driven = DetachedRuns(namespace, self.finish, self.relay, self._numbered_after)
         self.records.rebuild_table()
         tune_collector()
         logs.setup()
@@ -499,6 +503,33 @@ class Coordinator:
                     row["error"] = str(exc)
             rows.append(row)
         return older_than_s, rows
+
+    # --- the relay of live events (see runtime.coordinator.relay) -----------------------
+    @ray.method(max_task_retries=0)  # (a long poll: its caller asks again, quietly)
+    async def relay_follow(self, run_id: str, after: int, wait_s: float) -> Follow:
+        """The run's events numbered after ``after``, waiting up to ``wait_s`` for some (a
+        follower's long poll; a running run's driver is asked for them)."""
+        info = None
+        if not self.relay.live(run_id):
+            await self.records.known(run_id, look=True)
+            info = self.table.get(run_id)
+        return await self.relay.follow(run_id, after, wait_s, info)
+
+    @ray.method(max_task_retries=0)  # (a long poll: its caller asks again, quietly)
+    async def relay_wanted(
+        self, owner: str, version: int, wait_s: float
+    ) -> tuple[int, dict[str, Want]]:
+        """The runs of driver ``owner`` whose events the relay wants, once that changes from
+        ``version`` (or after ``wait_s``): the driver's publisher's long poll."""
+        return await self.relay.wanted(owner, version, wait_s)
+
+    def relay_publish(self, owner: str, batches: dict[str, list[RunEvent]]) -> None:
+        """Events of driver ``owner``'s runs that the relay wants, by run."""
+        self.relay.publish(owner, batches)
+
+    def _numbered_after(self, run_id: str) -> int:
+        info = self.table.get(run_id)
+        return info.events if info is not None else 0
 
     def _forgotten(self, run_id: str, records_go: bool) -> None:
         """An ended run left the table: its hot records go, and its stored ones if failed."""

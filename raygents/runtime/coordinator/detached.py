@@ -4,32 +4,46 @@ and their ends are recorded in the run table, so ``attach`` from any driver gets
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import ray
 
 from raygents.core.envelope import Envelope, Outcome
+from raygents.core.events import RunEvent
 from raygents.records.runinfo import RunInfo, RunSummary, outcome_entry
+from raygents.runtime.coordinator.relay import EventRelay
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.drive import SuspendToken, drive
+from raygents.runtime.link.ending import terminal_event
 
 __all__ = ["DetachedRuns"]
 
 
 class DetachedRuns:
-    """Drives top-level runs in the coordinator's process.
+    """Drives top-level runs in the coordinator's process, numbering their events (the
+    driver that started a run keeps the numbers) and keeping them in the relay's feed.
 
     Args:
         namespace: the coordinator's namespace.
         finish: records a run's end and its result (the coordinator's ``finish``).
+        relay: where the runs' events go for followers.
+        numbered_after: the seq a run's events are numbered after (its previous drive's
+            last, from the run table; 0 for a new run).
     """
 
     def __init__(
-        self, namespace: str, finish: Callable[[RunInfo, RunSummary | None], Awaitable[None]]
+        self,
+        namespace: str,
+        finish: Callable[[RunInfo, RunSummary | None], Awaitable[None]],
+        relay: EventRelay,
+        numbered_after: Callable[[str], int],
     ) -> None:
         self.namespace = namespace
         self._finish = finish
+        self._relay = relay
+        self._numbered_after = numbered_after
         self._directory: Directory | None = None
         self._tokens: dict[str, SuspendToken] = {}
 
@@ -45,11 +59,22 @@ class DetachedRuns:
         token = self._tokens[run_id] = SuspendToken(run_id)
         events: asyncio.Queue[Any] = asyncio.Queue()
         directory = self._directory
+        seq = self._numbered_after(run_id)
+        relay = self._relay
+        relay.open(run_id)
+
+        def emit(event: RunEvent) -> None:
+            nonlocal seq
+            seq += 1
+            event = event.model_copy(update={"seq": seq})
+            relay.append(run_id, (event,))
+            events.put_nowait(event)
+
         driving = drive(
             envelope,
             directory,
             token,
-            events.put_nowait,
+            emit,
             client=directory.client,
             mailboxes=directory.mailboxes,
         )
@@ -66,7 +91,9 @@ class DetachedRuns:
                     batch.append(nxt)
                 yield batch
             outcome = task.result()
-            await self._record(outcome)
+            end = terminal_event(outcome).model_copy(update={"seq": seq + 1})
+            await self._record(outcome, end)
+            relay.append(run_id, (end,))
             yield outcome
         finally:
             self._tokens.pop(run_id, None)
@@ -78,5 +105,6 @@ class DetachedRuns:
             if token is not None:
                 token.request(cause)
 
-    async def _record(self, outcome: Outcome) -> None:
-        await self._finish(*outcome_entry(outcome))
+    async def _record(self, outcome: Outcome, end: RunEvent) -> None:
+        info, summary = outcome_entry(outcome)
+        await self._finish(dataclasses.replace(info, events=end.seq or 0), summary)

@@ -144,8 +144,8 @@ class RunTable:
 
     # --- entries ------------------------------------------------------------------------
     def update(self, info: RunInfo) -> None:
-        """Enter news of a run (its attempts never go down; its owner and parent stay unless
-        named; when it started stays)."""
+        """Enter news of a run (its attempts never go down; its owner, parent and event count
+        stay unless named; when it started stays)."""
         old = self.runs.get(info.run_id)
         if old is not None:
             info = replace(
@@ -157,6 +157,7 @@ class RunTable:
                 parent=info.parent or old.parent,
                 group_id=info.group_id or old.group_id,
                 trace_id=info.trace_id or old.trace_id,
+                events=info.events or old.events,
                 updated_at=time.time(),
             )
         else:

@@ -1,6 +1,6 @@
-"""Runs that exist, from any driver: ``attach`` (a run's handle, with the history its
-checkpoints hold replayed as events, then its end as the coordinator reports it), ``cancel``
-and ``runs`` (the run table)."""
+"""Runs that exist, from any driver: ``attach`` (a run's handle, with its events live from the
+coordinator's relay, or the history its checkpoints hold replayed, then its end as the
+coordinator reports it), ``cancel`` and ``runs`` (the run table)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from raygents.errors import (
 )
 from raygents.ids import validate_id
 from raygents.records.runinfo import RunInfo, RunStatus, RunSummary
+from raygents.runtime.coordinator.relay import KEEP
 from raygents.runtime.driver.client import Runtime, current
 from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.snapshot import known_agent
@@ -40,19 +41,31 @@ def attach(run_id: str) -> RunHandle:
     """A handle to a run, possibly started by another driver.
 
     A run of this driver that is running, or whose handle is still referenced, gives its own
-    handle (with every event). For other runs the handle resolves when the run ends (a
+    handle (with every event); a run this process follows already gives the same handle
+    (one follower per run and process, whatever the number of readers). For other runs the
+    handle resolves when the run ends (a
     completed run's result comes from the coordinator, or from the result its completion
     marker keeps in the store, e.g. after a restart of Ray), and the result's ``last_agent``
     is the agent of that name this process started a run with, whose ``output_type`` types
     ``final_output``; else a placeholder ``Agent`` carrying the agent's name
-    (``final_output`` is then the final text; ``final_output_as(T)`` parses it). Their
-    ``events()`` replay what the run's newest checkpoint records (``agent_start``, a
-    ``tool_start`` and ``tool_end`` for each tool call with a result, a ``handoff`` for each
-    transfer, then a ``checkpoint`` with its seq; each with ``data["replayed"]``), and when the
-    run ends, what it recorded since and its terminal event. Live events (model text deltas,
-    calls still in flight) of a run driven by another driver are not relayed. A run awaiting
-    approval raises :class:`RunInterrupted` with its pending calls (read from its newest
-    checkpoint), which any driver can approve with :func:`resume`.
+    (``final_output`` is then the final text; ``final_output_as(T)`` parses it).
+
+    Their ``events()`` come live, through the coordinator's relay, from the process that
+    drives the run (its driver, or the coordinator for a detached run): the events it keeps
+    of the run (the newest 10,000), then each one as it happens (model text deltas of
+    streamed runs, tool calls, handoffs, children's events with their ``path``, checkpoints),
+    then the terminal event; each with its ``seq``, the same as in every other process
+    (``events(after=seq)`` reconnects). The handle keeps the newest 10,000 events: a reader
+    that falls further behind gets a ``lagged`` event and goes on (the run never waits for
+    readers). A run whose events the relay does not have (it ended before anyone followed
+    it, its events are no longer kept, or the process that drives it publishes none)
+    replays what its newest checkpoint records (``agent_start``, a ``tool_start`` and
+    ``tool_end`` for each tool call with a result, a ``handoff`` for each transfer, then a
+    ``checkpoint`` with its seq; each with ``data["replayed"]`` and no ``seq``), and when
+    the run ends, what it recorded since and its terminal event (numbered when the run
+    table knows its number). A run awaiting approval raises :class:`RunInterrupted` with
+    its pending calls (read from its newest checkpoint), which any driver can approve with
+    :func:`resume`.
 
     Raises:
         UserError: ``run_id`` is not a valid run id.
@@ -63,29 +76,91 @@ def attach(run_id: str) -> RunHandle:
     handle = rt.handles.get(run_id)
     if handle is not None:
         return handle
+    handle = rt.followed.get(run_id)
+    if handle is not None and not handle.done():  # (one follower of a run per process)
+        return handle
     rt.send_notes()
     info = rt.ask(rt.directory.client.get_run(run_id))
     if info is None:
         raise RunNotFound(f"run {run_id!r} is not known to the coordinator", run_id=run_id)
     token = SuspendToken(run_id)
     token.actor = rt.directory.client  # (it passes suspends and cancels to the run's actor)
-    handle = RunHandle(run_id, rt, token)
+    handle = RunHandle(run_id, rt, token, keep=KEEP)
     handle._set_status(_status(info.status))
+    rt.followed[run_id] = handle
     rt.submit(_follow(rt, handle))
     return handle
 
 
+_FOLLOW_WAIT_S = 10.0  # how long one ask of the relay waits for events
+_FIRST_WAIT_S = 2.0  # ... the first one: a driver that publishes nothing by then is not asked
+
+
+async def _relay(rt: Runtime, handle: RunHandle, *, first: bool = True) -> bool | None:
+    """Give ``handle`` the run's events from the relay, until its terminal event.
+
+    Returns True once the terminal event came (or the run's feed ended with one numbered
+    before those the handle asked for), None when the relay has no feed of the run and it is
+    not running; with ``first``, False when the process that drives the run did not answer
+    the relay's first ask (a run driven by an older raygents, or by a process that is gone:
+    the caller replays its history, then follows again, without ``first``).
+    """
+    after, wait_s = 0, (_FIRST_WAIT_S if first else _FOLLOW_WAIT_S)
+    while True:
+        reply = await rt.directory.client.relay_follow(handle.run_id, after, wait_s)
+        for event in reply.events:
+            seq = event.seq or after
+            if after and seq > after + 1:  # (fell behind the relay: the oldest went)
+                handle._relayed(_lagged(event, after + 1, seq - 1))
+            handle._relayed(event)
+            after = seq
+            if event.is_terminal:
+                return True
+        if reply.state == "ended":
+            return True
+        if reply.state == "none":
+            return None
+        if reply.state == "waiting" and first and not after:
+            return False
+        wait_s = _FOLLOW_WAIT_S
+
+
+def _lagged(event: RunEvent, low: int, high: int) -> RunEvent:
+    data = {"missed": [low, high]}
+    return RunEvent(type="lagged", run_id=event.run_id, agent_name=event.agent_name, data=data)
+
+
 async def _follow(rt: Runtime, handle: RunHandle) -> None:
+    relayed = await _relay(rt, handle)
     replay = _HistoryReplay(handle.run_id)
-    state = await _newest_state(rt, handle.run_id)
-    if state is not None:
-        _emit_replayed(handle, replay, state.agent_name, state.messages, state.journal, state.seq)
+    state = None
+    if not relayed:
+        state = await _newest_state(rt, handle.run_id)
+        if state is not None:
+            _emit_replayed(
+                handle, replay, state.agent_name, state.messages, state.journal, state.seq
+            )
+        if relayed is False:  # (running, with nobody relaying it: maybe later, once resumed)
+            relayed = await _relay(rt, handle, first=False)
     info, summary = await rt.directory.client.wait(handle.run_id)
     if info is None:  # (forgotten meanwhile: the table keeps a bounded number of ended runs)
         gone = RunNotFound(f"run {handle.run_id!r} is no longer known", run_id=handle.run_id)
         handle._resolve(None, gone, "failed")
         return
-    status = _status(info.status)
+    if not relayed:
+        await _replay_end(rt, handle, replay, state, info, summary)
+    await _resolve(rt, handle, info, summary, emit=not relayed)
+
+
+async def _replay_end(
+    rt: Runtime,
+    handle: RunHandle,
+    replay: _HistoryReplay,
+    state: RunState | None,
+    info: RunInfo,
+    summary: RunSummary | None,
+) -> None:
+    """Replay what an ended run recorded since the history replayed so far."""
     if info.status == "completed" and summary is not None:
         messages = summary["messages"]
         _emit_replayed(handle, replay, summary["agent_name"], messages, {}, info.seq)
@@ -94,10 +169,24 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
         if state is not None:
             journal = state.journal
             _emit_replayed(handle, replay, state.agent_name, state.messages, journal, state.seq)
-    base = {"run_id": handle.run_id, "agent_name": info.agent_name, "turns": info.turns}
+
+
+async def _resolve(
+    rt: Runtime, handle: RunHandle, info: RunInfo, summary: RunSummary | None, *, emit: bool
+) -> None:
+    """Resolve the handle of an ended run; with ``emit``, emit its terminal event first
+    (numbered as the run table says, where it knows)."""
+    base: dict[str, Any] = {
+        "run_id": handle.run_id,
+        "agent_name": info.agent_name,
+        "turns": info.turns,
+        "seq": info.events or None,
+    }
+    status = _status(info.status)
     if info.status == "completed" and summary is not None:
         result = _result(handle.run_id, summary)
-        handle._emit(RunEvent(type="complete", output=result.output_text, **base))
+        if emit:
+            handle._relayed(RunEvent(type="complete", output=result.output_text, **base))
         handle._resolve(result, None, "completed")
         return
     error: RaygentsError
@@ -112,8 +201,9 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
             run_id=handle.run_id,
             pending=pending,
         )
-        data = {"pending": [p.model_dump() for p in pending]}
-        handle._emit(RunEvent(type="interrupted", data=data, **base))
+        if emit:
+            data = {"pending": [p.model_dump() for p in pending]}
+            handle._relayed(RunEvent(type="interrupted", data=data, **base))
         handle._resolve(None, error, status)
         return
     elif info.status == "cancelled":
@@ -129,7 +219,8 @@ async def _follow(rt: Runtime, handle: RunHandle) -> None:
         error = RaygentsError(
             info.last_error or f"run ended as {info.status}", run_id=handle.run_id
         )
-    handle._emit(RunEvent(type="error", error=str(error), **base))
+    if emit:
+        handle._relayed(RunEvent(type="error", error=str(error), **base))
     handle._resolve(None, error, status)
 
 
@@ -266,10 +357,10 @@ def _emit_replayed(
 ) -> None:
     """Emit what ``replay`` has not given yet of a history, then a ``checkpoint`` event."""
     for event in replay.events(agent_name, messages, journal):
-        handle._emit(event)
+        handle._relayed(event)
     if seq > 0 and replay._new(f"seq:{seq}"):
         data = {"seq": seq, **_REPLAYED}
-        handle._emit(
+        handle._relayed(
             RunEvent(type="checkpoint", run_id=handle.run_id, agent_name=agent_name, data=data)
         )
 

@@ -28,6 +28,7 @@ from raygents.records.retention import retention_seconds
 from raygents.runtime.coordinator.coordinator import Coordinator
 from raygents.runtime.driver import startup
 from raygents.runtime.driver.handle import RunHandle
+from raygents.runtime.driver.publisher import Publisher
 from raygents.runtime.link.coalesce import Coalescer
 from raygents.runtime.link.coordinator_client import COORDINATOR_NAME, CoordinatorClient
 from raygents.runtime.link.directory import Directory
@@ -73,6 +74,11 @@ class Runtime:
         self.handles: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
         """This driver's runs: a running run's handle is held by its drive, an ended one only
         by whoever still uses it (a long-lived driver does not keep every result it saw)."""
+        self.followed: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
+        """Handles of runs other processes drive, that ``attach`` gave and that did not end:
+        one follower per run and process, whatever the number of readers."""
+        self.publisher = Publisher(self.owner, self.directory.client, self.handles)
+        """Sends the events of this driver's runs that someone follows to the relay."""
         mismatch = self._mismatch(settings)
         if mismatch is not None:
             self.close()
@@ -194,7 +200,7 @@ class Runtime:
             sending = self._send_notes()
             if sending:
                 await asyncio.wait(sending, timeout=2.0)
-            tasks = self.directory.stop_watches()
+            tasks = [*self.directory.stop_watches(), *self.publisher.stop()]
             if tasks:
                 await asyncio.wait(tasks, timeout=1.0)
 

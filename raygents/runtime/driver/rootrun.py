@@ -13,7 +13,6 @@ from raygents.agents.runstate import RunState as Waiting
 from raygents.agents.tooluse import final_value
 from raygents.core.contextdata import assign, revive
 from raygents.core.envelope import Envelope, Outcome, RunState
-from raygents.core.events import RunEvent
 from raygents.core.schema import parse_output
 from raygents.errors import (
     SUSPEND_FOR_CHECKPOINT,
@@ -27,6 +26,7 @@ from raygents.runtime.driver.client import Runtime
 from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.runtime.link.drive import drive
+from raygents.runtime.link.ending import failure_of, terminal_event
 
 __all__ = ["Ending", "GraphBlob", "drive_root"]
 
@@ -46,6 +46,9 @@ async def drive_root(
 ) -> None:
     state = envelope.state
     timer = None
+    publishing = not rt.detached  # (else the coordinator drives the run, and relays it)
+    if publishing:
+        rt.publisher.started()
     try:
         if claim:  # a generated id: nobody else has claimed it, so its first epoch is 1
             envelope = dataclasses.replace(envelope, state=state.evolve(epoch=1))
@@ -75,7 +78,11 @@ async def drive_root(
     finally:
         if timer is not None:
             timer.cancel()
-    result, failure, status = _finish(rt, handle, outcome, ending)
+    try:
+        result, failure, status = _finish(rt, handle, outcome, ending)
+    finally:
+        if publishing:
+            rt.publisher.ended()
     if ending.relay is not None:
         output = result.final_output if result is not None else None
         ending.relay.run_ended(outcome.state.run_id, outcome.state.agent_name, output, failure)
@@ -142,9 +149,9 @@ def _finish(
 ) -> tuple[RunResult | None, RaygentsError | None, RunStatus]:
     """Emit a run's terminal event and tell the coordinator; what the handle resolves to."""
     state = outcome.state
-    base = {"run_id": state.run_id, "agent_name": state.agent_name, "turns": state.turns}
     error: RaygentsError | None = None
     result: RunResult | None = None
+    unparsed: OutputValidationError | None = None
     if outcome.kind == "completed":
         text = outcome.output or ""
         try:
@@ -160,10 +167,8 @@ def _finish(
                 context=ending.final_context(state),
                 start_agent=ending.graph.get(state.start_agent),
             )
-            event = RunEvent(type="complete", output=text, usage=state.usage, **base)
         except OutputValidationError as exc:
-            error = exc
-            event = RunEvent(type="error", error=str(error), **base)
+            error = unparsed = exc
     elif outcome.kind == "suspended":
         inline = state if outcome.checkpoint_error else None
         error = SuspendedError(
@@ -173,7 +178,6 @@ def _finish(
             cause=outcome.cause,
             checkpoint=inline,
         )
-        event = RunEvent(type="suspended", error=outcome.cause, **base)
     elif outcome.kind == "interrupted":
         pending = list(state.pending)
         durable = state.context is not None or ending.context is None
@@ -184,15 +188,11 @@ def _finish(
             pending=pending,
             state=waiting,
         )
-        event = RunEvent(
-            type="interrupted", data={"pending": [p.model_dump() for p in pending]}, **base
-        )
     else:
-        error = outcome.error or RaygentsError("run failed", run_id=state.run_id)
-        event = RunEvent(type="error", error=str(error), **base)
-    handle._emit(event)
+        error = failure_of(outcome)
+    handle._emit(terminal_event(outcome, unparsed))
     info, summary = outcome_entry(outcome, None if outcome.kind == "completed" else str(error))
-    rt.note("finish", info, summary)
+    rt.note("finish", dataclasses.replace(info, events=handle._seq), summary)
     if result is None and outcome.kind == "completed":  # (its output did not parse)
         return None, error, "failed"
     return result, error, outcome_status(outcome)

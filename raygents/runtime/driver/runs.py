@@ -326,6 +326,7 @@ def _launch(
     fresh_id: bool = False,
     claimed: bool = False,
     ending: Ending | None = None,
+    numbered_after: int = 0,
 ) -> RunHandle:
     """Claim the run and drive it in the background.
 
@@ -349,7 +350,7 @@ def _launch(
         client = rt.directory.client
         claim = rt.ask(client.claim(run_id, rt.owner, state.agent_name, state.tenant, group))
         envelope = _claimed(envelope, *claim)
-    handle = RunHandle(run_id, rt, SuspendToken(run_id))
+    handle = RunHandle(run_id, rt, SuspendToken(run_id), numbered_after=numbered_after)
     handle._graph, handle._agent_name = graph, envelope.state.agent_name
     ending = ending or Ending(graph)
     if ending.relay is not None:
@@ -535,7 +536,17 @@ def resume(
     if relay is not None:
         relay.run_started(run_id, graph[state.agent_name], state.messages)
     ending = Ending(graph, relay=relay, context=value)
-    return _launch(rt, envelope, graph, (blob, defs), timeout_s, claimed=True, ending=ending)
+    numbered_after = before.events if before is not None else 0  # (its events number on)
+    return _launch(
+        rt,
+        envelope,
+        graph,
+        (blob, defs),
+        timeout_s,
+        claimed=True,
+        ending=ending,
+        numbered_after=numbered_after,
+    )
 
 
 def _resumed_context(state: RunState, context: Any) -> tuple[RunState, Any]:

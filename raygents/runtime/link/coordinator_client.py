@@ -15,7 +15,9 @@ from raygents.runtime.link.settings import Settings
 
 if TYPE_CHECKING:
     from raygents.core.envelope import Envelope, RunState
+    from raygents.core.events import RunEvent
     from raygents.records.runinfo import Note, RecordEntry, RunInfo, RunSummary
+    from raygents.runtime.link.follow import Follow
 
 __all__ = ["COORDINATOR_NAME", "CoordinatorClient", "checked_settings", "raygents_error"]
 
@@ -199,6 +201,29 @@ class CoordinatorClient:
             return None
         key = (await self.settings()).key
         return checkpoint.restore(blobs, run_id=run_id, key=key)
+
+    # --- the relay of live events --------------------------------------------------------
+    async def relay_follow(self, run_id: str, after: int, wait_s: float) -> Follow:
+        """The run's events numbered after ``after``, waiting up to ``wait_s`` for some (see
+        ``Coordinator.relay_follow``)."""
+        found: Follow = await self._call(
+            lambda c: c.relay_follow.remote(run_id, after, wait_s), patience_s=600.0
+        )
+        return found
+
+    async def relay_wanted(
+        self, owner: str, version: int, wait_s: float
+    ) -> tuple[int, dict[str, tuple[str, int]]]:
+        """What the relay wants of driver ``owner``'s runs, once it changes from ``version``
+        (see ``Coordinator.relay_wanted``). One try: a driver with no run left must not
+        bring a coordinator that is gone back for it."""
+        found, wants = await self.handle().relay_wanted.remote(owner, version, wait_s)
+        return int(found), dict(wants)
+
+    async def relay_publish(self, owner: str, batches: dict[str, list[RunEvent]]) -> None:
+        """Send the relay events of driver ``owner``'s runs it wants (one try: a coordinator
+        that restarted wants them again, from the start)."""
+        await self.handle().relay_publish.remote(owner, batches)
 
     # --- agent actors -------------------------------------------------------------------
     async def register_graph(
