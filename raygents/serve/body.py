@@ -59,9 +59,11 @@ class RunRequest(_Body):
     thread_id: str | None = Field(
         default=None, strict=True, description="the conversation it belongs to"
     )
-    max_turns: int | None = Field(strict=True, default=None, ge=1)
-    max_tokens: int | None = Field(strict=True, default=None, ge=1)
-    timeout_s: float | None = Field(strict=True, default=None, gt=0, allow_inf_nan=False)
+    max_turns: int | None = Field(strict=True, default=None, ge=1, le=1_000_000)
+    max_tokens: int | None = Field(strict=True, default=None, ge=1, le=10**15)
+    timeout_s: float | None = Field(
+        strict=True, default=None, gt=0, le=10 * 365 * 86400, allow_inf_nan=False
+    )
     webhook: str | None = Field(
         default=None,
         max_length=2048,

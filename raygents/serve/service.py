@@ -102,7 +102,8 @@ class Service:
             )
         except RaygentsError as exc:
             raise problem_of(exc) from None
-        if request.webhook is not None:
+        await _wait_claimed(handle.run_id)
+        if request.webhook is not None:  # (once the coordinator knows the run)
             await self.keeper.watch.remote(handle.run_id, request.webhook)
         error: BaseException | None = None
         if request.wait:
@@ -110,8 +111,6 @@ class Service:
                 await handle
             except RaygentsError as exc:
                 error = exc
-        else:
-            await _wait_claimed(handle.run_id)
         return 201, await self._document(handle.run_id, error=error)
 
     async def _start_in_thread(
