@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 
 from raygents.agents.agent import Agent
+from raygents.agents.result import RunResult
 from raygents.core.envelope import RunState
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, Usage
@@ -115,18 +116,28 @@ async def run_document(
     *,
     info: RunInfo | None = None,
     error: BaseException | None = None,
+    result: RunResult | None = None,
     messages: bool = False,
 ) -> dict[str, Any]:
     """A run's info and outcome: ``status``, ``output`` (typed output as JSON), ``usage``,
     ``turns``, ``last_agent``, ``error`` ``{type, message}``, ``pending`` (approvals); with
     ``messages``, its conversation. ``error``: the error its caller saw, if any (its type is
-    then exact; else it is told by the status).
+    then exact; else it is told by the status); ``result``: the result it saw, if any (read
+    from no one else then).
 
     Raises:
         RunNotFound: the coordinator knows no such run.
     """
     info = info or await run_info(run_id)
     doc = info_document(info)
+    if result is not None and info.status == "completed":  # (its result says it all)
+        doc["output"] = output_json(result.output_text, _agent(agents, result.last_agent.name))
+        doc["usage"] = usage_document(result.usage)
+        doc["turns"] = result.turns
+        doc["agent"], doc["pending"], doc["error"] = None, [], None
+        if messages:
+            doc["messages"] = messages_document(result.messages)
+        return doc
     summary = await _summary(info)
     state = None if summary is not None else await run_state(run_id)
     doc["agent"] = state.start_agent if state is not None and state.start_agent else None

@@ -227,6 +227,10 @@ class Keeper:
         if delivery.state == "failed":
             log.warning("webhook of run %s failed: %s", run_id, delivery.last_error)
 
+    def about(self, run_id: str) -> tuple[str | None, dict[str, Any] | None]:
+        """A run's thread and where its webhook stands (None where it has none)."""
+        return self.thread_of.get(run_id), self.delivery(run_id)
+
     def delivery(self, run_id: str) -> dict[str, Any] | None:
         """Where the run's webhook stands, or None."""
         found = self.deliveries.get(run_id)

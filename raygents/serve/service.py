@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import raygents as rg
+from raygents.agents.result import RunResult
 from raygents.core.approvals import ApprovalDecision
 from raygents.core.messages import to_messages
 from raygents.errors import (
@@ -102,16 +103,23 @@ class Service:
             )
         except RaygentsError as exc:
             raise problem_of(exc) from None
-        await _wait_claimed(handle.run_id)
-        if request.webhook is not None:  # (once the coordinator knows the run)
+        if not request.wait or request.webhook is not None:
+            await _wait_claimed(handle.run_id)  # (the answer, and the keeper, read its entry)
+        if request.webhook is not None:
             await self.keeper.watch.remote(handle.run_id, request.webhook)
         error: BaseException | None = None
+        result: RunResult | None = None
         if request.wait:
             try:
-                await handle
+                result = await handle
             except RaygentsError as exc:
                 error = exc
-        return 201, await self._document(handle.run_id, error=error)
+        doc = await run_document(handle.run_id, self.agents, error=error, result=result)
+        doc["thread_id"] = None
+        doc["webhook"] = None
+        if request.webhook is not None:
+            doc["webhook"] = await self.keeper.delivery.remote(handle.run_id)
+        return 201, doc
 
     async def _start_in_thread(
         self, thread_id: str, request: RunRequest
@@ -154,8 +162,7 @@ class Service:
             if not await self.keeper.queued.remote(run_id):
                 raise
             doc = {"run_id": run_id, "status": "queued", "pending": [], "output": None}
-        doc["thread_id"] = await self.keeper.thread_of_run.remote(run_id)
-        doc["webhook"] = await self.keeper.delivery.remote(run_id)
+        doc["thread_id"], doc["webhook"] = await self.keeper.about.remote(run_id)
         return doc
 
     async def get(self, run_id: str) -> dict[str, Any]:
