@@ -55,7 +55,9 @@ def client(url: str, token: str | None) -> httpx.Client:
 class Frame:
     """One SSE event."""
 
-    id: int
+    id: int | None
+    """Its sequence in the run (None: an event the runtime does not number, such as the
+    replayed history of a run that ended before anyone followed it)."""
     event: str
     data: dict[str, Any]
 
@@ -79,7 +81,8 @@ def read_sse(
                 name, _, value = line.partition(":")
                 fields[name] = value.removeprefix(" ")
             if "data" in fields:
-                frames.append(Frame(int(fields["id"]), fields["event"], json.loads(fields["data"])))
+                seq = int(fields["id"]) if "id" in fields else None
+                frames.append(Frame(seq, fields["event"], json.loads(fields["data"])))
                 if limit is not None and len(frames) >= limit:
                     break
     return frames, comments

@@ -3,9 +3,9 @@ the run), ``event:`` (its type) and ``data:`` (its JSON), from after a given id 
 ``Last-Event-ID``), with heartbeat comments while idle; it ends after the run's terminal
 event. This module is the one place that numbers events.
 
-Where raygents' runtime numbers the events of a run (``RunEvent.seq``, the same in every
-process, with ``attach(run_id).events(after=n)``), those numbers are the ids; else an event's
-id is its position in what ``raygents.attach(run_id).events()`` gives.
+Where raygents' runtime numbers the events of a run (``RunEvent.seq``: 1, 2, 3..., the same in
+every process, with ``attach(run_id).events(after=n)``), those numbers are the ids; else an
+event's id is its position (from 1) in what ``raygents.attach(run_id).events()`` gives.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ _RELAYED = "seq" in RunEvent.model_fields
 
 
 def last_event_id(header: str | None) -> int:
-    """The sequence a reconnecting client saw last (-1: none, or not a sequence)."""
+    """The sequence a reconnecting client saw last (-1: none, or not a sequence; ids start
+    at 1)."""
     text = (header or "").strip()
     if not text.isdigit() or len(text) > 18:
         return -1
@@ -49,16 +50,16 @@ def _ends(event: RunEvent) -> bool:
 
 
 async def _positions(run_id: str, after: int) -> AsyncGenerator[tuple[int | None, RunEvent], None]:
-    """The events of ``attach(run_id)`` after position ``after``, numbered by position
-    (polled: a waiting reader holds no thread)."""
+    """The events of ``attach(run_id)`` numbered 1, 2, 3... by position, those after
+    ``after``, polled (a waiting reader holds no thread)."""
     handle: Any = await asyncio.to_thread(rg.attach, run_id)
     log = handle.events()
-    index = after + 1
+    index = max(after, 0)
     while True:
         seen = log.snapshot()
-        for seq in range(index, len(seen)):
-            yield seq, seen[seq]
-            if _ends(seen[seq]):
+        for i in range(index, len(seen)):
+            yield i + 1, seen[i]
+            if _ends(seen[i]):
                 return
         index = max(index, len(seen))
         if handle.done() and len(log.snapshot()) <= index:

@@ -4,7 +4,7 @@
 "use strict";
 
 const TOKEN_KEY = "raygents-api-token";
-const state = { selected: null, stream: null, tokens: new Map(), runs: [] };
+const state = { selected: null, stream: null, tokens: new Map(), runs: [], lastId: null };
 
 function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
@@ -93,6 +93,7 @@ function select(runId) {
   }
   document.getElementById("detail").hidden = false;
   document.getElementById("events").replaceChildren();
+  state.lastId = null;
   followEvents(runId);
   refreshDetail(true);
 }
@@ -203,10 +204,9 @@ async function followEvents(runId) {
   const control = new AbortController();
   state.stream = control;
   const list = document.getElementById("events");
-  let last = list.children.length - 1;
   try {
     const h = headers({ "Accept": "text/event-stream" });
-    if (last >= 0) { h["Last-Event-ID"] = String(last); }
+    if (state.lastId !== null) { h["Last-Event-ID"] = String(state.lastId); }
     const answer = await fetch("v1/runs/" + encodeURIComponent(runId) + "/events", { headers: h, signal: control.signal });
     if (!answer.ok) { return; }
     const reader = answer.body.getReader();
@@ -221,7 +221,11 @@ async function followEvents(runId) {
         const frame = buffer.slice(0, cut);
         buffer = buffer.slice(cut + 2);
         const event = parseFrame(frame);
-        if (event && runId === state.selected) { list.append(eventItem(event)); list.scrollTop = list.scrollHeight; }
+        if (event && runId === state.selected) {
+          if (event.id !== null) { state.lastId = event.id; }
+          list.append(eventItem(event));
+          list.scrollTop = list.scrollHeight;
+        }
       }
     }
   } catch (e) { if (e.name !== "AbortError") { notice(e.message); } }
@@ -246,7 +250,7 @@ function eventItem(event) {
   const d = event.data;
   const what = d.delta || d.tool_name || d.to_agent || d.output || d.error || d.result || "";
   const li = el("li");
-  li.append(el("span", event.id + " " + event.type + " ", "role"), el("span", (d.agent_name || "") + " " + shown(what)));
+  li.append(el("span", (event.id === null ? "" : event.id + " ") + event.type + " ", "role"), el("span", (d.agent_name || "") + " " + shown(what)));
   return li;
 }
 
