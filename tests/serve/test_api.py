@@ -230,3 +230,18 @@ def test_suspend_then_resume(served: Served) -> None:
     served.until(run, "suspended", timeout_s=20)
     assert served.post(f"/v1/runs/{run}/resume").status_code == 200
     assert served.until(run, "completed", timeout_s=30)["output"] == "napped 3 times"
+
+
+def test_the_token_is_in_no_log(served: Served) -> None:
+    import pathlib
+
+    import ray
+
+    bare = httpx.Client(base_url=served.url, timeout=30)
+    bare.get("/v1/runs", headers={"Authorization": f"Bearer {TOKEN}x"})  # (a wrong one too)
+    served.post("/v1/runs", {"agent": "echo", "input": "log me", "wait": True})
+    logs = pathlib.Path(ray._private.worker._global_node.get_logs_dir_path())
+    files = [p for p in logs.rglob("*") if p.is_file() and p.stat().st_size < 50_000_000]
+    assert any("serve" in str(p) for p in files)
+    leaked = [p for p in files if TOKEN.encode() in p.read_bytes()]
+    assert leaked == []
