@@ -6,9 +6,10 @@ starts nothing and reads no environment; ``run`` / ``start`` connect to Ray on f
 
 The public API is this module's ``__all__`` (where each name lives: ``_HOMES`` below) and the
 modules ``raygents.testing``, ``raygents.data``, ``raygents.guardrails``, ``raygents.templates``,
-``raygents.sessions`` and ``raygents.models.function``. Every other module, in the packages
-``core``, ``agents``, ``models``, ``stores``, ``records``, ``telemetry``, ``runtime``, ``batch``,
-``integrations`` and ``cli``, is internal: import from the paths above, which stay.
+``raygents.sessions``, ``raygents.models.function`` and ``raygents.serve``. Every other module, in
+the packages ``core``, ``agents``, ``models``, ``stores``, ``records``, ``telemetry``,
+``runtime``, ``batch``, ``integrations``, ``serve`` and ``cli``, is internal: import from the
+paths above, which stay.
 """
 
 from __future__ import annotations

@@ -92,6 +92,36 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return Scheduling(config, log)
 
 
+@pytest.fixture(scope="module")
+def served(ray_session: None, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The test module's ``AGENTS`` served over HTTP (``raygents.serve.start``) on the
+    session's Ray instance, bound to 127.0.0.1, with a token (the module's ``SERVE_TOKEN``,
+    else :data:`servekit.TOKEN`); Serve is shut down after the module."""
+    from ray import cloudpickle, serve
+    from servekit import TOKEN, Served, client, free_port
+
+    import raygents
+    import raygents.serve as rgs
+
+    cloudpickle.register_pickle_by_value(request.module)
+    raygents.init(store="memory://")  # (up already, unless a test before shut it down)
+    token = getattr(request.module, "SERVE_TOKEN", TOKEN)
+    url = rgs.start(
+        request.module.AGENTS,
+        port=free_port(),
+        auth_token=token,
+        webhook_networks=["127.0.0.0/8"],
+        _heartbeat_s=1.0,
+    )
+    http = client(url, token)
+    try:
+        yield Served(url, token, http)
+    finally:
+        http.close()
+        rgs.stop()
+        serve.shutdown()
+
+
 @pytest.fixture(scope="session")
 def s3_proxy() -> Iterator[object]:
     """The fault proxy S3 clients go through, with the AWS environment pointing at it for the

@@ -59,3 +59,53 @@ def test_the_openai_example_against_a_local_compatible_server(tmp_path: Path) ->
     assert "There are 148933 primes" in done.stdout
     assert bodies[0]["stream"] is True and bodies[0]["tools"][0]["function"]["strict"] is True
     assert [m["role"] for m in bodies[1]["messages"]][-2:] == ["tool", "tool"]
+
+
+@pytest.mark.timeout(300)
+def test_raygents_serve_serves_the_example_agents_until_interrupted(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_ADDRESS"))}
+    env["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
+    env["RAYGENTS_API_TOKEN"] = "example-token-0123456789"
+    command = [sys.executable, "-m", "raygents", "serve", "examples.serve_app:AGENTS"]
+    server = subprocess.Popen(
+        [*command, "--port", str(port), "--namespace", "serve-example"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        headers = {"Authorization": "Bearer example-token-0123456789"}
+        deadline = time.monotonic() + 200
+        while True:
+            assert server.poll() is None, server.communicate()[1][-3000:]
+            try:
+                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "raygents serve did not come up"
+            time.sleep(1)
+        body = {"agent": "ops", "input": "restart web", "wait": True}
+        run = httpx.post(f"{url}/v1/runs", json=body, headers=headers, timeout=120).json()
+        assert run["status"] == "awaiting_approval"
+        decided = {"decisions": {"restart-web": True}}
+        approve = f"{url}/v1/runs/{run['run_id']}/approvals"
+        assert httpx.post(approve, json=decided, headers=headers, timeout=60).status_code == 200
+        assert httpx.get(f"{url}/v1/runs", timeout=10).status_code == 401
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=120)
+    assert server.returncode == 0, err[-3000:]
+    assert f"serving on http://127.0.0.1:{port}" in out

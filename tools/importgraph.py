@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runtime.driver",),
     ("batch", "integrations"),
     ("face",),
+    ("serve",),
     ("cli", "testing"),
 )
 """Packages from the bottom up: a package imports only its own modules and those of the
@@ -66,6 +67,7 @@ THIRD_PARTY: dict[str, frozenset[str]] = {
             "integrations",
             "cli",
             "testing",
+            "serve",
             "sessions.memory",
             "telemetry.metrics",
         }
@@ -77,6 +79,8 @@ THIRD_PARTY: dict[str, frozenset[str]] = {
     "mcp": frozenset({"integrations"}),
     "opentelemetry": frozenset({"telemetry"}),
     "tqdm": frozenset({"batch"}),
+    "fastapi": frozenset({"serve"}),
+    "starlette": frozenset({"serve"}),
 }
 """Third-party packages and where they may be imported (a package, or one module of it)."""
 

@@ -11,4 +11,5 @@ NAMES = (
     "batch",
     "tracing",
     "ratelimit",
+    "serve",
 )

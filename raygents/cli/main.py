@@ -162,6 +162,19 @@ def parser() -> argparse.ArgumentParser:
     gc.add_argument("--dry-run", action="store_true", help="only print what would be deleted")
     gc.add_argument("--store", help="work on this store (file://, s3://) with no cluster")
 
+    served = sub.add_parser("serve", help="serve agents over HTTP (needs raygents[serve])")
+    served.add_argument(
+        "target", metavar="MODULE:ATTR", help="an agent, a list of agents or {name: agent}"
+    )
+    served.add_argument(
+        "--address", help="Ray address (default: $RAY_ADDRESS, else a new local instance)"
+    )
+    served.add_argument("--namespace", default="raygents", help="raygents namespace")
+    served.add_argument("--host", default="127.0.0.1", help="where to listen (default: loopback)")
+    served.add_argument("--port", type=_positive, default=8000, help="HTTP port (default: 8000)")
+    served.add_argument("--replicas", type=_positive, default=1, help="HTTP replicas")
+    served.add_argument("--route-prefix", default="/", help="where the API lives (default: /)")
+
     events = sub.add_parser("events", parents=[common], help="a run's events")
     events.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     events.add_argument("--follow", action="store_true", help="keep printing until the run ends")
@@ -180,6 +193,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     from raygents.errors import RaygentsError
 
     try:
+        if args.command == "serve":
+            from raygents.cli.serve import serve
+
+            return serve(args, out)
         if getattr(args, "store", None) is not None:  # (an empty one too: never the cluster)
             return _from_store(args, out)
         return _on_cluster(args, out)

@@ -1,0 +1,167 @@
+"""The Ray Serve deployment of the API, and ``app``/``start``/``stop``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ray import serve
+
+from raygents.agents.agent import Agent
+from raygents.errors import UserError
+from raygents.serve.settings import TOKEN_ENV, ServeSettings, is_loopback, settings
+
+__all__ = ["APP_NAME", "RaygentsAPI", "app", "start", "stop"]
+
+log = logging.getLogger("raygents")
+APP_NAME = "raygents"
+"""The Serve application's name."""
+
+
+@serve.ingress()
+class RaygentsAPI:
+    """One replica of the API: a raygents driver that holds no run (the coordinator drives
+    them, so they go on when a replica restarts or moves)."""
+
+    def __init__(self, app_settings: ServeSettings) -> None:
+        from raygents.serve.service import Service
+
+        self.service = Service(app_settings)
+
+    def __serve_build_asgi_app__(self) -> Any:
+        from raygents.serve.api import build_api
+
+        return build_api(self.service)
+
+
+Agents = Agent | Sequence[Agent] | Mapping[str, Agent]
+
+
+def app(
+    agents: Agents,
+    *,
+    auth_token: str | None = None,
+    webhook_secret: str | None = None,
+    route_prefix: str = "/",
+    num_replicas: int = 1,
+    webhook_networks: Sequence[str] = (),
+    _heartbeat_s: float = 15.0,
+) -> Any:
+    """The HTTP API of ``agents`` as a Ray Serve application (for ``ray.serve.run`` or a
+    Serve config file).
+
+    Args:
+        agents: an ``Agent``, a list of agents or ``{name: Agent}``; requests name the agent.
+        auth_token: the bearer token every request must carry; default
+            ``$RAYGENTS_API_TOKEN``. Without one, the app answers this machine only.
+        webhook_secret: the key of webhook signatures; default ``$RAYGENTS_WEBHOOK_SECRET``,
+            else the auth token.
+        route_prefix: where the API lives on Serve's HTTP port.
+        num_replicas: how many replicas answer (any replica answers for any run).
+        webhook_networks: networks (CIDR) webhooks may reach although they are loopback,
+            private or link-local (refused by default), e.g. ``["10.0.0.0/8"]``.
+
+    raygents' namespace and store are this process's (if ``raygents.init`` ran), else the
+    default namespace and ``$RAYGENTS_STORE``.
+
+    Raises:
+        UserError: bad agents, token, route prefix or networks.
+    """
+    if type(num_replicas) is not int or num_replicas < 1:
+        raise UserError(f"num_replicas must be an int >= 1, got {num_replicas!r}")
+    built = settings(
+        agents,
+        auth_token=auth_token,
+        webhook_secret=webhook_secret,
+        route_prefix=route_prefix,
+        webhook_networks=webhook_networks,
+        heartbeat_s=_heartbeat_s,
+    )
+    return _application(built, num_replicas)
+
+
+def _application(built: ServeSettings, num_replicas: int) -> Any:
+    deployment = serve.deployment(
+        name="raygents-api",
+        num_replicas=num_replicas,
+        # SSE streams and waiting requests are long and cost a replica almost nothing.
+        max_ongoing_requests=1000,
+        ray_actor_options={"num_cpus": 0},
+    )(RaygentsAPI)
+    return deployment.bind(built)
+
+
+def start(
+    agents: Agents,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    auth_token: str | None = None,
+    webhook_secret: str | None = None,
+    route_prefix: str = "/",
+    num_replicas: int = 1,
+    webhook_networks: Sequence[str] = (),
+    _heartbeat_s: float = 15.0,
+) -> str:
+    """Serve ``agents`` over HTTP on the current raygents/Ray instance (see :func:`app`);
+    returns the base URL.
+
+    Raises:
+        UserError: a host other than a loopback one without an auth token (anyone who
+            reaches it could run agents), or what :func:`app` refuses.
+    """
+    from raygents.runtime.driver.client import current
+
+    if type(port) is not int or not 0 < port < 65536:
+        raise UserError(f"port must be an int from 1 to 65535, got {port!r}")
+    if type(num_replicas) is not int or num_replicas < 1:
+        raise UserError(f"num_replicas must be an int >= 1, got {num_replicas!r}")
+    current()  # raygents (and Ray) up in this process: the app uses its namespace and store
+    built = settings(
+        agents,
+        auth_token=auth_token,
+        webhook_secret=webhook_secret,
+        route_prefix=route_prefix,
+        webhook_networks=webhook_networks,
+        heartbeat_s=_heartbeat_s,
+    )
+    if built.auth_token is None and not is_loopback(host):
+        raise UserError(
+            f"serving on {host!r} needs an auth token (auth_token= or ${TOKEN_ENV}): without "
+            "one the app may only listen on a loopback host such as 127.0.0.1"
+        )
+    global _served
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(_application(built, num_replicas), name=APP_NAME, route_prefix=built.route_prefix)
+    _served = built
+    if built.auth_token is None:
+        log.warning("raygents serves on %s:%d without an auth token: this machine only", host, port)
+    shown = f"[{host}]" if ":" in host else host
+    prefix = "" if built.route_prefix == "/" else built.route_prefix
+    return f"http://{shown}:{port}{prefix}"
+
+
+def stop() -> None:
+    """Stop the app :func:`start` served (its runs go on: the coordinator has them), and its
+    keeper (queued thread messages and webhook deliveries under way are dropped). Serve
+    itself stays up; ``ray.serve.shutdown()`` stops it."""
+    import ray
+
+    global _served
+    served, _served = _served, None
+    try:
+        serve.delete(APP_NAME)
+    except Exception as exc:  # (Serve is not running, or has no such app)
+        log.debug("no Serve app to delete: %s", exc)
+    if served is None:
+        return
+    try:
+        keeper = ray.get_actor(served.keeper_name, namespace=served.namespace)
+    except ValueError:
+        return
+    ray.kill(keeper, no_restart=True)
+
+
+_served: ServeSettings | None = None
+"""What :func:`start` served last in this process (:func:`stop` removes its keeper)."""
