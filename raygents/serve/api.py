@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
@@ -94,6 +95,7 @@ def build_api(service: Service) -> FastAPI:
 
     _handlers(api)
     _page(api)
+    _cors(api, service.settings.cors_origins)
     guarded = [Depends(authorize)]
 
     @api.get("/healthz", tags=["meta"])
@@ -109,6 +111,21 @@ def build_api(service: Service) -> FastAPI:
     _control_routes(api, service, guarded)
     _thread_routes(api, service, guarded)
     return api
+
+
+def _cors(api: FastAPI, origins: tuple[str, ...]) -> None:
+    """Answer the browsers of ``origins`` (CORS), when the app names any: their pages may
+    send the token and read the answers; other origins get no CORS header."""
+    if not origins:
+        return
+    api.add_middleware(
+        CORSMiddleware,
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST"],
+        allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+        allow_credentials=False,  # (the token travels in a header, never in a cookie)
+        max_age=600,
+    )
 
 
 async def _json_body(request: Request, model: type[Any]) -> Any:

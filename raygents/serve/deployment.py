@@ -46,6 +46,7 @@ def app(
     route_prefix: str = "/",
     num_replicas: int = 1,
     webhook_networks: Sequence[str] = (),
+    cors_origins: Sequence[str] = (),
     _heartbeat_s: float = 15.0,
 ) -> Any:
     """The HTTP API of ``agents`` as a Ray Serve application (for ``ray.serve.run`` or a
@@ -61,12 +62,15 @@ def app(
         num_replicas: how many replicas answer (any replica answers for any run).
         webhook_networks: networks (CIDR) webhooks may reach although they are loopback,
             private or link-local (refused by default), e.g. ``["10.0.0.0/8"]``.
+        cors_origins: the origins whose pages may call the API from a browser, e.g.
+            ``["https://app.example.com"]``; none by default (CORS is off). Such a page still
+            sends the bearer token itself.
 
     raygents' namespace and store are this process's (if ``raygents.init`` ran), else the
     default namespace and ``$RAYGENTS_STORE``.
 
     Raises:
-        UserError: bad agents, token, route prefix or networks.
+        UserError: bad agents, token, route prefix, networks or origins.
     """
     if type(num_replicas) is not int or num_replicas < 1:
         raise UserError(f"num_replicas must be an int >= 1, got {num_replicas!r}")
@@ -77,6 +81,7 @@ def app(
         route_prefix=route_prefix,
         webhook_networks=webhook_networks,
         heartbeat_s=_heartbeat_s,
+        cors_origins=cors_origins,
     )
     return _application(built, num_replicas)
 
@@ -102,6 +107,7 @@ def start(
     route_prefix: str = "/",
     num_replicas: int = 1,
     webhook_networks: Sequence[str] = (),
+    cors_origins: Sequence[str] = (),
     _heartbeat_s: float = 15.0,
 ) -> str:
     """Serve ``agents`` over HTTP on the current raygents/Ray instance (see :func:`app`);
@@ -125,6 +131,7 @@ def start(
         route_prefix=route_prefix,
         webhook_networks=webhook_networks,
         heartbeat_s=_heartbeat_s,
+        cors_origins=cors_origins,
     )
     if built.auth_token is None and not is_loopback(host):
         raise UserError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ class ServeSettings:
     """Networks (CIDR) webhooks may reach although they are private, loopback or link-local."""
     heartbeat_s: float = 15.0
     """How often an idle event stream gets a comment, so that proxies keep it open."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins whose pages may call the API from a browser (CORS); none by default."""
 
     @property
     def signing_key(self) -> str | None:
@@ -111,6 +114,29 @@ def _networks(networks: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+_ORIGIN = re.compile(r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?")
+
+
+def _origins(origins: Sequence[str]) -> tuple[str, ...]:
+    """CORS origins as browsers send them (``scheme://host[:port]``, no path).
+
+    Raises:
+        UserError: a string, or an item that is not such an origin (``*`` included: an app
+            whose token a page holds names the pages it trusts).
+    """
+    if isinstance(origins, str | bytes):
+        raise UserError(f"cors_origins takes a list of origins, got {origins!r}")
+    out = []
+    for origin in origins:
+        if not isinstance(origin, str) or not _ORIGIN.fullmatch(origin):
+            raise UserError(
+                "cors_origins takes origins such as 'https://app.example.com' or "
+                f"'http://127.0.0.1:3000' (a scheme, a host and maybe a port), got {origin!r}"
+            )
+        out.append(origin.lower())
+    return tuple(out)
+
+
 def _route_prefix(prefix: str) -> str:
     if not isinstance(prefix, str) or not prefix.startswith("/") or "//" in prefix:
         raise UserError(f"route_prefix must be a path beginning with '/', got {prefix!r}")
@@ -127,6 +153,7 @@ def settings(
     route_prefix: str,
     webhook_networks: Sequence[str] = (),
     heartbeat_s: float = 15.0,
+    cors_origins: Sequence[str] = (),
 ) -> ServeSettings:
     """The settings of an app, from the arguments of ``app``/``start`` and the environment:
     the token (``$RAYGENTS_API_TOKEN``), the webhook secret (``$RAYGENTS_WEBHOOK_SECRET``),
@@ -145,4 +172,5 @@ def settings(
         route_prefix=_route_prefix(route_prefix),
         webhook_networks=_networks(webhook_networks),
         heartbeat_s=heartbeat_s,
+        cors_origins=_origins(cors_origins),
     )
