@@ -219,21 +219,7 @@ async def run_tool_input_guardrails(
         ToolInputGuardrailTripped: one said ``raise_exception``.
         RaygentsError: one raised, or returned something that is not an output.
     """
-    for guardrail in guardrails:
-        output = await _run(guardrail, data, "input")
-        behavior = output.behavior
-        if behavior["type"] == "reject_content":
-            return behavior["message"]
-        if behavior["type"] == "raise_exception":
-            raise ToolInputGuardrailTripped(
-                f"tool input guardrail {guardrail.get_name()!r} stopped the run before a call "
-                f"of tool {data.context.tool_name!r}",
-                guardrail=guardrail.get_name(),
-                tool_name=data.context.tool_name,
-                call_id=data.context.call_id,
-                output_info=output.output_info,
-            )
-    return None
+    return await _run_all(guardrails, data, "input", "before", ToolInputGuardrailTripped)
 
 
 async def run_tool_output_guardrails(
@@ -246,14 +232,24 @@ async def run_tool_output_guardrails(
         ToolOutputGuardrailTripped: one said ``raise_exception``.
         RaygentsError: one raised, or returned something that is not an output.
     """
+    return await _run_all(guardrails, data, "output", "after", ToolOutputGuardrailTripped)
+
+
+async def _run_all(
+    guardrails: Sequence[ToolInputGuardrail] | Sequence[ToolOutputGuardrail],
+    data: Any,
+    kind: str,
+    when: str,
+    tripped: type[ToolInputGuardrailTripped] | type[ToolOutputGuardrailTripped],
+) -> str | None:
     for guardrail in guardrails:
-        output = await _run(guardrail, data, "output")
+        output = await _run(guardrail, data, kind)
         behavior = output.behavior
         if behavior["type"] == "reject_content":
             return behavior["message"]
         if behavior["type"] == "raise_exception":
-            raise ToolOutputGuardrailTripped(
-                f"tool output guardrail {guardrail.get_name()!r} stopped the run after a call "
+            raise tripped(
+                f"tool {kind} guardrail {guardrail.get_name()!r} stopped the run {when} a call "
                 f"of tool {data.context.tool_name!r}",
                 guardrail=guardrail.get_name(),
                 tool_name=data.context.tool_name,

@@ -37,6 +37,7 @@ __all__ = [
     "check",
     "connect",
     "disconnect",
+    "import_spec",
     "load_agent",
     "run_command",
 ]
@@ -152,9 +153,22 @@ def load_agent(spec: str) -> rg.Agent:
     Raises:
         UsageError: it does not name an importable ``Agent``.
     """
+    value = import_spec(spec, "--agent", "the agent")
+    if not isinstance(value, rg.Agent):
+        raise UsageError(f"{spec!r} is a {type(value).__name__}, not a raygents Agent")
+    return value
+
+
+def import_spec(spec: str, option: str, what: str) -> Any:
+    """What ``MODULE:ATTR`` names (the current directory is importable); ``option`` and
+    ``what`` name it in errors.
+
+    Raises:
+        UsageError: it does not name something importable.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr or module_name.startswith("."):
-        raise UsageError(f"--agent takes MODULE:ATTR (e.g. myapp.agents:triage), got {spec!r}")
+        raise UsageError(f"{option} takes MODULE:ATTR (e.g. myapp.agents:triage), got {spec!r}")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -162,9 +176,7 @@ def load_agent(spec: str) -> rg.Agent:
         for part in attr.split("."):
             value = getattr(value, part)
     except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot import the agent {spec!r}: {exc}") from exc
-    if not isinstance(value, rg.Agent):
-        raise UsageError(f"{spec!r} is a {type(value).__name__}, not a raygents Agent")
+        raise UsageError(f"cannot import {what} {spec!r}: {exc}") from exc
     return value
 
 

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import sys
 import threading
 from typing import Any, TextIO
 
-from raygents.cli.runs import UsageError
+from raygents.cli.runs import import_spec
 
 __all__ = ["load_agents", "serve"]
 
@@ -21,18 +18,7 @@ def load_agents(spec: str) -> Any:
     Raises:
         UsageError: it does not name something importable.
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr or module_name.startswith("."):
-        raise UsageError(f"serve takes MODULE:ATTR (e.g. myapp.agents:triage), got {spec!r}")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        value: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            value = getattr(value, part)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot import the agents {spec!r}: {exc}") from exc
-    return value
+    return import_spec(spec, "serve", "the agents")
 
 
 def serve(args: argparse.Namespace, out: TextIO, stop: threading.Event | None = None) -> int:
