@@ -29,7 +29,13 @@ class _Coordinator:
         return Settings()
 
     def claim(
-        self, run_id: str, owner: str, agent_name: str, force: bool, tenant: str | None
+        self,
+        run_id: str,
+        owner: str,
+        agent_name: str,
+        force: bool,
+        tenant: str | None,
+        group: tuple[str | None, str] | None = None,
     ) -> tuple[None, int]:
         self._maybe_fail()
         return None, 3
@@ -62,7 +68,7 @@ async def test_each_call_answers_in_its_own_types() -> None:
     first, refused = await client.claim_runs([("a", "me", "x", None), ("b", "me", "x", "acme")])
     assert first == (None, 1) and isinstance(refused, TooManyRuns) and refused.tenant == "acme"
     assert await client.load("r1") == [b"a", b"b"]
-    assert handle.calls["claim"] == [("r1", "me", "agent", False, None)]
+    assert handle.calls["claim"] == [("r1", "me", "agent", False, None, None)]
 
 
 async def test_settings_are_fetched_once_and_again_after_a_replacement() -> None:
