@@ -83,6 +83,8 @@ def test_raygents_serve_serves_the_example_agents_until_interrupted(tmp_path: Pa
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # (as a parent that ignores Ctrl-C leaves it: the server must still stop on it)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -106,6 +108,11 @@ def test_raygents_serve_serves_the_example_agents_until_interrupted(tmp_path: Pa
         assert httpx.get(f"{url}/v1/runs", timeout=10).status_code == 401
     finally:
         server.send_signal(signal.SIGINT)
-        out, err = server.communicate(timeout=120)
+        try:
+            out, err = server.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()  # (never left running)
+            server.communicate()
+            raise
     assert server.returncode == 0, err[-3000:]
     assert f"serving on http://127.0.0.1:{port}" in out

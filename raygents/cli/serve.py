@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
 from typing import Any, TextIO
 
@@ -28,6 +29,8 @@ def serve(args: argparse.Namespace, out: TextIO, stop: threading.Event | None = 
 
     agents = load_agents(args.target)
     rg.init(args.address, namespace=args.namespace)
+    stopping = stop or threading.Event()
+    previous = _stop_on_signals(stopping)
     try:
         url = rgs.start(
             agents,
@@ -38,10 +41,27 @@ def serve(args: argparse.Namespace, out: TextIO, stop: threading.Event | None = 
         )
         out.write(f"serving on {url} (the run inspector: {url}/); Ctrl-C stops\n")
         out.flush()
-        (stop or threading.Event()).wait()
+        while not stopping.wait(0.5):
+            pass
     except KeyboardInterrupt:
         pass
     finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # (None: set outside Python, nothing to put back)
+                signal.signal(sig, handler)
         rgs.stop()
         rg.shutdown()
     return 0
+
+
+def _stop_on_signals(stopping: threading.Event) -> dict[int, Any]:
+    """Stop serving on SIGINT (Ctrl-C) and SIGTERM (a process manager), whatever this process
+    inherited (a parent that ignores SIGINT would otherwise leave the server deaf to it); the
+    handlers replaced, to put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stopping.set()
+
+    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
