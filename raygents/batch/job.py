@@ -58,7 +58,7 @@ from raygents.errors import (
     UserError,
 )
 from raygents.ids import validate_id
-from raygents.runtime.driver.runs import check_run_limits
+from raygents.runtime.driver.runchecks import check_run_limits
 
 if TYPE_CHECKING:
     from raygents.runtime.driver.handle import RunHandle

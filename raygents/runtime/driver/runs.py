@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from raygents.agents.agent import Agent
-from raygents.agents.checks import is_amount
-from raygents.agents.hooks import RunHooks, check_hooks, wants_model_calls
+from raygents.agents.hooks import RunHooks, wants_model_calls
 from raygents.agents.result import RunResult, TypedResult
 from raygents.agents.runstate import RunState as Waiting
 from raygents.core.approvals import ApprovalDecision, PendingApproval, normalise
-from raygents.core.contextdata import NotDurable, StoredContext, revive, store
+from raygents.core.contextdata import NotDurable, revive
 from raygents.core.envelope import Envelope, RunState, new_run_id
-from raygents.core.messages import Message, to_messages
 from raygents.core.schema import type_name, type_schema
 from raygents.errors import (
-    MAX_PAYLOAD_BYTES,
-    ApprovalDecisionsMismatch,
-    PayloadTooLarge,
     RaygentsError,
     RunNotFound,
     UserError,
@@ -35,62 +29,22 @@ from raygents.runtime.driver.client import Runtime, current
 from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.hookrelay import HookRelay
 from raygents.runtime.driver.rootrun import Ending, GraphBlob, drive_root
+from raygents.runtime.driver.runchecks import (
+    RunInput,
+    check_decisions,
+    check_pending,
+    check_run_args,
+    input_messages,
+    run_context,
+)
 from raygents.runtime.driver.snapshot import snapshot
 from raygents.runtime.driver.tracegroup import current_workflow
 from raygents.runtime.link.drive import SuspendToken
 from raygents.sessions import validate_session_id
 
-__all__ = ["check_run_limits", "resume", "run", "run_streamed", "run_typed", "start", "start_each"]
+__all__ = ["resume", "run", "run_streamed", "run_typed", "start", "start_each"]
 
 T = TypeVar("T")
-RunInput = str | Sequence[Message | Mapping[str, Any]]
-
-
-def _check_run_args(
-    agent: Agent,
-    timeout_s: float | None,
-    max_turns: int | None,
-    max_tokens: int | None = None,
-    hooks: object = None,
-) -> None:
-    if not isinstance(agent, Agent):
-        raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
-    check_run_limits(timeout_s, max_turns, max_tokens)
-    check_hooks("run", hooks)
-
-
-def check_run_limits(timeout_s: object, max_turns: object, max_tokens: object) -> None:
-    """Check a run's limits as ``start`` and ``run_batch`` take them.
-
-    Raises:
-        UserError: ``timeout_s`` is not None or a positive, finite number of seconds, or
-            ``max_turns`` / ``max_tokens`` not None or an int >= 1.
-    """
-    if timeout_s is not None and not (is_amount(timeout_s) and timeout_s > 0):
-        raise UserError(
-            f"timeout_s must be a positive, finite number of seconds (or None), got {timeout_s!r}"
-        )
-    for name, value in (("max_turns", max_turns), ("max_tokens", max_tokens)):
-        if value is not None and (type(value) is not int or value < 1):
-            raise UserError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _input_messages(input: RunInput) -> tuple[Message, ...]:
-    try:
-        messages = to_messages(input)
-    except (TypeError, KeyError, ValueError) as exc:
-        raise UserError(f"invalid run input: {exc}") from None
-    if not messages:
-        raise UserError("run input is empty: pass a string or at least one message")
-    size = sum(
-        PayloadTooLarge.size_of(m.text)
-        + sum(PayloadTooLarge.size_of(c.arguments) for c in m.tool_calls)
-        for m in messages
-    )
-    limit = MAX_PAYLOAD_BYTES["run input"]
-    if size > limit:
-        raise PayloadTooLarge(kind="run input", size=size, limit=limit)
-    return messages
 
 
 def start(
@@ -260,8 +214,8 @@ def _prepare(
     _output_type: Any = None,
 ) -> _Start:
     """Check :func:`start`'s arguments and build its run, not launched yet."""
-    _check_run_args(agent, timeout_s, max_turns, max_tokens, hooks)
-    messages = _input_messages(input)
+    check_run_args(agent, timeout_s, max_turns, max_tokens, hooks)
+    messages = input_messages(input)
     if session_id is not None:
         if agent.session is None:
             raise UserError(f"session_id was given but agent {agent.name!r} has no session")
@@ -273,7 +227,7 @@ def _prepare(
     rt = current()
     if session_id is not None:
         rt.send_notes()  # this driver's last run on the session has released it
-    value, stored = _context(context)
+    value, stored = run_context(context)
     graph, blob, fp, defs = snapshot(agent)
     state = RunState(
         run_id=run_id or new_run_id(),
@@ -297,23 +251,6 @@ def _prepare(
         relay.run_started(state.run_id, agent, messages)
     ending = Ending(graph, _output_type, relay, value)
     return _Start(rt, envelope, graph, (blob, defs), timeout_s, ending)
-
-
-def _context(context: Any) -> tuple[Any, StoredContext | None]:
-    """A run's context as its processes get it, and as its state keeps it (None for none,
-    and for a ``NotDurable`` one).
-
-    Raises:
-        UserError: it cannot be stored as plain data (see :func:`contextdata.store`).
-        PayloadTooLarge: it is over the run input's cap (every checkpoint may carry it).
-    """
-    if isinstance(context, NotDurable):
-        return context.value, None
-    stored = store(context)
-    if stored is not None:
-        text = json.dumps(stored.data, ensure_ascii=False)
-        PayloadTooLarge.check("run input", text, what="the run context")
-    return context, stored
 
 
 def _launch(
@@ -384,6 +321,14 @@ def _claimed(envelope: Envelope, taken: RunInfo | None, epoch: int) -> Envelope:
     return dataclasses.replace(envelope, state=envelope.state.evolve(epoch=epoch))
 
 
+_RUN_OPTIONS = tuple(
+    p.name
+    for p in inspect.signature(start).parameters.values()
+    if p.kind is p.KEYWORD_ONLY and not p.name.startswith("_")
+)
+"""The options of :func:`start` that the functions built on it pass through."""
+
+
 def _check_options(function: str, options: dict[str, Any]) -> None:
     """Refuse an option :func:`start` does not take, naming ``function`` (the one called)."""
     for name in options:
@@ -392,14 +337,6 @@ def _check_options(function: str, options: dict[str, Any]) -> None:
                 f"{function}() got an unexpected keyword argument {name!r} (its options are "
                 f"{', '.join(_RUN_OPTIONS)})"
             )
-
-
-_RUN_OPTIONS = tuple(
-    p.name
-    for p in inspect.signature(start).parameters.values()
-    if p.kind is p.KEYWORD_ONLY and not p.name.startswith("_")
-)
-"""The options of :func:`start` that the functions built on it pass through."""
 
 
 def run(agent: Agent, input: RunInput | Waiting, **options: Any) -> RunResult:
@@ -482,9 +419,9 @@ def resume(
             cancelled, runs elsewhere, or names an unknown agent.
     """
     validate_id(run_id, "run id")
-    _check_run_args(agent, timeout_s, None, hooks=hooks)
+    check_run_args(agent, timeout_s, None, hooks=hooks)
     if context is not None:
-        _context(context)  # (refused before the run is claimed)
+        run_context(context)  # (refused before the run is claimed)
     rt = current()
     known = rt.handles.get(run_id)
     if known is not None and not known.done():
@@ -510,8 +447,8 @@ def resume(
                 run_id=run_id,
             )
         if _pending is not None:  # (the calls a person was shown: decided on them, or not at all)
-            _check_pending(state, tuple(_pending))
-        decisions = _check_decisions(state, normalise(dict(approvals or {})))
+            check_pending(state, tuple(_pending))
+        decisions = check_decisions(state, normalise(dict(approvals or {})))
     except BaseException:
         rt.ask(rt.directory.client.unclaim(run_id, before))
         raise
@@ -553,7 +490,7 @@ def _resumed_context(state: RunState, context: Any) -> tuple[RunState, Any]:
     """A resumed run's state and context: ``context`` when given (checked before the claim),
     else the one its checkpoint keeps, as its class where this process has it."""
     if context is not None:
-        value, stored = _context(context)
+        value, stored = run_context(context)
         return state.evolve(context=stored), value
     return state, (None if state.context is None else revive(state.context))
 
@@ -599,34 +536,4 @@ def _resume_state(
         hooks=hooks,
         _pending=waiting.interruptions,
         _stream=stream,
-    )
-
-
-def _check_pending(state: RunState, shown: tuple[PendingApproval, ...]) -> None:
-    """Refuse decisions made on pending calls that are no longer the run's: ``shown`` (what
-    the caller showed a person) must be exactly the pending calls of the claimed run, ids,
-    agents, tools and arguments, or a call of the same id with other arguments would be
-    approved unseen."""
-    if state.pending == shown:
-        return
-    raise ApprovalDecisionsMismatch(
-        f"the pending calls of run {state.run_id!r} changed since they were read: nothing "
-        f"was decided; look at them again (now {len(state.pending)}, "
-        f"ids {sorted(p.call_id for p in state.pending)!r})",
-        run_id=state.run_id,
-    )
-
-
-def _check_decisions(
-    state: RunState, decisions: dict[str, ApprovalDecision]
-) -> dict[str, ApprovalDecision]:
-    pending = {p.call_id for p in state.pending}
-    if set(decisions) == pending:
-        return decisions
-    missing = sorted(pending - set(decisions))
-    unknown = sorted(set(decisions) - pending)
-    raise ApprovalDecisionsMismatch(
-        f"approval decisions must cover exactly the pending calls; missing {missing!r}, "
-        f"unknown {unknown!r}",
-        run_id=state.run_id,
     )
