@@ -40,11 +40,11 @@ class RateServer:
             self._recent.append(now)
         return Reply(text="ok")
 
-    def peak(self) -> int:
-        """The most requests that arrived in any one-second window."""
+    def peak(self, window_s: float = 1.0) -> int:
+        """The most requests that arrived in any window of ``window_s`` seconds."""
         times, best, first = sorted(self.arrivals), 0, 0
         for last, at in enumerate(times):
-            while times[first] <= at - 1.0:
+            while times[first] <= at - window_s:
                 first += 1
             best = max(best, last - first + 1)
         return best
@@ -99,8 +99,8 @@ class ServerProcess:
         self.arrivals, self.refused = self._pipe.recv()
         self._process.join(timeout=10)
 
-    def peak(self) -> int:
-        """The most requests that arrived in any one-second window."""
+    def peak(self, window_s: float = 1.0) -> int:
+        """The most requests that arrived in any window of ``window_s`` seconds."""
         script = RateServer(self.per_second)
         script.arrivals = self.arrivals
-        return script.peak()
+        return script.peak(window_s)

@@ -157,6 +157,11 @@ class RunState(BaseModel):
         return self.model_copy(update=changes)
 
 
+SuspendRequest = tuple[str, str] | tuple[str, str, int | None]
+"""A request that a run suspend (or, with cause ``CANCEL``, stop): ``(run_id, cause)``, or
+with the epoch of the dispatch it was made for (so that it never reaches a later one)."""
+
+
 @dataclass
 class Envelope:
     """A run on its way to an agent actor: its state plus what does not go in checkpoints."""

@@ -164,7 +164,10 @@ def test_suspend_stops_a_running_run_with_a_checkpoint(head: Head) -> None:
         first = json.loads(follow.stdout.readline())  # (following before the suspend)
         assert first["run_id"] == "cli-live"
         suspended = ok_json(cli(head, "suspend", "cli-live", "--json"))
-        rest, _ = follow.communicate(timeout=120)
+        # (read from the same buffer as the first line: communicate() reads the pipe itself,
+        # and would miss the lines that readline() took into the buffer with the first)
+        rest = follow.stdout.read()
+        follow.wait(timeout=120)
     finally:
         if follow.poll() is None:
             follow.kill()

@@ -9,6 +9,7 @@ import os
 import time
 import traceback
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from raygents.agents.tooluse import final_value
 from raygents.core import loop
 from raygents.core.context import RunContext
 from raygents.core.contextdata import apply, assign, capture, revive, to_plain
-from raygents.core.envelope import Envelope, Outcome, RunState
+from raygents.core.envelope import Envelope, Outcome, RunState, SuspendRequest
 from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
@@ -108,7 +109,8 @@ class AgentActor:
         )
         self.task_cache = self.calls.task_cache
         self._active: dict[str, _Active] = {}
-        self._early: dict[str, tuple[str, float]] = {}
+        self._early: dict[str, tuple[str, float, int | None]] = {}
+        """Requests for runs not here: ``(cause, when, epoch)`` by run id (see :meth:`suspend`)."""
         self._incarnation = uuid.uuid4().hex
         """Tells this incarnation of the actor from the next one, should Ray restart it."""
         self._outboxes = Outboxes()
@@ -137,6 +139,8 @@ class AgentActor:
         run_id = envelope.state.run_id
         token = SuspendToken(run_id)
         early = self._early.pop(run_id, None)
+        if early is not None and early[2] is not None and envelope.state.epoch > early[2]:
+            early = None  # (asked of an earlier dispatch: this one came after it)
         cause = envelope.suspend_cause or (early[0] if early else None)
         if cause:
             token.request(cause)
@@ -159,15 +163,20 @@ class AgentActor:
         wait = known in (None, self._incarnation)
         return self._incarnation, await self._outboxes.take(caller, wait_s, wait)
 
-    async def suspend(self, requests: list[tuple[str, str]]) -> None:
-        """Ask runs, ``(run_id, cause)``, to suspend at their next safe point (a run not here
-        yet is remembered for a minute: it may be on its way)."""
-        for run_id, cause in requests:
+    async def suspend(self, requests: Sequence[SuspendRequest]) -> None:
+        """Ask runs, ``(run_id, cause[, epoch])``, to suspend at their next safe point.
+
+        A run not here yet is remembered for a minute: it may be on its way. With the epoch
+        of the dispatch the request was made for, it then holds only for that dispatch: a
+        request that arrives after the run left (it suspended here) does not suspend the
+        run's next dispatch (its resume) when it comes.
+        """
+        for run_id, cause, *rest in requests:
             active = self._active.get(run_id)
             if active is None:
                 now = time.monotonic()
                 self._early = {k: v for k, v in self._early.items() if now - v[1] < 60}
-                self._early[run_id] = (cause, now)
+                self._early[run_id] = (cause, now, rest[0] if rest else None)
                 continue
             active.token.request(cause)
             for child in list(active.children.values()):

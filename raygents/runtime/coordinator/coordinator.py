@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from raygents.core.envelope import Envelope
+from raygents.core.envelope import Envelope, SuspendRequest
 from raygents.core.events import RunEvent
 from raygents.errors import CANCEL, CheckpointError, TooManyRuns
 from raygents.records import checkpoint, rebuild, retention
@@ -135,15 +135,20 @@ class Coordinator:
         async for item in self.driven.drive(envelope):
             yield item
 
-    async def suspend(self, requests: list[tuple[str, str]]) -> None:
-        """Ask runs, ``(run_id, cause)``, to suspend (or, with cause ``CANCEL``, to stop at
-        once): those driven here, and those on the agent actors created here (each actor
-        acts on the runs it has, and remembers the others for a minute: they may be on
-        their way to it)."""
+    async def suspend(self, requests: Sequence[SuspendRequest]) -> None:
+        """Ask runs, ``(run_id, cause[, epoch])``, to suspend (or, with cause ``CANCEL``, to
+        stop at once): those driven here, and those on the agent actors created here (each
+        actor acts on the runs it has, and remembers the others for a minute: they may be on
+        their way to it). A request without an epoch goes with the one the run table holds,
+        so no copy of it reaches a later dispatch of the run (its resume)."""
         self.driven.suspend(requests)
+        dated: list[SuspendRequest] = []
+        for run_id, cause, *rest in requests:
+            epoch = rest[0] if rest else self.table.epochs.get(run_id)
+            dated.append((run_id, cause) if epoch is None else (run_id, cause, epoch))
         for handles in self.registry.actors.values():
             for handle in handles:
-                handle.suspend.remote(requests)
+                handle.suspend.remote(dated)
 
     async def cancel(self, run_id: str) -> RunInfo | None:
         """Cancel a run that has not ended; its entry after, or None for a run not known.

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import ray
 
-from raygents.core.envelope import Envelope, Outcome
+from raygents.core.envelope import Envelope, Outcome, SuspendRequest
 from raygents.core.events import RunEvent
 from raygents.records.runinfo import RunInfo, RunSummary, outcome_entry
 from raygents.runtime.coordinator.relay import EventRelay
@@ -98,9 +98,10 @@ class DetachedRuns:
         finally:
             self._tokens.pop(run_id, None)
 
-    def suspend(self, requests: list[tuple[str, str]]) -> None:
-        """Ask runs driven here, ``(run_id, cause)``, to suspend (others are not here)."""
-        for run_id, cause in requests:
+    def suspend(self, requests: Sequence[SuspendRequest]) -> None:
+        """Ask runs driven here, ``(run_id, cause[, epoch])``, to suspend (others are not
+        here)."""
+        for run_id, cause, *_ in requests:
             token = self._tokens.get(run_id)
             if token is not None:
                 token.request(cause)

@@ -91,7 +91,10 @@ async def drive_root(
 
 
 async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) -> Outcome:
-    handle._token.actor = rt.directory.client  # suspend requests go to the coordinator
+    token = handle._token
+    token.actor, token.epoch = rt.directory.client, envelope.state.epoch  # (it passes them on)
+    if token.cause is not None:  # asked before: it goes with the run
+        envelope = dataclasses.replace(envelope, suspend_cause=token.cause)
     outcome: Outcome | None = None
     async for ref in rt.directory.client.drive_root(envelope):
         item = await ref

@@ -14,7 +14,7 @@ from raygents.records import checkpoint
 from raygents.runtime.link.settings import Settings
 
 if TYPE_CHECKING:
-    from raygents.core.envelope import Envelope, RunState
+    from raygents.core.envelope import Envelope, RunState, SuspendRequest
     from raygents.core.events import RunEvent
     from raygents.records.runinfo import Note, RecordEntry, RunInfo, RunSummary
     from raygents.runtime.link.follow import Follow
@@ -163,7 +163,7 @@ class CoordinatorClient:
         info, result = await self._call(lambda c: c.wait.remote(run_id))
         return info, result
 
-    async def suspend(self, requests: list[tuple[str, str]]) -> None:
+    async def suspend(self, requests: Sequence[SuspendRequest]) -> None:
         """Pass suspend (or cancel) requests ``(run_id, cause)`` to the runs wherever they
         are (see ``Coordinator.suspend``)."""
         await self._call(lambda c: c.suspend.remote(requests))
@@ -293,7 +293,7 @@ class CoordinatorClient:
         """Return once the coordinator answers (raises what Ray raises when it does not)."""
         await self.handle().__ray_ready__.remote()
 
-    def send_suspends(self, requests: list[tuple[str, str]]) -> None:
+    def send_suspends(self, requests: Sequence[SuspendRequest]) -> None:
         """Pass suspend (or cancel) requests ``(run_id, cause)`` to the runs wherever they
         are, as :meth:`suspend` does, without waiting for the coordinator to take them."""
         self.handle().suspend.remote(requests)

@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from raygents.core.envelope import Envelope, Outcome
+from raygents.core.envelope import Envelope, Outcome, SuspendRequest
 from raygents.core.events import RunEvent
 from raygents.errors import CANCEL, RaygentsError
 from raygents.runtime.link.coalesce import Coalescer
@@ -47,21 +47,28 @@ class SuspendToken:
         """Where requests go: the handle of the agent actor that has the run, or the
         coordinator's client (:class:`CoordinatorClient`) where the coordinator drives the
         run or passes requests on to its actor; None while the run is on its way."""
+        self.epoch: int | None = None
+        """The epoch of the run's dispatch the requests are for (None: not known here)."""
 
     def request(self, cause: str) -> None:
         """Ask for a suspend; the run stops at its next safe point (a cancel, ``CANCEL``,
-        stops it at once and wins over a suspend asked for before)."""
-        if self.cause is None or cause == CANCEL:
-            self.cause = cause
+        stops it at once and wins over a suspend asked for before). A request that changes
+        nothing is not sent again: the actor has it, or the run's next dispatch carries it
+        (a copy that came after the run left would wait there for its next dispatch)."""
+        if self.cause == cause or (self.cause is not None and cause != CANCEL):
+            return
+        self.cause = cause
         if self.actor is not None:
-            _tell(self.actor, self.run_id, self.cause)
+            _tell(self.actor, self.run_id, cause, self.epoch)
 
 
-def _send(key: tuple[asyncio.AbstractEventLoop, str], requests: list[tuple[Any, str, str]]) -> None:
-    _suspend(requests[0][0], [(run_id, cause) for _, run_id, cause in requests])
+def _send(
+    key: tuple[asyncio.AbstractEventLoop, str], requests: list[tuple[Any, SuspendRequest]]
+) -> None:
+    _suspend(requests[0][0], [request for _, request in requests])
 
 
-def _suspend(target: Any, requests: list[tuple[str, str]]) -> None:
+def _suspend(target: Any, requests: list[SuspendRequest]) -> None:
     if isinstance(target, CoordinatorClient):
         target.send_suspends(requests)
     else:
@@ -72,17 +79,20 @@ def _suspend(target: Any, requests: list[tuple[str, str]]) -> None:
 # storm of suspends (a thousand runs, SIGTERM) would otherwise be a thousand calls, which Ray
 # starts one after the other, each waiting for the busy actor's event loop. (Keyed by loop
 # too: a loop that stopped first never holds a later one's requests.)
-_requests: Coalescer[tuple[asyncio.AbstractEventLoop, str], tuple[Any, str, str]] = Coalescer(_send)
+_requests: Coalescer[tuple[asyncio.AbstractEventLoop, str], tuple[Any, SuspendRequest]] = Coalescer(
+    _send
+)
 
 
-def _tell(actor: Any, run_id: str, cause: str) -> None:
+def _tell(actor: Any, run_id: str, cause: str, epoch: int | None) -> None:
+    request = (run_id, cause) if epoch is None else (run_id, cause, epoch)
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not on an event loop: nothing to gather with
-        _suspend(actor, [(run_id, cause)])
+        _suspend(actor, [request])
         return
     handle = actor.handle() if isinstance(actor, CoordinatorClient) else actor
-    _requests.add((loop, actor_key(handle)), (actor, run_id, cause))
+    _requests.add((loop, actor_key(handle)), (actor, request))
 
 
 async def drive(
@@ -117,6 +127,7 @@ async def drive(
         try:
             actor = await directory.actor(envelope.graph_fp, name)
             token.actor = actor  # (suspends asked from now on are sent to it)
+            token.epoch = envelope.state.epoch
             if token.cause is not None:  # asked before: it goes with the run
                 envelope = dataclasses.replace(envelope, suspend_cause=token.cause)
             outcome = await _call(actor, envelope, emit, directory, mailboxes, progress)

@@ -87,3 +87,24 @@ async def test_a_suspend_request_for_a_run_not_here_yet_waits_for_it() -> None:
     actor = _actor()
     await actor.suspend([("r1", "drain")])
     assert actor._early["r1"][0] == "drain"
+
+
+async def test_a_request_waiting_for_a_run_holds_only_for_the_dispatch_it_was_made_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    actor = _actor()
+    asked: dict[str, str | None] = {}
+
+    async def run(envelope: Envelope, token: Any, emit: Any) -> Outcome:
+        asked[envelope.state.run_id] = token.cause
+        return Outcome("completed", envelope.state, output="x")
+
+    monkeypatch.setattr(actor, "_run", run)
+    await actor.suspend([("r1", "drain", 1)])  # (it came after the run's epoch 1 left here)
+    await actor.suspend([("r2", "drain", 2)])  # (asked as epoch 2 was on its way here)
+    await actor.suspend([("r3", "drain")])  # (of no dispatch in particular)
+    for run_id in ("r1", "r2", "r3"):
+        state = RunState(run_id=run_id, agent_name="outboxed", messages=to_messages("hi"), epoch=2)
+        me = await actor.start([Envelope(state, "fp", None)], "c")
+        await _take(actor, "c", 600.0, me)
+    assert asked == {"r1": None, "r2": "drain", "r3": "drain"} and actor._early == {}

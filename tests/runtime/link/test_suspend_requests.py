@@ -52,7 +52,20 @@ def test_the_first_cause_sticks_and_a_request_off_a_loop_goes_at_once() -> None:
     token.request("first")
     token.request("second")
     assert token.cause == "first"
-    assert _sent(actor) == [[("run-0", "first")], [("run-0", "first")]]
+    assert _sent(actor) == [[("run-0", "first")]]
+
+
+def test_a_request_goes_once_with_its_dispatchs_epoch_and_a_cancel_after_it() -> None:
+    """A copy sent again could reach the actor after the run left it, and wait there for
+    its next dispatch; the epoch keeps it from suspending one that comes later."""
+    actor = _actor("a")
+    token = _tokens(actor, 1)[0]
+    token.epoch = 3
+    token.request("stop")
+    token.request("stop")
+    token.request(CANCEL)
+    token.request(CANCEL)
+    assert _sent(actor) == [[("run-0", "stop", 3)], [("run-0", CANCEL, 3)]]
 
 
 def test_a_loop_that_stopped_before_sending_does_not_hold_later_requests() -> None:
