@@ -323,7 +323,9 @@ def tool(
         description: the description; the docstring's summary by default.
         num_cpus: CPUs the Ray task reserves (Ray's default, 1, when unset).
         num_gpus: GPUs the Ray task reserves.
-        resources: custom Ray resources the task reserves.
+        resources: custom Ray resources the task reserves. A call whose task no node alive
+            can hold is an error tool message at once (with ``timeout_s``: after waiting that
+            long for one, as on an autoscaling cluster).
         max_retries: how often Ray retries the task after its worker died.
         timeout_s: after this many seconds the call becomes an error tool message.
         needs_approval: ``True``: every call waits for a human decision; or a predicate

@@ -9,6 +9,7 @@ folder of its own.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -107,3 +108,19 @@ def test_a_file_store_with_agent_actors_on_another_node_is_refused(scenarios: Sc
     error = report["error"]
     assert error is not None and error.startswith("UserError:")
     assert report["head"][:12] in error and "s3://" in error
+
+
+@pytest.mark.timeout(300)
+def test_tools_run_on_the_nodes_that_have_what_they_reserve(scenarios: Scenarios) -> None:
+    report = scenarios.run("placement")
+    gpu, special = report["placed"]
+    assert gpu == f"gpu@{report['gpu_node']}" and special == f"special@{report['special_node']}"
+    fanned = report["fanned"]
+    assert sorted(x.split("@")[0] for x in fanned) == ["cpu"] * 6 + ["gpu"] * 4
+    assert {x.split("@")[1] for x in fanned if x.startswith("gpu")} == {report["gpu_node"]}
+    gpus = sorted(
+        (t["start"], t["end"], t["cpus_done"]) for t in report["times"] if t["kind"] == "gpu"
+    )
+    overlaps = [(a, b) for a, b in itertools.pairwise(gpus) if b[0] < a[1]]
+    assert overlaps == [], "one GPU at a time"
+    assert gpus[0][2] == 6, "the CPU tools ran while the first GPU tool held the GPU"

@@ -14,6 +14,7 @@ from raygents.agents.tools import FunctionTool, Tool, ToolContext, ToolResult, t
 from raygents.core.messages import Usage
 from raygents.errors import MAX_PAYLOAD_BYTES, PayloadTooLarge
 from raygents.runtime.link import wire
+from raygents.runtime.worker.placement import demand, unplaceable
 from raygents.runtime.worker.worker import (
     TaskReport,
     describe,
@@ -149,7 +150,13 @@ async def run_tool(
     if task is None:
         task = cache[tool.name] = remote_tool(tool)
     ref = submit_tool(task, ctx, payload)
+    wanted = demand(tool)
     try:
+        if wanted and tool.timeout_s is None:  # (with one, it waits that long for a node)
+            why = await unplaceable(wanted)
+            if why is not None:
+                ray.cancel(ref)
+                return StepResult(tool_error(tool.name, f"it cannot run: {why}"))
         blob = await asyncio.wait_for(_await(ref), tool.timeout_s)
     except asyncio.CancelledError:  # (the run was cancelled: so is its task)
         cancel = asyncio.ensure_future(_cancel_task(ref))
@@ -158,7 +165,9 @@ async def run_tool(
         raise
     except asyncio.TimeoutError:
         ray.cancel(ref)
-        return StepResult(tool_error(tool.name, f"timed out after {tool.timeout_s} s"))
+        why = await unplaceable(wanted) if wanted else None
+        waited = f"timed out after {tool.timeout_s} s"
+        return StepResult(tool_error(tool.name, waited if why is None else f"{waited}: {why}"))
     except ray.exceptions.WorkerCrashedError:
         return StepResult(
             tool_error(tool.name, "the worker process running it crashed (no retries left)")

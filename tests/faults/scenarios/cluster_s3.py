@@ -17,6 +17,8 @@ Modes:
     node_loss         the same, and a worker node is removed mid-load (then replaced).
     coordinator_kill  the same, and the coordinator's process gets SIGKILL mid-load.
     file_store        one run with a ``file://`` store while agent actors are on a worker.
+    placement         two more nodes, one that declares a GPU and one a custom resource: where
+                      the tools that reserve them run, and a fan-out that queues for the GPU.
 """
 
 from __future__ import annotations
@@ -72,6 +74,95 @@ def worker_reply(request: rg.ModelRequest) -> rg.ModelResponse:
     if results:
         return text(" + ".join(sorted(results)))
     return calls(call("crunch", {"n": 0}, id="c0"), call("helper", {"input": "help"}, id="a0"))
+
+
+CPU_FAN = 6
+"""The CPU tools of the placement scenario's fan-out."""
+
+
+def placement_tools(work: Path) -> list[rg.Tool]:
+    """Tools that reserve a GPU, a custom resource, or only CPU; each notes where and when it
+    ran in ``work``."""
+    times = work / "times.jsonl"
+
+    def note(kind: str, started: float, **more: Any) -> str:
+        node = ray.get_runtime_context().get_node_id()
+        with open(times, "a") as f:
+            line = {"kind": kind, "start": started, "end": time.time(), **more}
+            f.write(json.dumps(line) + "\n")
+        return f"{kind}@{node}"
+
+    def cpus_done() -> int:
+        lines = times.read_text().splitlines() if times.exists() else []
+        return sum(1 for line in lines if json.loads(line)["kind"] == "cpu")
+
+    @rg.tool(num_cpus=0, num_gpus=1)
+    def on_gpu(n: int) -> str:
+        """Hold the GPU a moment: in a fan-out, until the CPU tools of the batch are done (they
+        must not wait behind the GPU's queue), or a minute."""
+        started = time.time()
+        deadline = started + 60
+        while n >= 0 and cpus_done() < CPU_FAN and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        return note("gpu", started, cpus_done=cpus_done())
+
+    @rg.tool(num_cpus=0, resources={"special": 1})
+    def on_special() -> str:
+        """Run where the special resource is."""
+        return note("special", time.time())
+
+    @rg.tool(num_cpus=0.25)
+    def anywhere(n: int) -> str:
+        """Work a moment on any node."""
+        started = time.time()
+        time.sleep(0.2)
+        return note("cpu", started)
+
+    return [on_gpu, on_special, anywhere]
+
+
+def placement_reply(request: rg.ModelRequest) -> rg.ModelResponse:
+    results = [m.text or "" for m in request.messages if m.role == "tool"]
+    if results:
+        return text("\n".join(results))
+    if "fan out" in (request.messages[-1].text or ""):
+        gpus = [call("on_gpu", {"n": i}, id=f"g{i}") for i in range(4)]
+        cpus = [call("anywhere", {"n": i}, id=f"c{i}") for i in range(CPU_FAN)]
+        return calls(*gpus, *cpus)
+    return calls(call("on_gpu", {"n": -1}, id="g"), call("on_special", id="s"))
+
+
+def _placement(cluster: Cluster, proxy: FaultProxy, work: Path) -> dict[str, Any]:
+    """Scenario ``placement``: its two nodes come for it and go after it."""
+    gpu = cluster.add_node(num_cpus=1, num_gpus=1)
+    special = cluster.add_node(num_cpus=1, resources={"special": 1})
+    cluster.wait_for_nodes()
+    rg.init(
+        namespace="cluster-placement",
+        store=f"s3://{create_bucket(proxy.endpoint_url)}/runs",
+        actor_options={"resources": {"agents": 0.01}},
+        handle_sigterm=False,
+    )
+    try:
+        agent = rg.Agent(
+            "cluster_placer", tools=placement_tools(work), model=FunctionModel(placement_reply)
+        )
+        placed = rg.run(agent, "place", timeout_s=120).final_output.split("\n")
+        fanned = rg.run(agent, "fan out", timeout_s=120).final_output.split("\n")
+        times = [json.loads(line) for line in (work / "times.jsonl").read_text().splitlines()]
+        return {
+            "mode": "placement",
+            "gpu_node": gpu.node_id,
+            "special_node": special.node_id,
+            "placed": placed,
+            "fanned": fanned,
+            "times": [t for t in times if t["kind"] != "special"][1:],  # (the fan-out's)
+        }
+    finally:
+        rg.shutdown()
+        cluster.remove_node(gpu)
+        cluster.remove_node(special)
 
 
 def _lines(ledger: Path) -> int:
@@ -149,6 +240,8 @@ def _scenario(
     """Scenario ``mode`` with ``runs`` runs on namespace ``cluster-<n>``; ``workers`` (the
     worker nodes) is updated when a node is replaced."""
     work.mkdir(parents=True, exist_ok=True)
+    if mode == "placement":
+        return _placement(cluster, proxy, work)
     ledger, first = work / "ledger.jsonl", len(proxy.records)
     crunch = crunch_tool(work)
     bucket = create_bucket(proxy.endpoint_url)
