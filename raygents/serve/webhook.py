@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -112,8 +112,9 @@ def blocked(
     return f"{address} is not a public address (not allowed)"
 
 
-async def _resolved_block(url: str, networks: Sequence[str]) -> str | None:
-    """Why the host of ``url`` may not be reached, once its name is resolved, or None."""
+async def _vetted(url: str, networks: Sequence[str]) -> tuple[str | None, str | None]:
+    """The address to send to for ``url`` (its host resolved once, every address it resolves
+    to allowed), or None and why the host may not be reached."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -121,12 +122,27 @@ async def _resolved_block(url: str, networks: Sequence[str]) -> str | None:
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
-        return f"cannot resolve {host!r}: {exc}"
+        return None, f"cannot resolve {host!r}: {exc}"
+    if not infos:
+        return None, f"cannot resolve {host!r}: no address"
     for info in infos:
         why = blocked(ipaddress.ip_address(info[4][0]), networks)
         if why is not None:
-            return f"{host!r} resolves to {why}"
-    return None
+            return None, f"{host!r} resolves to {why}"
+    return str(infos[0][4][0]), None
+
+
+def _pinned(url: str, address: str) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """``url`` sent to ``address`` (the one vetted: a name that resolves to another address by
+    the time of the connection, DNS rebinding, never redirects it), with the ``Host`` header
+    and the TLS server name (and so the certificate checked) still the URL's host."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    literal = f"[{address}]" if ":" in address else address
+    netloc = literal if parts.port is None else f"{literal}:{parts.port}"
+    shown = parts.netloc  # (no credentials: check_url refuses them)
+    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+    return urlunsplit(parts._replace(netloc=netloc)), {"Host": shown}, extensions
 
 
 async def deliver(
@@ -146,17 +162,21 @@ async def deliver(
     signature = sign(body, secret)
     if signature:
         headers[SIGNATURE_HEADER] = signature
-    why = await _resolved_block(delivery.url, networks)
-    if why is not None:
+    address, why = await _vetted(delivery.url, networks)
+    if address is None:
         delivery.state, delivery.last_error = "failed", why
         return delivery
+    target, host, extensions = _pinned(delivery.url, address)
+    headers.update(host)
     wait = backoff_s
     async with httpx.AsyncClient(timeout=_TIMEOUT_S, follow_redirects=False) as client:
         for attempt in range(1, attempts + 1):
             delivery.attempts = attempt
             delivery.updated_at = time.time()
             try:
-                answer = await client.post(delivery.url, content=body, headers=headers)
+                answer = await client.post(
+                    target, content=body, headers=headers, extensions=extensions
+                )
             except httpx.HTTPError as exc:
                 delivery.status_code, delivery.last_error = None, f"{type(exc).__name__}: {exc}"
             else:

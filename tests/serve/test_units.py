@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import http.server
+import socket
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -137,6 +140,59 @@ def test_webhook_urls_are_checked() -> None:
     ):
         with pytest.raises(Problem):
             webhook.check_url(url, ())
+
+
+class _Receiver:
+    """An HTTP server on ``host`` that notes the Host header of each POST it takes."""
+
+    def __init__(self, host: str, port: int = 0) -> None:
+        hosts = self.hosts = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                hosts.append(self.headers["Host"])
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_webhook_goes_to_the_address_its_name_was_vetted_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DNS rebinding: a name that resolves to an allowed address when checked, and to an
+    internal one when connected, still reaches only the address checked."""
+    hook = _Receiver("127.0.0.1")
+    internal = _Receiver("127.0.0.2", hook.port)
+    answers = iter(["127.0.0.1"])
+    real = socket.getaddrinfo
+
+    def rebinding(host: str | bytes, port: object, *args: object, **kwargs: object) -> object:
+        if (host.decode() if isinstance(host, bytes) else host) != "hooks.example":
+            return real(host, port, *args, **kwargs)  # type: ignore[arg-type]
+        address = next(answers, "127.0.0.2")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, hook.port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    try:
+        url = f"http://hooks.example:{hook.port}/done"
+        delivery = webhook.Delivery(url)
+        await webhook.deliver(delivery, {"run_id": "r"}, None, ["127.0.0.1/32"], attempts=1)
+    finally:
+        hook.close()
+        internal.close()
+    assert delivery.state == "delivered", delivery.last_error
+    assert hook.hosts == [f"hooks.example:{hook.port}"] and internal.hosts == []
 
 
 def test_signatures_are_hmac_sha256_of_the_body() -> None:
