@@ -26,6 +26,7 @@ from raygents.errors import (
     ApprovalDecisionsMismatch,
     CheckpointCorrupt,
     CheckpointError,
+    CheckpointNotFound,
     CheckpointTooLarge,
     InputGuardrailTripped,
     LimitExceeded,
@@ -85,10 +86,12 @@ if TYPE_CHECKING:
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
     from raygents.models.ratelimit import RateLimit
+    from raygents.records.history import Checkpoint
     from raygents.records.runinfo import RunInfo, RunStatus
     from raygents.runtime.driver.attach import attach, cancel, runs
     from raygents.runtime.driver.client import init, shutdown
     from raygents.runtime.driver.handle import RunHandle
+    from raygents.runtime.driver.history import history
     from raygents.runtime.driver.runs import resume, run, run_streamed, run_typed, start
     from raygents.runtime.driver.tracegroup import Trace, gen_trace_id, trace
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
@@ -139,6 +142,9 @@ _HOMES = {
         "tool_output_guardrail",
     ),
     "raygents.agents.tooluse": ("StopAtTools",),
+    # a run's history, forks and replays
+    "raygents.records.history": ("Checkpoint",),
+    "raygents.runtime.driver.history": ("history",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -171,8 +177,10 @@ __all__ = [
     "BatchItem",
     "BatchProgress",
     "BatchResult",
+    "Checkpoint",
     "CheckpointCorrupt",
     "CheckpointError",
+    "CheckpointNotFound",
     "CheckpointTooLarge",
     "GuardrailResult",
     "Handoff",
@@ -240,6 +248,7 @@ __all__ = [
     "cancel",
     "gen_trace_id",
     "handoff",
+    "history",
     "init",
     "input_guardrail",
     "output_guardrail",
