@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from raygents.records.runinfo import RunInfo, RunStatus
     from raygents.runtime.driver.attach import attach, cancel, runs
     from raygents.runtime.driver.client import init, shutdown
+    from raygents.runtime.driver.fork import fork
     from raygents.runtime.driver.handle import RunHandle
     from raygents.runtime.driver.history import history
     from raygents.runtime.driver.runs import resume, run, run_streamed, run_typed, start
@@ -145,6 +146,7 @@ _HOMES = {
     # a run's history, forks and replays
     "raygents.records.history": ("Checkpoint",),
     "raygents.runtime.driver.history": ("history",),
+    "raygents.runtime.driver.fork": ("fork",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -246,6 +248,7 @@ __all__ = [
     "UserError",
     "attach",
     "cancel",
+    "fork",
     "gen_trace_id",
     "handoff",
     "history",
