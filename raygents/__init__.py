@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from raygents.core.contextdata import NotDurable
     from raygents.core.events import RunEvent
     from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+    from raygents.core.replay import ReplayReport
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
@@ -93,6 +94,7 @@ if TYPE_CHECKING:
     from raygents.runtime.driver.fork import fork
     from raygents.runtime.driver.handle import RunHandle
     from raygents.runtime.driver.history import history
+    from raygents.runtime.driver.replay import replay
     from raygents.runtime.driver.runs import resume, run, run_streamed, run_typed, start
     from raygents.runtime.driver.tracegroup import Trace, gen_trace_id, trace
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
@@ -147,6 +149,8 @@ _HOMES = {
     "raygents.records.history": ("Checkpoint",),
     "raygents.runtime.driver.history": ("history",),
     "raygents.runtime.driver.fork": ("fork",),
+    "raygents.core.replay": ("ReplayReport",),
+    "raygents.runtime.driver.replay": ("replay",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -210,6 +214,7 @@ __all__ = [
     "PayloadTooLarge",
     "PendingApproval",
     "RateLimit",
+    "ReplayReport",
     "RaygentsError",
     "RunContext",
     "RunEvent",
@@ -255,6 +260,7 @@ __all__ = [
     "init",
     "input_guardrail",
     "output_guardrail",
+    "replay",
     "resume",
     "run",
     "run_batch",

@@ -136,7 +136,8 @@ class History:
         return seq if type(seq) is int and seq > newest else newest + 1
 
     def _final_state(self) -> RunState:
-        """The state a completed run's marker keeps: its final messages and agent."""
+        """The state a completed run's marker keeps: its final messages and agent (not the
+        agent it started on)."""
         marker = self.marker or {}
         kept = keptresult.summary(marker)
         messages = tuple(kept["messages"]) if kept is not None else ()
@@ -153,7 +154,6 @@ class History:
         return RunState(
             run_id=self.run_id,
             agent_name=name,
-            start_agent=name,
             messages=messages,
             input_len=kept["input_count"] if kept is not None else 0,
             turns=turns if type(turns) is int and turns >= 0 else 0,
