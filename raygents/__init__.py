@@ -26,6 +26,7 @@ from raygents.errors import (
     ApprovalDecisionsMismatch,
     CheckpointCorrupt,
     CheckpointError,
+    CheckpointNotFound,
     CheckpointTooLarge,
     InputGuardrailTripped,
     LimitExceeded,
@@ -81,14 +82,19 @@ if TYPE_CHECKING:
     from raygents.core.contextdata import NotDurable
     from raygents.core.events import RunEvent
     from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+    from raygents.core.replay import ReplayReport
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
     from raygents.models.ratelimit import RateLimit
+    from raygents.records.history import Checkpoint
     from raygents.records.runinfo import RunInfo, RunStatus
     from raygents.runtime.driver.attach import attach, cancel, runs
     from raygents.runtime.driver.client import init, shutdown
+    from raygents.runtime.driver.fork import fork
     from raygents.runtime.driver.handle import RunHandle
+    from raygents.runtime.driver.history import history
+    from raygents.runtime.driver.replay import replay
     from raygents.runtime.driver.runs import resume, run, run_streamed, run_typed, start
     from raygents.runtime.driver.tracegroup import Trace, gen_trace_id, trace
     from raygents.sessions import MemorySession, Session, SQLiteSession, StoreSession
@@ -139,6 +145,12 @@ _HOMES = {
         "tool_output_guardrail",
     ),
     "raygents.agents.tooluse": ("StopAtTools",),
+    # a run's history, forks and replays
+    "raygents.records.history": ("Checkpoint",),
+    "raygents.runtime.driver.history": ("history",),
+    "raygents.runtime.driver.fork": ("fork",),
+    "raygents.core.replay": ("ReplayReport",),
+    "raygents.runtime.driver.replay": ("replay",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -171,8 +183,10 @@ __all__ = [
     "BatchItem",
     "BatchProgress",
     "BatchResult",
+    "Checkpoint",
     "CheckpointCorrupt",
     "CheckpointError",
+    "CheckpointNotFound",
     "CheckpointTooLarge",
     "GuardrailResult",
     "Handoff",
@@ -200,6 +214,7 @@ __all__ = [
     "PayloadTooLarge",
     "PendingApproval",
     "RateLimit",
+    "ReplayReport",
     "RaygentsError",
     "RunContext",
     "RunEvent",
@@ -238,11 +253,14 @@ __all__ = [
     "UserError",
     "attach",
     "cancel",
+    "fork",
     "gen_trace_id",
     "handoff",
+    "history",
     "init",
     "input_guardrail",
     "output_guardrail",
+    "replay",
     "resume",
     "run",
     "run_batch",

@@ -2,6 +2,7 @@
 
     RaygentsError
     ├── UserError                  bad input or configuration from the caller
+    │   └── CheckpointNotFound     a run has no checkpoint of that seq (``seq``)
     ├── LimitExceeded              a run reached a limit (``limit``, ``value``)
     │   ├── MaxTurnsExceeded       its turn limit, or its model-call budget
     │   ├── MaxToolDepthExceeded   agent-as-tool nesting reached its depth limit
@@ -44,6 +45,7 @@ __all__ = [
     "ApprovalDecisionsMismatch",
     "CheckpointCorrupt",
     "CheckpointError",
+    "CheckpointNotFound",
     "CheckpointTooLarge",
     "InputGuardrailTripped",
     "LimitExceeded",
@@ -139,6 +141,17 @@ def _rebuild(
 
 class UserError(RaygentsError):
     """The caller passed something raygents cannot use; the message says what to change."""
+
+
+class CheckpointNotFound(UserError):
+    """A run has no durable checkpoint of that seq (see ``raygents.history``).
+
+    Attributes:
+        seq: the seq asked for.
+    """
+
+    _fields = ("seq",)
+    seq: int | None
 
 
 class LimitExceeded(RaygentsError):

@@ -16,8 +16,8 @@ __all__ = ["main", "parser"]
 
 _EPILOG = (
     "Subcommands join a running namespace: --address (else $RAY_ADDRESS, else the Ray "
-    "instance running on this machine) and --namespace. 'runs', 'show' and 'gc' work on a "
-    "checkpoint store alone with --store (no cluster)."
+    "instance running on this machine) and --namespace. 'runs', 'show', 'gc', 'history' and "
+    "'replay' work on a checkpoint store alone with --store (no cluster)."
 )
 
 _WAIT_HELP = (
@@ -178,6 +178,10 @@ def parser() -> argparse.ArgumentParser:
     events = sub.add_parser("events", parents=[common], help="a run's events")
     events.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     events.add_argument("--follow", action="store_true", help="keep printing until the run ends")
+
+    from raygents.cli.history import add_commands  # history, fork, replay
+
+    add_commands(sub, common, waits, _run_id)
     return top
 
 
@@ -197,6 +201,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             from raygents.cli.serve import serve
 
             return serve(args, out)
+        if args.command in ("history", "fork", "replay"):
+            from raygents.cli import history
+
+            return history.run(args, out)
         if getattr(args, "store", None) is not None:  # (an empty one too: never the cluster)
             return _from_store(args, out)
         return _on_cluster(args, out)

@@ -67,3 +67,7 @@ BOSS = rg.Agent(
     handoffs=[CLERK],
     model=FunctionModel(_boss),
 )
+
+
+BANKER_NO_WIRE = rg.Agent("banker", tools=[tick], model=FunctionModel(_reply), max_turns=100_000)
+"""The banker's new code with ``wire_money`` removed (what ``raygents replay`` must catch)."""

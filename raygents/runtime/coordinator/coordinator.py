@@ -275,6 +275,12 @@ class Coordinator:
         blobs, _ = await self.records.load(run_id, stopped)
         return blobs
 
+    async def history(self, run_id: str) -> tuple[list[bytes], bytes | None]:
+        """The run's durable records in the store, oldest first, and its completion marker's
+        bytes if it has one (records still going behind to the store are not there yet)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.records.read_history, run_id)
+
     # --- the run table ------------------------------------------------------------------
     async def claim(
         self,

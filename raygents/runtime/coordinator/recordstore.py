@@ -221,6 +221,13 @@ class RecordStore:
         found = (self.store.get(key) for key in listed.chain)
         return [data for data in found if data is not None], listed.done
 
+    def read_history(self, run_id: str) -> tuple[list[bytes], bytes | None]:
+        """A run's valid stored records, oldest first, and its completion marker's bytes if
+        it has one (blocking): what ``raygents.history`` reads."""
+        blobs, done = self.read_marked_run(run_id)
+        marker = self.store.get(done) if done is not None else None
+        return blobs, marker
+
     # --- the run table, read back from the store ---------------------------------------
     def rebuild_table(self) -> None:
         """Rebuild the run table from the store, run by run; never raises.

@@ -190,6 +190,11 @@ class CoordinatorClient:
         """The records of the run's chain, oldest first."""
         return list(await self._call(lambda c: c.load.remote(run_id)))
 
+    async def history(self, run_id: str) -> tuple[list[bytes], bytes | None]:
+        """The run's durable records, oldest first, and its completion marker's bytes."""
+        blobs, marker = await self._call(lambda c: c.history.remote(run_id))
+        return list(blobs), marker
+
     async def load_state(self, run_id: str) -> tuple[RunState, dict[str, Any]] | None:
         """The run's state at its newest checkpoint and its last record, or None without one.
 

@@ -1,0 +1,127 @@
+"""Replay of recorded runs against new agent code, through the coordinator and from the
+store alone: the same graph agrees, a renamed tool, a changed handoff and a new output type
+are found, and no model and no tool is called."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+import raygents as rg
+from raygents.core.messages import ModelRequest, ModelResponse
+from raygents.testing import FunctionModel, call, calls, text
+
+pytestmark = [pytest.mark.usefixtures("rt"), pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
+    url = f"file://{tmp_path / 'ckpt'}"
+    rg.shutdown()
+    rg.init(namespace=f"replay-{os.urandom(3).hex()}", store=url)
+    yield url
+    rg.shutdown()
+
+
+@rg.tool(num_cpus=0)
+def look(city: str) -> str:
+    """Look a city up."""
+    return f"{city}: sunny"
+
+
+@rg.tool(num_cpus=0, name="lookup")
+def look_renamed(city: str) -> str:
+    """Look a city up (the new name)."""
+    raise AssertionError("a replay runs no tool")
+
+
+@rg.tool(num_cpus=0, needs_approval=True)
+def book(city: str) -> str:
+    """Book a trip."""
+    return f"booked {city}"
+
+
+class Forecast(BaseModel):
+    city: str
+    sky: str
+
+
+def _forecast(req: ModelRequest) -> ModelResponse:
+    if any(m.role == "tool" and "sunny" in (m.content or "") for m in req.messages):
+        return text('{"city": "Paris", "sky": "sunny"}')
+    return calls(call("look", {"city": "Paris"}))
+
+
+def _never(req: ModelRequest) -> ModelResponse:
+    raise AssertionError("a replay calls no model")
+
+
+def _expert(output_type: object = Forecast, tools: list[rg.Tool] | None = None) -> rg.Agent:
+    return rg.Agent(
+        "rp_expert", tools=tools or [look], model=FunctionModel(_never), output_type=output_type
+    )
+
+
+def _triage(expert: rg.Agent) -> rg.Agent:
+    return rg.Agent("rp_triage", handoffs=[expert], model=FunctionModel(_never))
+
+
+def _handoff_then_forecast(req: ModelRequest) -> ModelResponse:
+    if not any(m.role == "tool" for m in req.messages):
+        return calls(call("transfer_to_rp_expert", {}))
+    return _forecast(req)
+
+
+def _recorded(tmp_path: Path) -> rg.RunResult:
+    """A completed run: triage hands off to the expert, which looks up and answers typed."""
+    expert = rg.Agent(
+        "rp_expert", tools=[look], model=FunctionModel(_forecast), output_type=Forecast
+    )
+    triage = rg.Agent("rp_triage", handoffs=[expert], model=FunctionModel(_handoff_then_forecast))
+    return rg.run(triage, "weather in Paris?")
+
+
+def test_the_same_graph_agrees_through_the_coordinator_and_the_store(
+    store: str, tmp_path: Path
+) -> None:
+    recorded = _recorded(tmp_path)
+    run_id = recorded.run_id
+    graph = _triage(_expert())
+    report = rg.replay(run_id, agent=graph)
+    assert report.ok and report.checked == len(recorded.messages), report
+    assert rg.replay(run_id, agent=graph, store=store) == report
+
+
+def test_new_code_that_decides_otherwise_is_found(store: str, tmp_path: Path) -> None:
+    run_id = _recorded(tmp_path).run_id
+    renamed = rg.replay(run_id, agent=_triage(_expert(tools=[look_renamed])))
+    assert not renamed.ok and renamed.turn == 2
+    assert renamed.got is not None and "unknown tool 'look'" in renamed.got
+    retyped = rg.replay(run_id, agent=_triage(_expert(output_type=int)))
+    assert not retyped.ok and retyped.got is not None
+    assert retyped.got.startswith("OutputValidationError")
+    other = rg.Agent("rp_other", model=FunctionModel(_never))
+    rewired = rg.Agent("rp_triage", handoffs=[other, _expert()], model=FunctionModel(_never))
+    assert rg.replay(run_id, agent=rewired).ok  # (a handoff added beside it changes nothing)
+
+
+def _look_then_book(req: ModelRequest) -> ModelResponse:
+    if not any(m.role == "tool" for m in req.messages):
+        return calls(call("look", {"city": "Paris"}))
+    return calls(call("book", {"city": "Paris"}))
+
+
+def test_a_run_awaiting_approval_is_checked_before_new_code_resumes_it(store: str) -> None:
+    agent = rg.Agent("rp_trip", tools=[look, book], model=FunctionModel(_look_then_book))
+    handle = rg.start(agent, "trip")
+    with pytest.raises(rg.RunInterrupted):
+        handle.result(timeout_s=60)
+    same = rg.Agent("rp_trip", tools=[look, book], model=FunctionModel(_never))
+    assert rg.replay(handle.run_id, agent=same, store=store).ok
+    fewer = rg.Agent("rp_trip", tools=[look], model=FunctionModel(_never))
+    report = rg.replay(handle.run_id, agent=fewer, store=store)
+    assert not report.ok and report.got is not None and "unknown tool 'book'" in report.got
