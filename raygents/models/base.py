@@ -14,7 +14,7 @@ from raygents.core.messages import (
     ModelSettingsData,
     ModelSettingsFields,
 )
-from raygents.errors import PayloadTooLarge
+from raygents.errors import PayloadTooLarge, UserError
 
 __all__ = ["Model", "ModelSettings", "StreamingModel", "check_response", "resolve_model"]
 
@@ -55,18 +55,44 @@ class ModelSettings(ModelSettingsFields):
         return ModelSettingsData(**self.__dict__)
 
 
+RESPONSES_PREFIX = "responses:"
+"""A model name that starts with it is served through the Responses API."""
+CHAT_PREFIX = "chat:"
+"""A model name that starts with it is served through Chat Completions (the default)."""
+
+
 def resolve_model(model: str | Model | None) -> Model:
     """Turn an agent's ``model`` option into a model, reading the environment for names.
 
-    ``None`` means ``$RAYGENTS_MODEL`` (default ``gpt-4o-mini``) served by
-    :class:`~raygents.models.openai.OpenAIChatModel`.
-    """
-    if model is None or isinstance(model, str):
-        from raygents.models.openai import OpenAIChatModel
+    A name is served through Chat Completions by
+    :class:`~raygents.models.openai.OpenAIChatModel`, unless it starts with ``responses:``
+    (``"responses:gpt-5"``): then through the Responses API by
+    :class:`~raygents.models.responses.OpenAIResponsesModel`. ``chat:`` says Chat Completions
+    explicitly. ``None`` means ``$RAYGENTS_MODEL`` (default ``gpt-4o-mini``), which may carry
+    a prefix too.
 
-        name = model or os.environ.get("RAYGENTS_MODEL") or "gpt-4o-mini"
-        return OpenAIChatModel(name)
-    return model
+    Raises:
+        UserError: the name is empty after its prefix.
+    """
+    if model is not None and not isinstance(model, str):
+        return model
+    name = model or os.environ.get("RAYGENTS_MODEL") or "gpt-4o-mini"
+    if name.startswith(RESPONSES_PREFIX):
+        from raygents.models.responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(_unprefixed(name, RESPONSES_PREFIX))
+    from raygents.models.openai import OpenAIChatModel
+
+    if name.startswith(CHAT_PREFIX):
+        return OpenAIChatModel(_unprefixed(name, CHAT_PREFIX))
+    return OpenAIChatModel(name)
+
+
+def _unprefixed(name: str, prefix: str) -> str:
+    rest = name[len(prefix) :]
+    if not rest:
+        raise UserError(f"model name {name!r} has no model after {prefix!r}, e.g. '{prefix}gpt-5'")
+    return rest
 
 
 def check_response(response: ModelResponse, agent_name: str) -> ModelResponse:

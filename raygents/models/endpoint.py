@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl
 
 import openai
 
+from raygents.core.messages import ToolCall, ToolSpec
 from raygents.core.secrets import mask, shown_url, url_secrets
 from raygents.errors import ModelError, UserError
 from raygents.models import ratelimit
@@ -237,6 +239,38 @@ class OpenAIEndpoint:
 
     def _retries(self) -> str:
         return f"retried up to {self.max_retries} times"
+
+
+def strict_parameters(tool: ToolSpec) -> dict[str, Any]:
+    """A tool's JSON-schema parameters for a strict function tool: strict mode wants an object
+    schema even for a tool without parameters."""
+    return tool.parameters or {
+        "type": "object",
+        "properties": {},
+        "required": [],
+        "additionalProperties": False,
+    }
+
+
+def strict_schema(response_format: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``name``, ``schema`` and ``strict`` of a structured-output format.
+
+    Raises:
+        UserError: ``response_format`` lacks ``name`` or ``schema``.
+    """
+    if "name" not in response_format or "schema" not in response_format:
+        raise UserError(
+            "response_format must have the keys 'name' and 'schema', got "
+            f"{sorted(response_format)!r}"
+        )
+    return {"name": response_format["name"], "schema": response_format["schema"], "strict": True}
+
+
+def with_ids(calls: Iterable[ToolCall]) -> list[ToolCall]:
+    """The calls, each with an id; some compatible servers send none, but tool results need one."""
+    return [
+        c if c.id else ToolCall(f"call_{uuid.uuid4().hex[:24]}", c.name, c.arguments) for c in calls
+    ]
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:

@@ -6,8 +6,7 @@ The client, credentials and error translation it shares with the Responses adapt
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,8 +21,15 @@ from raygents.core.messages import (
     ToolSpec,
     Usage,
 )
-from raygents.errors import ModelError, UserError
-from raygents.models.endpoint import OpenAIEndpoint, count, retry_after
+from raygents.errors import ModelError
+from raygents.models.endpoint import (
+    OpenAIEndpoint,
+    count,
+    retry_after,
+    strict_parameters,
+    strict_schema,
+    with_ids,
+)
 
 if TYPE_CHECKING:
     import httpx2
@@ -177,7 +183,7 @@ class OpenAIChatModel(OpenAIEndpoint):
             raise self._invalid("returned a choice without a message")
         data = self._text_parts(choice.message.to_dict(warnings=False))
         parsed = Message.from_openai({**data, "role": "assistant"})
-        message = Message("assistant", parsed.content, tool_calls=_with_ids(parsed.tool_calls))
+        message = Message("assistant", parsed.content, tool_calls=with_ids(parsed.tool_calls))
         self._check_refusal(message, data.get("refusal"))
         reason = choice.finish_reason
         if reason is None:  # some compatible servers leave it out
@@ -209,7 +215,7 @@ class OpenAIChatModel(OpenAIEndpoint):
         return {**data, "content": "".join(texts) or None, "refusal": "".join(refusals) or None}
 
     def _finish(self, acc: _StreamAccumulator) -> ModelResponse:
-        message = Message("assistant", acc.content(), tool_calls=_with_ids(acc.tool_calls()))
+        message = Message("assistant", acc.content(), tool_calls=with_ids(acc.tool_calls()))
         self._check_refusal(message, "".join(acc.refusal) or None)
         if acc.finish_reason is None:
             raise ModelError(
@@ -295,35 +301,14 @@ def _tool_param(tool: ToolSpec) -> dict[str, Any]:
         "function": {
             "name": tool.name,
             "description": tool.description,
-            # Strict mode wants an object schema even for a tool without parameters.
-            "parameters": tool.parameters
-            or {"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+            "parameters": strict_parameters(tool),
             "strict": True,
         },
     }
 
 
 def _response_format_param(response_format: Mapping[str, Any]) -> dict[str, Any]:
-    if "name" not in response_format or "schema" not in response_format:
-        raise UserError(
-            "response_format must have the keys 'name' and 'schema', got "
-            f"{sorted(response_format)!r}"
-        )
-    return {
-        "type": "json_schema",
-        "json_schema": {
-            "name": response_format["name"],
-            "schema": response_format["schema"],
-            "strict": True,
-        },
-    }
-
-
-def _with_ids(calls: Iterable[ToolCall]) -> list[ToolCall]:
-    """The calls, each with an id; some compatible servers send none, but tool results need one."""
-    return [
-        c if c.id else ToolCall(f"call_{uuid.uuid4().hex[:24]}", c.name, c.arguments) for c in calls
-    ]
+    return {"type": "json_schema", "json_schema": strict_schema(response_format)}
 
 
 def _usage(usage: CompletionUsage | None) -> Usage:
