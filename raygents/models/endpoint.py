@@ -182,6 +182,9 @@ class OpenAIEndpoint:
     def _invalid(self, what: str) -> ModelError:
         return ModelError(self._scrub(f"{self._where()} {what} (model {self.model!r})"))
 
+    def _not_json(self, err: ValueError) -> ModelError:
+        return self._invalid(f"sent a body that is not valid JSON ({err})")
+
     def _refused(self, refusal: object) -> ModelError:
         return ModelError(
             f"model {self.model!r} refused to answer: {self._scrub(str(refusal))}",

@@ -112,15 +112,18 @@ class OpenAIChatModel(OpenAIEndpoint):
             ModelError: the server failed after retries, refused, or answered with something
                 raygents cannot use.
         """
+        params = self._params(request)
         client = self._get_client()
         try:
             completion = await client.chat.completions.create(
-                model=self.model, stream=False, **self._params(request)
+                model=self.model, stream=False, **params
             )
         except openai.OpenAIError as err:
             # Not chained: the openai error holds the request (key included) and may echo the
             # key in its text; the translated message keeps everything a user needs.
             raise self._error(err) from None
+        except ValueError as err:  # a body that says it is JSON and is not
+            raise self._not_json(err) from None
         return self._parse_completion(completion)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:

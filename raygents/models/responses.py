@@ -121,6 +121,8 @@ class OpenAIResponsesModel(OpenAIEndpoint):
         except openai.OpenAIError as err:
             # Not chained: the openai error holds the request (key included).
             raise self._error(err) from None
+        except ValueError as err:  # a body that says it is JSON and is not
+            raise self._not_json(err) from None
         return self._parse(_plain(response))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:
