@@ -3,6 +3,7 @@ model's answer is held to."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -96,15 +97,20 @@ def _unprefixed(name: str, prefix: str) -> str:
 
 
 def check_response(response: ModelResponse, agent_name: str) -> ModelResponse:
-    """``response``, once its text and each tool call's arguments are checked against
-    ``MAX_PAYLOAD_BYTES`` (``"model output"``, ``"tool arguments"``), before the answer goes
-    anywhere: into events, hooks, a checkpoint or a tool task.
+    """``response``, once its text, its reasoning items and each tool call's arguments are
+    checked against ``MAX_PAYLOAD_BYTES`` (``"model output"``, ``"tool arguments"``), before
+    the answer goes anywhere: into events, hooks, a checkpoint or a tool task.
 
     Raises:
-        PayloadTooLarge: the text, or the arguments of a call, are over their cap.
+        PayloadTooLarge: the text, the reasoning items, or the arguments of a call, are over
+            their cap.
     """
     message = response.message
     PayloadTooLarge.check("model output", message.text, what=f"of agent {agent_name!r}")
+    if message.reasoning:
+        # they go back to the model on every later turn, and into checkpoints and sessions
+        items = json.dumps([item.data for item in message.reasoning])
+        PayloadTooLarge.check("model output", items, what=f"(reasoning) of agent {agent_name!r}")
     for call in message.tool_calls:
         what = f"of call {call.id[:64]!r} to tool {call.name[:64]!r}"
         PayloadTooLarge.check("tool arguments", call.arguments, what=what)

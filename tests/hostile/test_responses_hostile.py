@@ -162,3 +162,20 @@ async def test_only_the_fields_of_a_reasoning_input_item_are_sent_back(
         "encrypted_content": "enc",
     }
     await model.aclose()
+
+
+async def test_an_oversized_reasoning_item_is_over_the_model_output_cap(
+    server: FakeResponsesServer,
+) -> None:
+    """Reasoning items go into checkpoints, sessions and every later request: they are held to
+    the model output cap like the answer's text."""
+    from responses_server import reasoning_item
+
+    from raygents.errors import MAX_PAYLOAD_BYTES, PayloadTooLarge
+    from raygents.models.base import check_response
+
+    huge = reasoning_item("x" * (MAX_PAYLOAD_BYTES["model output"] + 1))
+    response = await answer(server, RReply(reasoning=(huge,), text="short"))
+    with pytest.raises(PayloadTooLarge, match="reasoning") as info:
+        check_response(response, "thinker")
+    assert info.value.kind == "model output"
