@@ -374,3 +374,13 @@ def test_a_model_name_chooses_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(default, OpenAIResponsesModel) and default.model == "o4-mini"
     with pytest.raises(UserError, match="no model after 'responses:'"):
         resolve_model("responses:")
+
+
+def test_reasoning_items_are_kept_by_a_session(tmp_path: Any) -> None:
+    from raygents.sessions import SQLiteSession
+
+    item = ReasoningItem(api=REASONING_API, data=reasoning_item("enc-s", summary="why"))
+    history = [Message("user", "q"), Message("assistant", "a", reasoning=(item,))]
+    session = SQLiteSession(tmp_path / "s.db")
+    session.save("t1", history)
+    assert session.load("t1") == history
