@@ -384,3 +384,14 @@ def test_reasoning_items_are_kept_by_a_session(tmp_path: Any) -> None:
     session = SQLiteSession(tmp_path / "s.db")
     session.save("t1", history)
     assert session.load("t1") == history
+
+
+async def test_settings_extra_overrides_the_request(server: FakeResponsesServer) -> None:
+    """For a server without encrypted reasoning: ``extra`` replaces what raygents sends."""
+    server.push("ok")
+    settings = ModelSettings(extra={"include": [], "service_tier": "flex"}).to_data()
+    model = model_for(server)
+    await model.respond(request(settings=settings))
+    body = server.requests[0]
+    assert (body["include"], body["service_tier"], body["store"]) == ([], "flex", False)
+    await model.aclose()
