@@ -107,7 +107,8 @@ class ReasoningItem(_Frozen):
     api: str
     """The API whose item this is, e.g. ``"openai.responses"``; other adapters skip it."""
     data: dict[str, Any]
-    """The item as the API sent it (plain JSON)."""
+    """The item as the API sent it, with what its adapter needs to send it back in place (the
+    Responses adapter adds the type and id of the output item that followed it); plain JSON."""
 
 
 class Message(_Frozen):

@@ -44,6 +44,9 @@ _INCLUDE = ["reasoning.encrypted_content"]
 reasoning item can be sent back."""
 _REASONING_FIELDS = ("type", "id", "summary", "encrypted_content")
 """The fields of a reasoning item sent back as input (its ``status`` is output only)."""
+_NEXT = "raygents:next"
+"""The key, in a kept reasoning item, of the output item that followed it (its type and id):
+the API wants each reasoning item sent back right before that item, with its id."""
 _INCOMPLETE: dict[str, FinishReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
@@ -245,6 +248,9 @@ class OpenAIResponsesModel(OpenAIEndpoint):
         reasoning: list[ReasoningItem] = []
         for index, item in enumerate(output):
             self._take(index, item, texts, refusals, calls, reasoning)
+            if reasoning and isinstance(item, Mapping) and item.get("type") == "reasoning":
+                following = output[index + 1] if index + 1 < len(output) else None
+                reasoning[-1] = _with_next(reasoning[-1], following)
         text = "".join(texts)
         message = Message(
             "assistant",
@@ -337,21 +343,67 @@ def _input_items(messages: tuple[Message, ...]) -> Iterator[dict[str, Any]]:
                 "call_id": message.tool_call_id or "",
                 "output": message.text,
             }
-            continue
-        for item in message.reasoning:
-            # Without its encrypted content a reasoning item can only be referenced by id, and
-            # with store=False the provider kept nothing to reference.
-            if item.api == REASONING_API and item.data.get("encrypted_content"):
-                yield {k: item.data[k] for k in _REASONING_FIELDS if k in item.data}
-        if message.content or not message.tool_calls:
+        elif message.role == "assistant":
+            yield from _assistant_items(message)
+        else:
             yield {"role": message.role, "content": message.text}
-        for call in message.tool_calls:
+
+
+def _assistant_items(message: Message) -> Iterator[dict[str, Any]]:
+    """An assistant message as the output items it came from: each reasoning item this API
+    produced, right before the item that followed it (with that item's id, as the API sent
+    both), then the rest of the message and its calls."""
+    text = message.content or not message.tool_calls
+    calls = {call.id: call for call in message.tool_calls}
+    for item in message.reasoning:
+        # Without its encrypted content a reasoning item can only be referenced by id, and
+        # with store=False the provider kept nothing to reference.
+        if item.api != REASONING_API or not item.data.get("encrypted_content"):
+            continue
+        yield {k: item.data[k] for k in _REASONING_FIELDS if k in item.data}
+        following = item.data.get(_NEXT)
+        if not isinstance(following, Mapping) or not following.get("id"):
+            continue
+        kind, ident = following.get("type"), str(following["id"])
+        if kind == "message" and text:
+            text = False
             yield {
-                "type": "function_call",
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": call.arguments,
+                "type": "message",
+                "role": "assistant",
+                "id": ident,
+                "status": "completed",
+                "content": [{"type": "output_text", "text": message.text, "annotations": []}],
             }
+        elif kind == "function_call" and following.get("call_id") in calls:
+            yield _call_item(calls.pop(following["call_id"]), ident)
+    if text:
+        yield {"role": "assistant", "content": message.text}
+    for call in calls.values():
+        yield _call_item(call, None)
+
+
+def _call_item(call: ToolCall, ident: str | None) -> dict[str, Any]:
+    item = {
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
+    if ident is not None:
+        item["id"] = ident
+    return item
+
+
+def _with_next(item: ReasoningItem, following: object) -> ReasoningItem:
+    """``item`` with the type and id of the output item that followed it."""
+    if not isinstance(following, Mapping) or following.get("type") not in (
+        "message",
+        "function_call",
+    ):
+        return item
+    keys = ("type", "id", "call_id")
+    shown = {k: following[k] for k in keys if isinstance(following.get(k), str)}
+    return ReasoningItem(api=item.api, data={**item.data, _NEXT: shown})
 
 
 def _tool_param(tool: ToolSpec) -> dict[str, Any]:

@@ -150,7 +150,10 @@ async def test_reasoning_items_are_kept_and_sent_back_before_their_calls(
     )
     model = model_for(server)
     first = await model.respond(request("1+2?", tools=(ADD,)))
-    assert first.message.reasoning == (ReasoningItem(api=REASONING_API, data=first_item),)
+    follows = {"raygents:next": {"type": "function_call", "id": "fc_c1", "call_id": "c1"}}
+    assert first.message.reasoning == (
+        ReasoningItem(api=REASONING_API, data={**first_item, **follows}),
+    )
     history = (Message("user", "1+2?"), first.message, Message("tool", "3", tool_call_id="c1"))
     second = await model.respond(ModelRequest(agent_name="a", messages=history, tools=(ADD,)))
     sent_back = {
@@ -160,7 +163,13 @@ async def test_reasoning_items_are_kept_and_sent_back_before_their_calls(
         "encrypted_content": "enc-1",
     }
     assert server.requests[1]["input"][1] == sent_back
-    assert server.requests[1]["input"][2]["type"] == "function_call"
+    assert server.requests[1]["input"][2] == {  # right after its reasoning, with its id
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "add",
+        "arguments": "{}",
+        "id": "fc_c1",
+    }
     # a later turn sends every reasoning item of the history, each before its own answer
     history = (*history, second.message, Message("user", "again"))
     await model.respond(ModelRequest(agent_name="a", messages=history))
@@ -171,9 +180,15 @@ async def test_reasoning_items_are_kept_and_sent_back_before_their_calls(
         "function_call",
         "function_call_output",
         "reasoning",
-        "assistant",
+        "message",
         "user",
     ]
+    answer = server.requests[2]["input"][5]
+    assert (answer["id"], answer["status"], answer["content"][0]["text"]) == (
+        "msg_1",
+        "completed",
+        "3",
+    )
     await model.aclose()
 
 
@@ -394,4 +409,41 @@ async def test_settings_extra_overrides_the_request(server: FakeResponsesServer)
     await model.respond(request(settings=settings))
     body = server.requests[0]
     assert (body["include"], body["service_tier"], body["store"]) == ([], "flex", False)
+    await model.aclose()
+
+
+async def test_interleaved_reasoning_goes_back_in_output_order(
+    server: FakeResponsesServer,
+) -> None:
+    def fc(call_id: str) -> dict[str, Any]:
+        return {
+            "type": "function_call",
+            "id": f"fc_{call_id}",
+            "call_id": call_id,
+            "name": "add",
+            "arguments": "{}",
+        }
+
+    output = [reasoning_item("r1"), fc("c1"), reasoning_item("r2"), fc("c2")]
+    server.push(RReply(output=output), "ok")
+    model = model_for(server)
+    first = await model.respond(request(tools=(ADD,)))
+    # a call id the run renamed (unique_call_ids) is sent without the provider's id
+    renamed = first.message.model_copy(
+        update={"tool_calls": (first.message.tool_calls[0], ToolCall("c2~1", "add", "{}"))}
+    )
+    history = (
+        Message("user", "hi"),
+        renamed,
+        Message("tool", "1", tool_call_id="c1"),
+        Message("tool", "2", tool_call_id="c2~1"),
+    )
+    await model.respond(ModelRequest(agent_name="a", messages=history, tools=(ADD,)))
+    sent = server.requests[1]["input"]
+    assert [(i.get("type"), i.get("id"), i.get("call_id")) for i in sent[1:5]] == [
+        ("reasoning", "rs_r1", None),
+        ("function_call", "fc_c1", "c1"),
+        ("reasoning", "rs_r2", None),
+        ("function_call", None, "c2~1"),
+    ]
     await model.aclose()
