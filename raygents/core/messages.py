@@ -110,6 +110,17 @@ class ReasoningItem(_Frozen):
     """The item as the API sent it, with what its adapter needs to send it back in place (the
     Responses adapter adds the type and id of the output item that followed it); plain JSON."""
 
+    @field_validator("data")
+    @classmethod
+    def _plain_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # It is checkpointed and sent back to the model: refuse what could not be, here and
+        # not at a checkpoint write in the middle of a run.
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"a reasoning item's data must be plain JSON ({exc})") from None
+        return value
+
 
 class Message(_Frozen):
     """One conversation message.
