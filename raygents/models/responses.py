@@ -7,7 +7,7 @@ items of earlier turns go back with their encrypted content, so no state lives a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import openai
@@ -19,7 +19,6 @@ from raygents.core.messages import (
     ModelResponse,
     ReasoningItem,
     ToolCall,
-    ToolSpec,
     Usage,
 )
 from raygents.errors import ModelError, UserError
@@ -27,9 +26,15 @@ from raygents.models.endpoint import (
     OpenAIEndpoint,
     count,
     detail,
-    strict_parameters,
     strict_schema,
     with_ids,
+)
+from raygents.models.responses_input import (
+    REASONING_API,
+    input_items,
+    tool_choice_param,
+    tool_param,
+    with_next,
 )
 
 if TYPE_CHECKING:
@@ -37,16 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = ["REASONING_API", "OpenAIResponsesModel"]
 
-REASONING_API = "openai.responses"
-"""The ``api`` of the :class:`~raygents.core.messages.ReasoningItem` this adapter keeps."""
 _INCLUDE = ["reasoning.encrypted_content"]
 """Asked for on every call: with ``store=False``, the encrypted content is the only way a
 reasoning item can be sent back."""
-_REASONING_FIELDS = ("type", "id", "summary", "encrypted_content")
-"""The fields of a reasoning item sent back as input (its ``status`` is output only)."""
-_NEXT = "raygents:next"
-"""The key, in a kept reasoning item, of the output item that followed it (its type and id):
-the API wants each reasoning item sent back right before that item, with its id."""
 _INCOMPLETE: dict[str, FinishReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
@@ -167,7 +165,7 @@ class OpenAIResponsesModel(OpenAIEndpoint):
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         """The Responses parameters of a request, besides ``model`` and ``stream``."""
         params: dict[str, Any] = {
-            "input": list(_input_items(request.messages)),
+            "input": list(input_items(request.messages)),
             "store": False,
             "include": list(_INCLUDE),
         }
@@ -176,7 +174,7 @@ class OpenAIResponsesModel(OpenAIEndpoint):
         if self.reasoning is not None:
             params["reasoning"] = dict(self.reasoning)
         if request.tools:
-            params["tools"] = [_tool_param(t) for t in request.tools]
+            params["tools"] = [tool_param(t) for t in request.tools]
         if request.response_format is not None:
             schema = strict_schema(request.response_format)
             params["text"] = {"format": {"type": "json_schema", **schema}}
@@ -198,7 +196,7 @@ class OpenAIResponsesModel(OpenAIEndpoint):
         if settings.max_tokens is not None:
             out["max_output_tokens"] = settings.max_tokens
         if request.tools and settings.tool_choice is not None:
-            out["tool_choice"] = _tool_choice(settings.tool_choice)
+            out["tool_choice"] = tool_choice_param(settings.tool_choice)
         if request.tools and settings.parallel_tool_calls is not None:
             out["parallel_tool_calls"] = settings.parallel_tool_calls
         if settings.extra:
@@ -250,7 +248,7 @@ class OpenAIResponsesModel(OpenAIEndpoint):
             self._take(index, item, texts, refusals, calls, reasoning)
             if reasoning and isinstance(item, Mapping) and item.get("type") == "reasoning":
                 following = output[index + 1] if index + 1 < len(output) else None
-                reasoning[-1] = _with_next(reasoning[-1], following)
+                reasoning[-1] = with_next(reasoning[-1], following)
         text = "".join(texts)
         message = Message(
             "assistant",
@@ -332,96 +330,6 @@ def _reasoning_option(value: str | Mapping[str, Any] | None) -> dict[str, Any] |
         "reasoning must be an effort such as 'low' or 'high', or a dict such as "
         f"{{'effort': 'high', 'summary': 'auto'}}, got {value!r}"
     )
-
-
-def _input_items(messages: tuple[Message, ...]) -> Iterator[dict[str, Any]]:
-    """The history as Responses input items; reasoning of other APIs is left out."""
-    for message in messages:
-        if message.role == "tool":
-            yield {
-                "type": "function_call_output",
-                "call_id": message.tool_call_id or "",
-                "output": message.text,
-            }
-        elif message.role == "assistant":
-            yield from _assistant_items(message)
-        else:
-            yield {"role": message.role, "content": message.text}
-
-
-def _assistant_items(message: Message) -> Iterator[dict[str, Any]]:
-    """An assistant message as the output items it came from: each reasoning item this API
-    produced, right before the item that followed it (with that item's id, as the API sent
-    both), then the rest of the message and its calls."""
-    text = message.content or not message.tool_calls
-    calls = {call.id: call for call in message.tool_calls}
-    for item in message.reasoning:
-        # Without its encrypted content a reasoning item can only be referenced by id, and
-        # with store=False the provider kept nothing to reference.
-        if item.api != REASONING_API or not item.data.get("encrypted_content"):
-            continue
-        yield {k: item.data[k] for k in _REASONING_FIELDS if k in item.data}
-        following = item.data.get(_NEXT)
-        if not isinstance(following, Mapping) or not following.get("id"):
-            continue
-        kind, ident = following.get("type"), str(following["id"])
-        if kind == "message" and text:
-            text = False
-            yield {
-                "type": "message",
-                "role": "assistant",
-                "id": ident,
-                "status": "completed",
-                "content": [{"type": "output_text", "text": message.text, "annotations": []}],
-            }
-        elif kind == "function_call" and following.get("call_id") in calls:
-            yield _call_item(calls.pop(following["call_id"]), ident)
-    if text:
-        yield {"role": "assistant", "content": message.text}
-    for call in calls.values():
-        yield _call_item(call, None)
-
-
-def _call_item(call: ToolCall, ident: str | None) -> dict[str, Any]:
-    item = {
-        "type": "function_call",
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": call.arguments,
-    }
-    if ident is not None:
-        item["id"] = ident
-    return item
-
-
-def _with_next(item: ReasoningItem, following: object) -> ReasoningItem:
-    """``item`` with the type and id of the output item that followed it."""
-    if not isinstance(following, Mapping) or following.get("type") not in (
-        "message",
-        "function_call",
-    ):
-        return item
-    keys = ("type", "id", "call_id")
-    shown = {k: following[k] for k in keys if isinstance(following.get(k), str)}
-    return ReasoningItem(api=item.api, data={**item.data, _NEXT: shown})
-
-
-def _tool_param(tool: ToolSpec) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": strict_parameters(tool),
-        "strict": True,
-    }
-
-
-def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
-    """A tool choice in the Responses shape; the Chat Completions shape of a named tool
-    (``{"type": "function", "function": {"name": ...}}``) is accepted too."""
-    if isinstance(choice, dict) and isinstance(choice.get("function"), Mapping):
-        return {"type": "function", "name": choice["function"].get("name")}
-    return choice
 
 
 def _function_call(item: Mapping[str, Any]) -> ToolCall | None:
