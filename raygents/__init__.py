@@ -81,12 +81,20 @@ if TYPE_CHECKING:
     from raygents.core.context import RunContext
     from raygents.core.contextdata import NotDurable
     from raygents.core.events import RunEvent
-    from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+    from raygents.core.messages import (
+        Message,
+        ModelRequest,
+        ModelResponse,
+        ReasoningItem,
+        ToolCall,
+        Usage,
+    )
     from raygents.core.replay import ReplayReport
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
     from raygents.models.ratelimit import RateLimit
+    from raygents.models.responses import OpenAIResponsesModel
     from raygents.records.history import Checkpoint
     from raygents.records.runinfo import RunInfo, RunStatus
     from raygents.runtime.driver.attach import attach, cancel, runs
@@ -121,9 +129,17 @@ _HOMES = {
     "raygents.agents.hooks": ("AgentHooks", "RunHooks"),
     "raygents.agents.items": ("RunItem",),
     "raygents.integrations.mcp": ("MCPServerStdio", "MCPServerStreamableHTTP"),
-    "raygents.core.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
+    "raygents.core.messages": (
+        "Message",
+        "ModelRequest",
+        "ModelResponse",
+        "ReasoningItem",
+        "ToolCall",
+        "Usage",
+    ),
     "raygents.models.base": ("Model", "ModelSettings"),
     "raygents.models.openai": ("OpenAIChatModel",),
+    "raygents.models.responses": ("OpenAIResponsesModel",),
     "raygents.models.ratelimit": ("RateLimit",),
     "raygents.agents.result": ("RunResult", "TypedResult"),
     "raygents.agents.runstate": ("RunState",),
@@ -208,6 +224,7 @@ __all__ = [
     "ModelSettings",
     "NotDurable",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "OutputGuardrail",
     "OutputGuardrailTripped",
     "OutputValidationError",
@@ -216,6 +233,7 @@ __all__ = [
     "RateLimit",
     "ReplayReport",
     "RaygentsError",
+    "ReasoningItem",
     "RunContext",
     "RunEvent",
     "RunHandle",

@@ -2,7 +2,8 @@
 tasks, then hands off to a writer that produces a typed report.
 
 Offline by default (a deterministic ``FunctionModel``); with ``OPENAI_API_KEY``
-or ``OPENAI_BASE_URL`` set, every agent uses ``OpenAIChatModel`` (``$RAYGENTS_MODEL``).
+or ``OPENAI_BASE_URL`` set, every agent uses ``$RAYGENTS_MODEL`` (``OpenAIChatModel``, or
+``OpenAIResponsesModel`` for a ``responses:`` name).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import raygents as rg
 from raygents.agents.templates import load_template, template_instructions
 from raygents.cli.terminal import visible
 from raygents.core.messages import ModelRequest, ModelResponse
+from raygents.models.base import resolve_model
 from raygents.models.function import FunctionModel, call, calls, text
 
 __all__ = ["Report", "build_agents", "main"]
@@ -148,11 +150,11 @@ def build_agents(model: Any) -> rg.Agent:
 
 
 def choose_model(out: TextIO) -> Any:
-    """OpenAIChatModel when an endpoint is configured, else the offline model."""
+    """``$RAYGENTS_MODEL`` when an endpoint is configured, else the offline model."""
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        name = os.environ.get("RAYGENTS_MODEL", "gpt-4o-mini")
-        print(f"model: {name} via OpenAIChatModel", file=out)
-        return rg.OpenAIChatModel(name)
+        model = resolve_model(None)
+        print(f"model: {getattr(model, 'model', '?')} via {type(model).__name__}", file=out)
+        return model
     print(
         "model: offline (raygents.models.function.FunctionModel, 0.3 s per reply); "
         "set OPENAI_API_KEY or OPENAI_BASE_URL to use a real model",

@@ -17,6 +17,7 @@ __all__ = [
     "Message",
     "ModelRequest",
     "ModelResponse",
+    "ReasoningItem",
     "Role",
     "ToolCall",
     "ToolResult",
@@ -93,6 +94,34 @@ class Usage(_Frozen):
         return self.input_tokens + self.output_tokens
 
 
+class ReasoningItem(_Frozen):
+    """A reasoning model's thinking, as its API returned it, kept so that the next turn can
+    send it back and the model keeps its chain of thought across turns, handoffs and a resume.
+
+    The payload is opaque: raygents stores and checkpoints it as plain JSON and never reads
+    it; only the adapter of the API that produced it sends it back (for the Responses API,
+    the ``reasoning`` output item with its encrypted content), and every other adapter leaves
+    it out of its requests.
+    """
+
+    api: str
+    """The API whose item this is, e.g. ``"openai.responses"``; other adapters skip it."""
+    data: dict[str, Any]
+    """The item as the API sent it, with what its adapter needs to send it back in place (the
+    Responses adapter adds the type and id of the output item that followed it); plain JSON."""
+
+    @field_validator("data")
+    @classmethod
+    def _plain_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # It is checkpointed and sent back to the model: refuse what could not be, here and
+        # not at a checkpoint write in the middle of a run.
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"a reasoning item's data must be plain JSON ({exc})") from None
+        return value
+
+
 class Message(_Frozen):
     """One conversation message.
 
@@ -108,6 +137,9 @@ class Message(_Frozen):
     """The tool calls of an assistant message."""
     tool_call_id: str | None = None
     """For a tool message: the id of the call it answers."""
+    reasoning: tuple[ReasoningItem, ...] = ()
+    """For an assistant message: the reasoning items the model produced before it, sent back
+    by the adapter of the same API on later turns (see :class:`ReasoningItem`)."""
 
     _clean = field_validator("content", "tool_call_id")(clean_text)
 
@@ -134,7 +166,8 @@ class Message(_Frozen):
         return self.content or ""
 
     def to_openai(self) -> dict[str, Any]:
-        """The message as a Chat Completions message dict."""
+        """The message as a Chat Completions message dict (its reasoning items left out: Chat
+        Completions has no place for them)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from fakes import FakeHandle
@@ -380,3 +380,17 @@ def test_malformed_typed_output_fails_with_a_bounded_error(output: str) -> None:
     assert len(str(action.error)) < 2_000
     assert all(len(m) < 600 for _, m in action.error.errors)
     encodes(state)
+
+
+@pytest.mark.parametrize("data", [{"o": object()}, {"x": float("nan")}, {"k": {"s": {1, 2}}}])
+def test_a_reasoning_item_holds_plain_json_only(data: dict[Any, Any]) -> None:
+    """It is checkpointed and sent back to the model: refused when it is built, not at a
+    checkpoint write in the middle of a run."""
+    from pydantic import ValidationError
+
+    from raygents.core.messages import ReasoningItem
+
+    with pytest.raises(ValidationError, match="must be plain JSON"):
+        ReasoningItem(api="openai.responses", data=data)
+    kept = ReasoningItem(api="openai.responses", data={"id": "rs_1", "summary": [], "n": 1})
+    assert ReasoningItem.model_validate_json(kept.model_dump_json()) == kept

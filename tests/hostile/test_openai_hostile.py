@@ -204,3 +204,14 @@ def test_run_input_with_an_image_part_is_a_user_error() -> None:
     message = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, IMAGE]}
     with pytest.raises(UserError, match="image_url"):
         to_messages([message])
+
+
+async def test_an_answer_whose_json_is_malformed_is_a_model_error() -> None:
+    """A 200 that says it is JSON and is not: a ModelError, not a raw JSONDecodeError."""
+    broken = httpx2.Response(
+        200, content=b'{"choices": [', headers={"content-type": "application/json"}
+    )
+    with pytest.raises(ModelError, match="sent a body that is not valid JSON") as info:
+        await hostile_model(Server(broken)).respond(request())
+    assert not info.value.retryable
+    assert_clean(str(info.value))
