@@ -7,7 +7,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from raygents.core.toolcall import clean_text
 from raygents.errors import UserError
@@ -108,8 +115,20 @@ class Message(_Frozen):
     """The tool calls of an assistant message."""
     tool_call_id: str | None = None
     """For a tool message: the id of the call it answers."""
+    summary: bool = False
+    """This message is a summary that compaction wrote in place of earlier messages (see
+    :class:`raygents.Compaction`); the earlier records of the run still hold those."""
 
     _clean = field_validator("content", "tool_call_id")(clean_text)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Messages that are not summaries dump as they did before the flag existed (sessions
+        and records written then, and readers of that age, stay as they are)."""
+        data = handler(self)
+        if not self.summary and isinstance(data, dict):
+            data.pop("summary", None)
+        return data
 
     def __init__(
         self,
