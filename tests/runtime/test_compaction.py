@@ -113,3 +113,37 @@ def test_a_compaction_is_a_checkpoint_of_its_own() -> None:
     kinds = [e.type for e in events]
     first = kinds.index("compacted")
     assert kinds[first - 1] == "checkpoint"  # its record is written before the event
+
+
+class ChatModel:
+    """Answers each message of a thread (``WINDOW`` applies, as for :class:`WindowModel`)."""
+
+    async def respond(self, request: rg.ModelRequest) -> rg.ModelResponse:
+        size = estimate(request.messages, request.system, request.tools)
+        if size > WINDOW:
+            raise RuntimeError(f"context_length_exceeded: {size} tokens > {WINDOW}")
+        if request.system == SUMMARY_INSTRUCTIONS:
+            return rg.ModelResponse(rg.Message("assistant", "the thread so far"))
+        return rg.ModelResponse(rg.Message("assistant", f"ack {request.messages[-1].text}"))
+
+
+@pytest.mark.timeout(300)
+def test_a_thread_of_200_runs_stays_within_the_window() -> None:
+    """A session's history is compacted by the run that finds it over the trigger, and saved
+    compacted: each run of the thread then starts from a short history."""
+    session = rg.MemorySession()
+    agent = rg.Agent(
+        "thread_keeper",
+        model=ChatModel(),
+        session=session,
+        compaction=rg.Compaction(2000, keep_last_turns=2),
+    )
+    compactions = 0
+    for i in range(200):
+        handle = rg.start(agent, f"message {i} {PAD}", session_id="thread")
+        assert handle.result(timeout_s=60).final_output.startswith(f"ack message {i}")
+        compactions += sum(1 for e in handle.events() if e.type == "compacted")
+    assert compactions >= 10
+    history = session.load("thread")  # saved compacted, the summary marked
+    assert sum(m.summary for m in history) == 1 and history[0].summary
+    assert estimate(history) < 2000 + 200
