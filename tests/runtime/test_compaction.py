@@ -147,3 +147,40 @@ def test_a_thread_of_200_runs_stays_within_the_window() -> None:
     history = session.load("thread")  # saved compacted, the summary marked
     assert sum(m.summary for m in history) == 1 and history[0].summary
     assert estimate(history) < 2000 + 200
+
+
+class Summariser:
+    """A separate summariser model: says which system prompt it was given."""
+
+    async def respond(self, request: rg.ModelRequest) -> rg.ModelResponse:
+        return rg.ModelResponse(rg.Message("assistant", f"steps 0..0 done ({request.system})"))
+
+
+@pytest.mark.parametrize("kind", ["model", "agent"])
+def test_the_summariser_may_be_another_model_or_agent(kind: str) -> None:
+    summarizer: object = Summariser()
+    if kind == "agent":
+        summarizer = rg.Agent("terse", "Summarise tersely.", model=Summariser())
+    policy = rg.Compaction(2000, keep_last_turns=2, summarizer=summarizer, instructions="Short.")
+    agent = _agent(f"summarised_by_{kind}", 60, policy)
+    result = rg.run(agent, "go", timeout_s=120)
+    summary = next(m for m in result.messages if m.summary)
+    expected = "Summarise tersely." if kind == "agent" else "Short."
+    assert summary.text.endswith(f"({expected})")  # the agent's own instructions win
+
+
+def test_compaction_without_trigger_uses_the_window() -> None:
+    with pytest.raises(rg.UserError, match="needs the model's context window"):
+        _agent("windowless", 5, rg.Compaction())  # a Model object: no name to look up
+    agent = rg.Agent(
+        "windowed",
+        tools=[step],
+        model=WindowModel(60),
+        max_turns=70,
+        context_window=2500,
+        compaction=rg.Compaction(keep_last_turns=2),
+    )
+    handle = rg.start(agent, "go")
+    assert handle.result(timeout_s=120).final_output == "finished 60"
+    triggered = [(e.data or {})["tokens_before"] for e in handle.events() if e.type == "compacted"]
+    assert triggered and all(t > 2000 for t in triggered)  # 80% of the window
