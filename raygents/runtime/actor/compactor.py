@@ -148,12 +148,18 @@ class Compactor:
 
 
 def rewrite(state: RunState, messages: tuple[Message, ...]) -> RunState:
-    """``state`` with a compacted history: its next record is a full one, the provider's
-    last count no longer applies, and a session saves the run's history in place of the
-    conversation (what the run loaded from it may have been compacted)."""
+    """``state`` with a compacted history: its next record keeps only the messages before
+    the first one that changed (a summary at the start: a full record; a trimmed tool result:
+    a delta from it), the provider's last count no longer applies, and a session saves the
+    run's history in place of the conversation (what the run loaded from it may have been
+    compacted)."""
+    same = next(
+        (i for i, (a, b) in enumerate(zip(state.messages, messages, strict=False)) if a != b),
+        min(len(state.messages), len(messages)),
+    )
     return state.evolve(
         messages=messages,
-        recorded=0,
+        recorded=min(state.recorded, same),
         input_len=min(state.input_len, len(messages)),
         rewritten=True,
         prompt_tokens=None,
