@@ -184,3 +184,30 @@ def test_compaction_without_trigger_uses_the_window() -> None:
     assert handle.result(timeout_s=120).final_output == "finished 60"
     triggered = [(e.data or {})["tokens_before"] for e in handle.events() if e.type == "compacted"]
     assert triggered and all(t > 2000 for t in triggered)  # 80% of the window
+
+
+class CostlySummariser:
+    """A summariser whose call takes a large part of a token budget."""
+
+    async def respond(self, request: rg.ModelRequest) -> rg.ModelResponse:
+        return rg.ModelResponse(rg.Message("assistant", "steps 0..0 done"), usage=rg.Usage(10**6))
+
+
+class NoCallAfterSummary(WindowModel):
+    async def respond(self, request: rg.ModelRequest) -> rg.ModelResponse:
+        if any(m.summary for m in request.messages):
+            raise RuntimeError("called after the budget was spent")
+        return await super().respond(request)
+
+
+def test_the_summarisers_usage_is_spent_from_the_runs_token_budget() -> None:
+    agent = rg.Agent(
+        "costly_summary",
+        tools=[step],
+        model=NoCallAfterSummary(60),
+        max_turns=70,
+        compaction=rg.Compaction(2000, summarizer=CostlySummariser()),
+    )
+    with pytest.raises(rg.UsageLimitExceeded) as info:
+        rg.run(agent, "go", max_tokens=500_000, timeout_s=120)
+    assert info.value.used is not None and info.value.used > 10**6  # stopped before the call

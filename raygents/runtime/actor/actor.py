@@ -405,10 +405,13 @@ class AgentActor:
         a record of its own."""
         state, compacted = await self.compactor.compact(state, call.request)
         if compacted is not None:
-            call = loop.CallModel(loop.build_request(state, view))
             state = await self.writer.save(state, "running", emit, cause="compacted")
             record = False  # (the compaction's record holds the last batch)
             self._emit(emit, state, "compacted", data=compacted.data())
+            state, checked = loop.next_turn(state, view)  # (the summariser spent from budgets)
+            if isinstance(checked, loop.Fail):
+                raise checked.error
+            call = checked
         hooks, request = self.agent.hooks, call.request
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
