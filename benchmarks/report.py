@@ -363,6 +363,27 @@ def tracing(w: dict[str, Any]) -> list[str]:
     return out
 
 
+def context(w: dict[str, Any]) -> list[str]:
+    out = [
+        f"A {w['turns']}-turn run, one 1,000-character tool result a turn, model latency 0; "
+        f"`Compaction(trigger_tokens={w['trigger_tokens']}, keep_last_turns=4)` against none "
+        "(tokens as raygents' estimate counts them; first repetition):",
+        "",
+        "| policy | input tokens sent | largest request | last request | compactions | "
+        "summariser tokens | ms per turn | a compaction p50 / max ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, rows in w["rows"].items():
+        r = rows[0]
+        took = f"{_f(r['compaction_ms_p50'], 2)} / {_f(r['compaction_ms_max'], 2)}"
+        out.append(
+            f"| {name} | {r['tokens_total']:,} | {r['tokens_max']:,} | {r['tokens_last']:,} | "
+            f"{r['compactions']} | {r['summarizer_tokens']:,} | {_f(r['ms_per_turn'], 2)} | "
+            f"{took if r['compactions'] else '-'} |"
+        )
+    return out
+
+
 SECTIONS = (
     ("overhead", "1. Single-run overhead (2-turn run, K tool calls)", overhead),
     (
@@ -378,6 +399,7 @@ SECTIONS = (
     ("batch", "8. Batch jobs (`run_batch`, 100 ms model, 4 tools in the actor)", batch),
     ("ratelimit", "9. A cluster-wide model rate limit (local server enforcing it)", ratelimit),
     ("tracing", "10. Tracing overhead (OpenTelemetry spans)", tracing),
+    ("context", "12. Context compaction (a 300-turn run)", context),
 )
 
 

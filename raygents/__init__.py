@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from raygents.batch.job import BatchHandle, BatchItem, BatchResult, run_batch, start_batch
     from raygents.batch.progress import BatchProgress
     from raygents.core.approvals import Approval, ApprovalDecision, PendingApproval
+    from raygents.core.compaction import Compaction, TrimOldest, TrimToolOutputs
     from raygents.core.context import RunContext
     from raygents.core.contextdata import NotDurable
     from raygents.core.events import RunEvent
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "raygents.agents.agent": ("Agent",),
     "raygents.core.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
+    "raygents.core.compaction": ("Compaction", "TrimOldest", "TrimToolOutputs"),
     "raygents.core.context": ("RunContext",),
     "raygents.core.contextdata": ("NotDurable",),
     "raygents.batch.job": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
@@ -204,6 +206,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointNotFound",
     "CheckpointTooLarge",
+    "Compaction",
     "GuardrailResult",
     "Handoff",
     "HandoffInputData",
@@ -265,6 +268,8 @@ __all__ = [
     "ToolOutputGuardrailTripped",
     "ToolResult",
     "Trace",
+    "TrimOldest",
+    "TrimToolOutputs",
     "TypedResult",
     "Usage",
     "UsageLimitExceeded",

@@ -73,6 +73,7 @@ THIRD_PARTY: dict[str, frozenset[str]] = {
         }
     ),
     "openai": frozenset({"models"}),
+    "tiktoken": frozenset({"models.tokens"}),
     "msgpack": frozenset({"records.codec"}),
     "boto3": frozenset({"stores.s3"}),
     "botocore": frozenset({"stores.s3"}),

@@ -26,6 +26,7 @@ from raygents.agents.tooluse import (
     check_stop_at_tools,
     check_tool_use_behavior,
 )
+from raygents.core.compaction import Compaction, CompactionPolicy, check_policy
 from raygents.core.context import IsEnabled, NeedsApproval, RunContext, TContext
 from raygents.core.corrections import DEFAULT_MAX_OUTPUT_RETRIES
 from raygents.core.loop import DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_TOOL_CALLS_PER_TURN
@@ -33,6 +34,7 @@ from raygents.core.schema import output_type_problem
 from raygents.errors import UserError, excerpt
 from raygents.ids import validate_agent_name
 from raygents.models.base import Model, ModelSettings
+from raygents.models.tokens import context_window as known_window
 
 __all__ = [
     "Agent",
@@ -92,6 +94,12 @@ class Agent(Generic[TContext]):
             active in the run applies). Each child run started by a batch gets an equal share
             of what is left; past the budget the run fails with ``MaxTurnsExceeded`` (a
             ``LimitExceeded`` whose ``limit`` is ``"max_model_calls"``).
+        context_window: the model's context window in input tokens; None: the known window
+            of the model's name (see :data:`raygents.models.tokens.CONTEXT_WINDOWS`), where
+            there is one.
+        compaction: how the history is kept within the window: :class:`Compaction`
+            (summarise the older part), :class:`TrimToolOutputs` or :class:`TrimOldest`;
+            None sends the whole history every turn.
     """
 
     def __init__(
@@ -121,6 +129,8 @@ class Agent(Generic[TContext]):
         max_tool_calls_per_turn: int = DEFAULT_MAX_TOOL_CALLS_PER_TURN,
         max_model_calls: int = DEFAULT_MAX_MODEL_CALLS,
         max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+        context_window: int | None = None,
+        compaction: CompactionPolicy | None = None,
     ) -> None:
         self.name = name
         self.instructions = instructions
@@ -146,6 +156,8 @@ class Agent(Generic[TContext]):
         self.max_tool_calls_per_turn = max_tool_calls_per_turn
         self.max_model_calls = max_model_calls
         self.max_output_retries = max_output_retries
+        self.context_window = context_window
+        self.compaction = compaction
         self.validate()
 
     def validate(self) -> None:
@@ -199,6 +211,51 @@ class Agent(Generic[TContext]):
                 more_tools=bool(self.mcp_servers),
             )
         check_guardrails(f"agent {self.name!r}", self.input_guardrails, self.output_guardrails)
+        self._check_context()
+
+    def window(self) -> int | None:
+        """The model's context window: ``context_window``, or the known one of its name."""
+        if self.context_window is not None:
+            return self.context_window
+        name = self.model if isinstance(self.model, str) else getattr(self.model, "model", None)
+        return known_window(name) if isinstance(name, str) else None
+
+    def _check_context(self) -> None:
+        window = self.context_window
+        if window is not None and (
+            not isinstance(window, int) or isinstance(window, bool) or window < 1
+        ):
+            raise UserError(
+                f"agent {self.name!r}: context_window must be an int >= 1 or None, "
+                f"got {window!r:.80}"
+            )
+        policy = self.compaction
+        check_policy(f"agent {self.name!r}", policy)
+        if not isinstance(policy, Compaction):
+            return
+        window = self.window()
+        if policy.trigger_tokens is None and window is None and self.model is not None:
+            raise UserError(
+                f"agent {self.name!r}: Compaction() without trigger_tokens needs the model's "
+                "context window, which is not known for its model: pass context_window= or "
+                "Compaction(trigger_tokens=)"
+            )
+        if (
+            policy.trigger_tokens is not None
+            and window is not None
+            and policy.trigger_tokens > window
+        ):
+            raise UserError(
+                f"agent {self.name!r}: Compaction(trigger_tokens={policy.trigger_tokens}) is over "
+                f"the model's context window ({window} tokens): requests would be refused "
+                "before compaction starts; lower trigger_tokens"
+            )
+        summarizer = policy.summarizer
+        if not (summarizer is None or isinstance(summarizer, Agent | Model)):
+            raise UserError(
+                f"agent {self.name!r}: Compaction(summarizer=) must be an Agent, a Model or "
+                f"None, got {type(summarizer).__name__!r}"
+            )
 
     def _check_model(self) -> None:
         model = self.model

@@ -302,6 +302,7 @@ def render_event(event: RunEvent) -> str:
         "llm_delta": lambda e: visible(" ".join((e.delta or "").split())),
         "lagged": lambda e: f"missed {visible((e.data or {}).get('missed'))}",
         "recovered": lambda e: _cell(e.error),
+        "compacted": _compacted,
     }.get(event.type)
     text = what(event) if what is not None else ""
     if event.path:
@@ -309,6 +310,12 @@ def render_event(event: RunEvent) -> str:
     number = f"{event.seq:>6} " if event.seq is not None else ""
     line = f"{number}{visible(event.type):<12} {visible(event.agent_name or '-'):<14} {text}"
     return line.rstrip()
+
+
+def _compacted(event: RunEvent) -> str:
+    data = event.data or {}
+    before, after = visible(data.get("tokens_before")), visible(data.get("tokens_after"))
+    return f"{visible(data.get('policy'))}: {before} -> {after} tokens"
 
 
 def print_runs(

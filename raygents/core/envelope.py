@@ -152,6 +152,12 @@ class RunState(BaseModel):
     """Writes of the pending batch's tool calls to the context, by call id (those that wrote):
     applied in call order when the batch ends, also after a resume."""
 
+    prompt_tokens: int | None = None
+    """The input tokens the provider said the run's last model call took (None: it did not
+    say, or the history was rewritten since): the next request's count starts from it."""
+    prompt_len: int = 0
+    """How many messages that call's request had."""
+
     def evolve(self, **changes: Any) -> RunState:
         """A copy with ``changes`` applied."""
         return self.model_copy(update=changes)

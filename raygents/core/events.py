@@ -20,6 +20,7 @@ EventType = Literal[
     "handoff",
     "agent_end",
     "checkpoint",
+    "compacted",
     "suspended",
     "interrupted",
     "recovered",

@@ -305,10 +305,13 @@ def on_response(
     wins over the live agent's on resume).
     """
     message = unique_call_ids(response.message, state.messages)
+    reported = response.usage.input_tokens
     state = state.evolve(
         usage=state.usage + response.usage + Usage(requests=1),
         turns=state.turns + 1,
         messages=(*state.messages, message),
+        prompt_tokens=reported if reported > 0 else None,
+        prompt_len=len(state.messages) if reported > 0 else 0,
     )
     reason = response.finish_reason
     if reason == "tool_calls" and not response.message.tool_calls:
@@ -512,7 +515,9 @@ def apply_handoff(
             recorded=0,
             rewritten=True,
         )
-    return state.evolve(agent_name=target, tool_used_in_run=False, turn_limit=None)
+    return state.evolve(
+        agent_name=target, tool_used_in_run=False, turn_limit=None, prompt_tokens=None, prompt_len=0
+    )
 
 
 def pending_batch(state: RunState, view: AgentView) -> RunTools | Fail | None:

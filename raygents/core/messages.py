@@ -7,7 +7,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from raygents.core.toolcall import clean_text
 from raygents.errors import UserError
@@ -140,8 +147,24 @@ class Message(_Frozen):
     reasoning: tuple[ReasoningItem, ...] = ()
     """For an assistant message: the reasoning items the model produced before it, sent back
     by the adapter of the same API on later turns (see :class:`ReasoningItem`)."""
+    summary: bool = False
+    """This message is a summary that compaction wrote in place of earlier messages (see
+    :class:`raygents.Compaction`); the earlier records of the run still hold those."""
 
     _clean = field_validator("content", "tool_call_id")(clean_text)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Messages without reasoning that are not summaries dump as they did before those
+        fields existed (sessions and records written then, and readers of that age, stay as
+        they are)."""
+        data = handler(self)
+        if isinstance(data, dict):
+            if not self.summary:
+                data.pop("summary", None)
+            if not self.reasoning:
+                data.pop("reasoning", None)
+        return data
 
     def __init__(
         self,

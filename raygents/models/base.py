@@ -25,7 +25,9 @@ class Model(Protocol):
     """A language model: one async call per turn.
 
     A model may also define ``stream(request)``, an async iterator that yields text deltas
-    (``str``) and ends with the complete :class:`ModelResponse`.
+    (``str``) and ends with the complete :class:`ModelResponse`, and ``count_tokens(request)``,
+    the input tokens a request would take (see :mod:`raygents.models.tokens` for how requests
+    are counted without it).
     """
 
     async def respond(self, request: ModelRequest) -> ModelResponse:

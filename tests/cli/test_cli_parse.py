@@ -164,6 +164,9 @@ def test_usage_and_events_in_one_line() -> None:
     assert render_event(start) == "tool_start   a              t({}) [c]"
     checkpointed = RunEvent(type="checkpoint", run_id="r", agent_name="a", data={"seq": 4})
     assert render_event(checkpointed).endswith("seq 4")
+    data = {"policy": "Compaction", "tokens_before": 9000, "tokens_after": 1200}
+    compacted = RunEvent(type="compacted", run_id="r", agent_name="a", data=data)
+    assert render_event(compacted).endswith("Compaction: 9000 -> 1200 tokens")
 
 
 def test_live_events_in_one_line_with_their_seq_and_path() -> None:

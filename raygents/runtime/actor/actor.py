@@ -28,6 +28,7 @@ from raygents.core.envelope import Envelope, Outcome, RunState, SuspendRequest
 from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
+from raygents.runtime.actor.compactor import Compactor
 from raygents.runtime.actor.modelcall import call_model
 from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
 from raygents.runtime.actor.runsession import open_session, resume_session, save_run_session
@@ -108,6 +109,7 @@ class AgentActor:
             self.agent, self.toolbox, self.directory, self.writer, self._emit, self._children
         )
         self.task_cache = self.calls.task_cache
+        self.compactor = Compactor(self.agent, self.model, namespace)
         self._active: dict[str, _Active] = {}
         self._early: dict[str, tuple[str, float, int | None]] = {}
         """Requests for runs not here: ``(cause, when, epoch)`` by run id (see :meth:`suspend`)."""
@@ -399,7 +401,17 @@ class AgentActor:
     ) -> tuple[Outcome | None, RunState, loop.Action, bool]:
         """Call the model (writing the last tool batch's record meanwhile, see :meth:`_step`);
         the run stops here only if it is suspended while the call waits for a turn at the
-        rate limiter (nothing went out yet)."""
+        rate limiter (nothing went out yet). A compaction of the history comes first, with
+        a record of its own."""
+        state, compacted = await self.compactor.compact(state, call.request)
+        if compacted is not None:
+            state = await self.writer.save(state, "running", emit, cause="compacted")
+            record = False  # (the compaction's record holds the last batch)
+            self._emit(emit, state, "compacted", data=compacted.data())
+            state, checked = loop.next_turn(state, view)  # (the summariser spent from budgets)
+            if isinstance(checked, loop.Fail):
+                raise checked.error
+            call = checked
         hooks, request = self.agent.hooks, call.request
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
