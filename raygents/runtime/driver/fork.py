@@ -66,7 +66,11 @@ def fork(
         input: new user input appended to the conversation.
         run_id: the fork's run id (a fresh one by default).
         context: the fork's run context (default: the source's at the checkpoint).
-        timeout_s, max_turns, max_tokens, tenant, hooks: as for :func:`start`.
+        timeout_s: a wall-clock budget for the fork, as for :func:`start`.
+        max_turns: caps ``max_turns`` of every agent in the fork.
+        max_tokens: a token budget for the fork (its own usage starts at zero).
+        tenant: whose quota of runs in flight the fork counts against.
+        hooks: run-level hooks for the fork, as for :func:`start`.
 
     Raises:
         RunNotFound: nothing of ``source`` is kept.
