@@ -201,10 +201,10 @@ def checkpoints(history: History) -> list[Checkpoint]:
     """
     found: list[Checkpoint] = []
     before: RunState | None = None
-    for index, record in enumerate(history.records):
-        state = checkpoint.replay(history.records[: index + 1], run_id=history.run_id)[0]
-        found.append(_entry(record, state, before))
-        before = state
+    if history.records:
+        for state, record in checkpoint.states(history.records, run_id=history.run_id):
+            found.append(_entry(record, state, before))
+            before = state
     if history.marker is not None:
         final = history._final_state()
         entry = _entry({"status": "completed", "at": history.marker.get("at")}, final, before)

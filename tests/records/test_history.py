@@ -94,3 +94,22 @@ def test_a_completed_run_has_a_final_checkpoint_from_its_marker() -> None:
 def test_nothing_kept_is_run_not_found() -> None:
     with pytest.raises(RunNotFound, match="no checkpoint of run 'gone'"):
         load("gone", [], None, key=None)
+
+
+def test_the_state_after_each_record_is_the_replay_of_its_prefix() -> None:
+    state = RunState(run_id="r2", agent_name="a", messages=(USER,), input_len=1)
+    records = []
+    for i in range(60):  # (long enough for full records between the deltas)
+        call = Message("assistant", None, [ToolCall(f"c{i}", "look", "{}")])
+        state, record = checkpoint.make_record(
+            state.evolve(messages=(*state.messages, call)), "running"
+        )
+        records.append(record)
+        answer = Message("tool", "x" * 400, tool_call_id=f"c{i}")
+        state, record = checkpoint.make_record(
+            state.evolve(messages=(*state.messages, answer)), "running"
+        )
+        records.append(record)
+    assert {r["kind"] for r in records} == {"full", "delta"}
+    each = [s for s, _ in checkpoint.states(records, run_id="r2")]
+    assert each == [checkpoint.replay(records[: i + 1], run_id="r2")[0] for i in range(120)]
