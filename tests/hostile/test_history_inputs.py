@@ -131,3 +131,20 @@ def test_records_planted_under_another_run_are_refused(store: str, tmp_path: Pat
         rg.fork("planted-run", agent=plain)
     Path(tmp_path, "go").touch()
     handle.result(timeout_s=60)
+
+
+def test_the_history_command_shows_what_a_run_holds_as_escapes(store: str) -> None:
+    import io
+
+    from raygents.cli.main import main
+
+    sneaky = "hi\x1b[2J\x1b]0;owned\x07\u202egnp.exe"
+    echo = rg.Agent("hb_echo", model=FunctionModel(lambda r: text(r.messages[-1].text)))
+    run_id = rg.run(echo, sneaky).run_id
+    table, as_json = io.StringIO(), io.StringIO()
+    assert main(["history", run_id, "--store", store], out=table) == 0
+    assert main(["history", run_id, "--store", store, "--json"], out=as_json) == 0
+    for shown in (table.getvalue(), as_json.getvalue()):
+        assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
+    assert "\\x1b[2J" in table.getvalue() and "\\u202e" in table.getvalue()
+    assert "\\u001b" in as_json.getvalue()
