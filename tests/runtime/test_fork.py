@@ -137,3 +137,19 @@ def test_a_fork_of_a_run_awaiting_approval_asks_for_its_own(store: str, tmp_path
     assert approved.result(timeout_s=60).final_output == "refunded"
     assert ledger.read_text() == "fork-of-refund:call_refund -5\n"
     assert rg.history(source.run_id)[-1].reason == "interrupt"  # the source still waits
+
+
+@rg.input_guardrail
+def no_passwords(ctx: rg.RunContext, messages: list[rg.Message]) -> bool:
+    return any("password" in m.text for m in messages)
+
+
+def test_a_forks_new_input_passes_the_input_guardrails(store: str) -> None:
+    agent = rg.Agent(
+        "fork_guarded", model=FunctionModel(_answer_each_question), input_guardrails=[no_passwords]
+    )
+    source = rg.run(agent, "hello")
+    with pytest.raises(rg.InputGuardrailTripped):
+        rg.fork(source.run_id, agent=agent, input="the password?").result(timeout_s=60)
+    fine = rg.fork(source.run_id, agent=agent, input="and goodbye").result(timeout_s=60)
+    assert fine.final_output == "answers to: hello | and goodbye"
