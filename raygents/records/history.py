@@ -122,9 +122,15 @@ class History:
         if seq is not None and any(r["seq"] == seq for r in self.records):
             upto = [r for r in self.records if int(r["seq"]) <= seq]
             return checkpoint.replay(upto, run_id=self.run_id)[0]
+        kept = ""
+        if self.marker is not None and not self.records:
+            kept = (
+                "; a completed run keeps its final state only, unless raygents.init("
+                "keep_history=True) kept its records"
+            )
         raise CheckpointNotFound(
             f"run {self.run_id!r} has no checkpoint {seq!r} (it has {self.seqs()!r}; see "
-            "raygents.history)",
+            f"raygents.history){kept}",
             run_id=self.run_id,
             seq=seq,
         )

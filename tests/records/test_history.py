@@ -84,7 +84,7 @@ def test_a_completed_run_has_a_final_checkpoint_from_its_marker() -> None:
         "assistant: sunny",
     )
     assert alone.state_at(6).messages[-1].content == "sunny"
-    with pytest.raises(CheckpointNotFound):
+    with pytest.raises(CheckpointNotFound, match=r"final state only, unless .*keep_history=True"):
         alone.state_at(1)
     kept = load("r1", [checkpoint.encode(r) for r, _ in _steps()], codec.encode(marker), key=None)
     assert [c.reason for c in kept.checkpoints()][-2:] == ["suspend", "final"]
