@@ -148,3 +148,28 @@ def test_the_history_command_shows_what_a_run_holds_as_escapes(store: str) -> No
         assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
     assert "\\x1b[2J" in table.getvalue() and "\\u202e" in table.getvalue()
     assert "\\u001b" in as_json.getvalue()
+
+
+@rg.tool(num_cpus=0, needs_approval=True)
+def close_account(who: str) -> str:
+    """Close an account."""
+    return f"closed {who}"
+
+
+def _close(req: ModelRequest) -> ModelResponse:
+    return calls(call("close_account", {"who": "bob"}, id="c_close"))
+
+
+def _to_closer(req: ModelRequest) -> ModelResponse:
+    return calls(call("transfer_to_hb_closer", {}, id="c_to"))
+
+
+def test_a_run_whose_history_an_input_filter_rewrote_is_not_replayed(store: str) -> None:
+    closer = rg.Agent("hb_closer", tools=[close_account], model=FunctionModel(_close))
+    only_input = rg.handoff(closer, input_filter=lambda data: list(data.input_history))
+    triage = rg.Agent("hb_triage", handoffs=[only_input], model=FunctionModel(_to_closer))
+    handle = rg.start(triage, "close bob")
+    with pytest.raises(rg.RunInterrupted):
+        handle.result(timeout_s=60)
+    with pytest.raises(rg.UserError, match="input filter rewrote its history"):
+        rg.replay(handle.run_id, agent=triage)
