@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from raygents.core.envelope import RunState
@@ -43,6 +43,7 @@ __all__ = [
     "replay",
     "restore",
     "run_prefix",
+    "states",
 ]
 
 FORMAT = 1
@@ -326,23 +327,47 @@ def replay(records: Sequence[Record], *, run_id: str | None = None) -> tuple[Run
     if not records:
         raise CheckpointError("no checkpoint records to replay")
     ordered = sorted(records, key=lambda r: int(r["seq"]))
-    found = next((r["run_id"] for r in ordered if r.get("run_id")), "?")
     start = max((i for i, r in enumerate(ordered) if r["kind"] == "full"), default=None)
+    *_, newest = _states(ordered, start, run_id, every=False)
+    return newest
+
+
+def states(records: Sequence[Record], *, run_id: str) -> Iterator[tuple[RunState, Record]]:
+    """The state after each of a run's records (oldest first, from its first full record),
+    in one pass: what :func:`replay` of each prefix would give.
+
+    Raises:
+        CheckpointCorrupt, CheckpointError: as :func:`replay`.
+    """
+    ordered = sorted(records, key=lambda r: int(r["seq"]))
+    start = next((i for i, r in enumerate(ordered) if r["kind"] == "full"), None)
+    return _states(ordered, start, run_id, every=True)
+
+
+def _states(
+    ordered: Sequence[Record], start: int | None, run_id: str | None, *, every: bool
+) -> Iterator[tuple[RunState, Record]]:
+    """Replay ``ordered[start:]`` (``start``: a full record's index), yielding the state after
+    each record (``every``) or after the last one only."""
+    found = next((r["run_id"] for r in ordered if r.get("run_id")), "?")
     if start is None:
         raise CheckpointError(f"run {run_id or found!r} has no full checkpoint record")
     run_id = run_id or ordered[start].get("run_id") or found
-    _check_chain(ordered[start:], run_id)
+    chained = ordered[start:]
+    _check_chain(chained, run_id)
     messages: list[Message] = []
     sizes: list[int] = []
     body: Body = {}
     try:
-        for expected, record in enumerate(ordered[start:], start=int(ordered[start]["seq"])):
+        for expected, record in enumerate(chained, start=int(chained[0]["seq"])):
             if int(record["seq"]) != expected:
                 raise CheckpointError(f"checkpoint record {expected} of run {run_id!r} is missing")
             messages = messages[: int(record["keep"])] + [
                 Message.model_validate(m) for m in record["append"]
             ]
             sizes.append(codec.packed_size(record["append"]))
+            if record["kind"] == "full":  # (the deltas after it count from it)
+                sizes = sizes[-1:]
             if "state" in record:
                 body = dict(record["state"])
             else:
@@ -351,16 +376,8 @@ def replay(records: Sequence[Record], *, run_id: str | None = None) -> tuple[Run
                     body.pop(name, None)
                 if "journal_add" in record:
                     body["journal"] = {**body.get("journal", {}), **record["journal_add"]}
-        last = ordered[-1]
-        derived = {
-            "run_id": run_id,
-            "seq": int(last["seq"]),
-            "recorded": len(messages),
-            "full_size": sizes[0],
-            "since_full": sum(sizes[1:]),
-            "messages": messages,
-        }
-        state = RunState.model_validate({**body, **derived})
+            if every or record is chained[-1]:
+                yield _state(body, record, run_id, messages, sizes), record
     except CheckpointError:
         raise
     except Exception as exc:
@@ -368,7 +385,20 @@ def replay(records: Sequence[Record], *, run_id: str | None = None) -> tuple[Run
             f"checkpoint records of run {run_id!r} do not form a valid state: {exc}",
             reason="invalid state",
         ) from None
-    return state, last
+
+
+def _state(
+    body: Body, record: Record, run_id: str, messages: list[Message], sizes: list[int]
+) -> RunState:
+    derived = {
+        "run_id": run_id,
+        "seq": int(record["seq"]),
+        "recorded": len(messages),
+        "full_size": sizes[0],
+        "since_full": sum(sizes[1:]),
+        "messages": messages,
+    }
+    return RunState.model_validate({**body, **derived})
 
 
 def _check_chain(records: Sequence[Record], run_id: str) -> None:

@@ -122,9 +122,15 @@ class History:
         if seq is not None and any(r["seq"] == seq for r in self.records):
             upto = [r for r in self.records if int(r["seq"]) <= seq]
             return checkpoint.replay(upto, run_id=self.run_id)[0]
+        kept = ""
+        if self.marker is not None and not self.records:
+            kept = (
+                "; a completed run keeps its final state only, unless raygents.init("
+                "keep_history=True) kept its records"
+            )
         raise CheckpointNotFound(
             f"run {self.run_id!r} has no checkpoint {seq!r} (it has {self.seqs()!r}; see "
-            "raygents.history)",
+            f"raygents.history){kept}",
             run_id=self.run_id,
             seq=seq,
         )
@@ -201,10 +207,10 @@ def checkpoints(history: History) -> list[Checkpoint]:
     """
     found: list[Checkpoint] = []
     before: RunState | None = None
-    for index, record in enumerate(history.records):
-        state = checkpoint.replay(history.records[: index + 1], run_id=history.run_id)[0]
-        found.append(_entry(record, state, before))
-        before = state
+    if history.records:
+        for state, record in checkpoint.states(history.records, run_id=history.run_id):
+            found.append(_entry(record, state, before))
+            before = state
     if history.marker is not None:
         final = history._final_state()
         entry = _entry({"status": "completed", "at": history.marker.get("at")}, final, before)

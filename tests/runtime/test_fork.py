@@ -107,3 +107,49 @@ def test_two_forks_from_one_point_explore_two_answers(store: str) -> None:
     assert left.result(timeout_s=60).final_output == "answers to: pick a city | Paris"
     assert right.result(timeout_s=60).final_output == "answers to: pick a city | Rome"
     assert left.run_id != right.run_id
+
+
+@rg.tool(num_cpus=0, needs_approval=True)
+def refund(ctx: rg.ToolContext, amount: int) -> str:
+    """Refund a card (one line per refund)."""
+    with open(ctx.context["ledger"], "a") as ledger:
+        ledger.write(f"{ctx.idempotency_key} -{amount}\n")
+    return f"refunded {amount}"
+
+
+def _refund(req: ModelRequest) -> ModelResponse:
+    if any(m.role == "tool" for m in req.messages):
+        return text("refunded")
+    return calls(call("refund", {"amount": 5}, id="call_refund"))
+
+
+def test_a_fork_of_a_run_awaiting_approval_asks_for_its_own(store: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    agent = rg.Agent("fork_refund", tools=[refund], model=FunctionModel(_refund))
+    source = rg.start(agent, "refund 5", context={"ledger": str(ledger)})
+    with pytest.raises(rg.RunInterrupted):
+        source.result(timeout_s=60)
+    fork = rg.fork(source.run_id, agent=agent, run_id="fork-of-refund")
+    with pytest.raises(rg.RunInterrupted) as asked:
+        fork.result(timeout_s=60)
+    assert [p.call_id for p in asked.value.pending] == ["call_refund"]
+    approved = rg.resume("fork-of-refund", agent=agent, approvals={"call_refund": True})
+    assert approved.result(timeout_s=60).final_output == "refunded"
+    assert ledger.read_text() == "fork-of-refund:call_refund -5\n"
+    assert rg.history(source.run_id)[-1].reason == "interrupt"  # the source still waits
+
+
+@rg.input_guardrail
+def no_passwords(ctx: rg.RunContext, messages: list[rg.Message]) -> bool:
+    return any("password" in m.text for m in messages)
+
+
+def test_a_forks_new_input_passes_the_input_guardrails(store: str) -> None:
+    agent = rg.Agent(
+        "fork_guarded", model=FunctionModel(_answer_each_question), input_guardrails=[no_passwords]
+    )
+    source = rg.run(agent, "hello")
+    with pytest.raises(rg.InputGuardrailTripped):
+        rg.fork(source.run_id, agent=agent, input="the password?").result(timeout_s=60)
+    fine = rg.fork(source.run_id, agent=agent, input="and goodbye").result(timeout_s=60)
+    assert fine.final_output == "answers to: hello | and goodbye"

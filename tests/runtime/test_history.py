@@ -95,3 +95,26 @@ def _fail_free(req: ModelRequest) -> ModelResponse:
     if any(m.role == "tool" for m in req.messages):
         return text("Oslo is sunny")
     return calls(call("look", {"city": "Oslo"}))
+
+
+@pytest.fixture
+def kept(own_raygents: None, tmp_path: Path) -> Iterator[str]:
+    url = f"file://{tmp_path / 'kept'}"
+    rg.shutdown()
+    rg.init(namespace=f"history-kept-{os.urandom(3).hex()}", store=url, keep_history=True)
+    yield url
+    rg.shutdown()
+
+
+def test_keep_history_keeps_a_completed_runs_steps(kept: str, tmp_path: Path) -> None:
+    agent = rg.Agent("hist_kept", tools=[look], model=FunctionModel(_fail_free))
+    result = rg.run(agent, "Oslo?")
+    found = rg.history(result.run_id)
+    assert [c.reason for c in found] == ["intent", "results", "final"]
+    assert found[-1].seq > found[-2].seq and found[-1].last == "assistant: Oslo is sunny"
+    assert rg.history(result.run_id, store=kept) == found
+    again = rg.fork(result.run_id, agent=agent, at=found[1].seq)  # (a step a completed run kept)
+    assert again.result(timeout_s=60).final_output == "Oslo is sunny"
+    folder = Path(kept.removeprefix("file://"), "runs", result.run_id)
+    names = sorted(p.name for p in folder.iterdir())
+    assert [n.endswith(".ckpt") for n in names] == [True, True, False] and names[-1] == "done.1"

@@ -1,7 +1,8 @@
 """Store clean-up behind the coordinator's other work: completed runs' markers and records,
 fenced copies' writes, forgotten failed runs' records, and ended runs past retention.
 
-A completed run's records are deleted at its end, after its completion marker
+A completed run's records are deleted at its end (unless ``init(keep_history=True)``: then
+they stay, until retention or ``gc``), after its completion marker
 (``runs/<run_id>/done.<epoch>``, kept) that stops it from being claimed again and keeps its
 result (:mod:`~raygents.records.keptresult`; its agent actor stored it before the run's
 outcome left; the clean-up writes it if it is missing: in a ``memory://`` store only for a run
@@ -69,6 +70,8 @@ class Cleaner:
         self.retention_s = retention_s
         self.durable = isinstance(store, (FileStore, S3Store))
         """Whether every completed run gets a marker (for its kept result), records or not."""
+        self.keep_history = False
+        """Completed runs keep their records (``init(keep_history=True)``)."""
         self._expiring: set[str] = set()
         """Runs queued for expiry, not removed yet."""
         if retention_s is not None:
@@ -170,7 +173,8 @@ class Cleaner:
         return len(due)
 
     def _finished_run(self, run_id: str, done: dict[str, Any]) -> None:
-        """A completed run: mark it done in the store (create-only), then delete its records.
+        """A completed run: mark it done in the store (create-only), then delete its records
+        (unless :attr:`keep_history`).
         The marker goes first, so a crash or a failed delete leaves records that no claim
         runs again. A run without records needs a marker only for its kept result (in a
         durable store)."""
@@ -185,7 +189,7 @@ class Cleaner:
                     self.store.put(done_key, codec.encode({**done, "epoch": epoch}, key=self.key))
                 except CheckpointError as exc:  # its records still go: nothing to run again
                     log.warning("run %s: cannot store its completion marker: %s", run_id, exc)
-        doomed = listed.records
+        doomed = [] if self.keep_history else listed.records
         if doomed:
             self.store.delete(doomed)
         elif not keys:  # (its agent actor made it a folder, and its marker was not stored)
@@ -195,7 +199,7 @@ class Cleaner:
         """Delete ``void``, a fenced copy's write, if no valid record builds on it (every
         record, if the run completed; never a completion marker)."""
         keys = rebuild.listing(run_id, self.store.list(checkpoint.run_prefix(run_id))).records
-        if not done:
+        if not done or self.keep_history:
             keys = [void] if void in keys and void not in checkpoint.chain(keys) else []
         if keys:
             self.store.delete(keys)

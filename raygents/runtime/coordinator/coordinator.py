@@ -70,6 +70,7 @@ class Coordinator:
         self.table = RunTable(self._forgotten, settings.max_concurrent_runs)
         self.hot = HotRecords()
         self.cleaner = Cleaner(self.store, self.table, key, settings.retention_s)
+        self.cleaner.keep_history = settings.keep_history
         self.records = RecordStore(
             self.store,
             self.table,

@@ -322,7 +322,8 @@ class RecordStore:
         if found.unreadable:
             log.error("run %s is listed as %s: %s", run_id, found.status, found.error)
         self.table.enter(info, unreadable=found.unreadable)  # (results are read when asked)
-        if found.status == "completed" and found.leftovers and not found.unreadable:
+        leftover = found.leftovers and not self.cleaner.keep_history
+        if found.status == "completed" and leftover and not found.unreadable:
             self.cleaner.add(("done", run_id, self.marker(info)))  # its clean-up did not happen
 
     async def known(self, run_id: str, look: bool = False) -> None:

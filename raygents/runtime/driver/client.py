@@ -319,6 +319,7 @@ def init(
     max_concurrent_runs: int | None = None,
     rate_limits: Mapping[str, RateLimit] | None = None,
     retention: datetime.timedelta | float | None = None,
+    keep_history: bool = False,
     **ray_init_kwargs: Any,
 ) -> None:
     """Connect to Ray (or start a local instance) and set raygents up.
@@ -366,6 +367,12 @@ def init(
             every driver of the namespace. An end is timed by the clock of the node that
             recorded it: a node whose clock is behind by D lets runs go up to D early, and an
             end in the future is never past retention.
+        keep_history: completed runs keep their checkpoint records (every step of their
+            history, for :func:`history`, :func:`fork` and :func:`replay`) until retention
+            or ``raygents gc`` removes them, instead of only their completion marker (their
+            final state). About 3 times the bytes of the final conversation, per run
+            (``docs/history.md``). The coordinator's creator sets it for every driver of the
+            namespace.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
             a process asks for one new worker at a time per two CPUs (Ray's default: ten);
@@ -384,6 +391,8 @@ def init(
         )
     limits = check_limits(rate_limits if rate_limits is not None else {})
     retention_s = retention_seconds(retention)
+    if not isinstance(keep_history, bool):
+        raise UserError(f"keep_history must be True or False, got {keep_history!r}")
     from raygents.stores.open import default_store_url, open_store
 
     store_url = store or os.environ.get("RAYGENTS_STORE") or default_store_url()
@@ -419,6 +428,7 @@ def init(
             max_concurrent_runs=max_concurrent_runs,
             rate_limits=limits,
             retention_s=retention_s,
+            keep_history=keep_history,
         )
         _runtime = Runtime(namespace, started, settings)
     if handle_sigterm:

@@ -52,7 +52,9 @@ def fork(
     still owed a result (a fork from an ``"intent"`` checkpoint, without input) run in the
     fork, with idempotency keys of the fork's run id. The fork starts with its own turns,
     usage and limits (``max_turns``, ``max_tokens``), no session, and the source's context
-    unless ``context`` is given.
+    unless ``context`` is given. It starts as a new run does (the start agent's input
+    guardrails see its conversation), unless it owes a batch its results: then it goes on as
+    a resumed run, with that batch.
 
     A running run can be forked: from its durable checkpoints (what :func:`history` lists),
     never from a step it has not stored yet. A completed run's fork starts from its final
@@ -66,7 +68,11 @@ def fork(
         input: new user input appended to the conversation.
         run_id: the fork's run id (a fresh one by default).
         context: the fork's run context (default: the source's at the checkpoint).
-        timeout_s, max_turns, max_tokens, tenant, hooks: as for :func:`start`.
+        timeout_s: a wall-clock budget for the fork, as for :func:`start`.
+        max_turns: caps ``max_turns`` of every agent in the fork.
+        max_tokens: a token budget for the fork (its own usage starts at zero).
+        tenant: whose quota of runs in flight the fork counts against.
+        hooks: run-level hooks for the fork, as for :func:`start`.
 
     Raises:
         RunNotFound: nothing of ``source`` is kept.
@@ -111,8 +117,11 @@ def fork(
         envelope = _claimed(
             envelope, *rt.ask(client.claim(run_id, rt.owner, state.agent_name, tenant))
         )
-    # resumed: a batch the checkpoint still owes results to runs first (journaled calls not)
-    envelope = dataclasses.replace(envelope, resumed=True)
+    last = state.messages[-1] if state.messages else None
+    if last is not None and last.role == "assistant" and last.tool_calls:
+        # resumed: the batch the checkpoint still owes results runs first (journaled calls
+        # not); otherwise the fork starts as a new run does (input guardrails, on_run_start)
+        envelope = dataclasses.replace(envelope, resumed=True)
     relay = HookRelay(hooks, graph, value) if hooks is not None else None
     if relay is not None:
         relay.run_started(state.run_id, graph[state.agent_name], state.messages)

@@ -34,8 +34,8 @@ def replay(run_id: str, *, agent: Agent, store: str | None = None) -> ReplayRepo
     the graph makes its decisions so far.
 
     Not checked: what tools return and what models answer (the recorded ones are used),
-    ``is_enabled`` switches and dynamic instructions, input filters of handoffs, guardrails,
-    token budgets, and agent-as-tool children (their runs are their own).
+    ``is_enabled`` switches and dynamic instructions, guardrails, token budgets, and
+    agent-as-tool children (their runs are their own).
 
     Args:
         run_id: the run to check.
@@ -44,8 +44,9 @@ def replay(run_id: str, *, agent: Agent, store: str | None = None) -> ReplayRepo
 
     Raises:
         RunNotFound: nothing of the run is kept.
-        UserError: the graph lacks the run's start agent or current agent, or a completed
-            run's kept result lost the oldest of its messages (too long to keep whole).
+        UserError: the graph lacks the run's start agent or current agent, a handoff's input
+            filter rewrote the run's history, or a completed run's kept result lost the
+            oldest of its messages (too long to keep whole).
         CheckpointError: its records cannot be read.
     """
     if not isinstance(agent, Agent):
@@ -57,6 +58,13 @@ def replay(run_id: str, *, agent: Agent, store: str | None = None) -> ReplayRepo
         raise UserError(
             f"run {run_id!r} completed with a history too long for its kept result, which "
             f"lost its oldest {dropped} messages: it cannot be replayed",
+            run_id=run_id,
+        )
+    if state.rewritten:
+        raise UserError(
+            f"run {run_id!r} went through a handoff whose input filter rewrote its history: "
+            "its recording no longer holds the conversation its decisions were made on, so "
+            "it cannot be replayed",
             run_id=run_id,
         )
     graph = agent_graph(agent)

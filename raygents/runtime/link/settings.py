@@ -52,6 +52,9 @@ class Settings:
     retention_s: float | None = None
     """How long ended runs' records and kept results stay in the store after their end
     (None: until ``raygents gc``)."""
+    keep_history: bool = False
+    """Completed runs keep their checkpoint records (their history) beside their completion
+    marker, until retention or ``raygents gc`` removes them (False: deleted at their end)."""
     creator: str = ""
     """The driver that created the coordinator (it removes it when it closes)."""
     direct: bool = False
