@@ -242,6 +242,10 @@ def checkpoints(w: dict[str, Any]) -> list[str]:
                 f"state {p['state_bytes']} B (of which tool journal {p['journal_bytes']} B), "
                 "the rest is per-record header and integrity check."
             )
+    if w.get("s3_requests"):
+        from workloads import s3requests
+
+        out += ["", *s3requests.markdown(w["s3_requests"])]
     return out
 
 

@@ -203,6 +203,10 @@ class ProxyRecord:
     """The status sent back, or None when the connection was reset."""
     agent: str = ""
     """The request's ``User-Agent``."""
+    started: float = 0.0
+    """When the proxy had the request (``time.time()``)."""
+    ended: float = 0.0
+    """When it had decided the answer: the upstream's reply, or the fault."""
 
 
 @dataclass
@@ -346,10 +350,17 @@ class FaultProxy:
         return Fault.passthrough()
 
     def _record(
-        self, method: str, path: str, fault: Fault, status: int | None, agent: str = ""
+        self,
+        method: str,
+        path: str,
+        fault: Fault,
+        status: int | None,
+        agent: str = "",
+        started: float = 0.0,
     ) -> None:
+        record = ProxyRecord(method, path, fault.kind, status, agent, started, time.time())
         with self._lock:
-            self.records.append(ProxyRecord(method, path, fault.kind, status, agent))
+            self.records.append(record)
 
 
 class _ProxyServer(ThreadingHTTPServer):
@@ -374,29 +385,31 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         proxy: FaultProxy = self.server.proxy
+        started = time.time()
         body = self._read_body()
         fault = proxy._choose(self.command, self.path)
         if fault.kind == "delay":
             time.sleep(fault.delay_s)
         if fault.kind == "reset":
-            proxy._record(self.command, self.path, fault, None)
+            proxy._record(self.command, self.path, fault, None, started=started)
             self._reset()
             return
         if fault.kind == "error":
-            proxy._record(self.command, self.path, fault, fault.status)
+            proxy._record(self.command, self.path, fault, fault.status, started=started)
             self._send_error_document(fault)
             return
         try:
             status, reason, headers, payload = self._forward(body)
         except OSError:  # the upstream is down: look like it to the client
-            proxy._record(self.command, self.path, fault, None)
+            proxy._record(self.command, self.path, fault, None, started=started)
             self._reset()
             return
         if fault.kind == "drop_after_apply":
-            proxy._record(self.command, self.path, fault, None)
+            proxy._record(self.command, self.path, fault, None, started=started)
             self._reset()
             return
-        proxy._record(self.command, self.path, fault, status, self.headers.get("User-Agent", ""))
+        agent = self.headers.get("User-Agent", "")
+        proxy._record(self.command, self.path, fault, status, agent, started)
         self.send_response(status, reason)
         for name, value in headers:
             if name.lower() not in _HOP_BY_HOP:
