@@ -12,4 +12,5 @@ NAMES = (
     "tracing",
     "ratelimit",
     "serve",
+    "cluster",
 )

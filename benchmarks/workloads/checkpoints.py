@@ -186,7 +186,7 @@ def _count_requests(moto: machine.Moto) -> dict[str, Any]:
     try:
         ray.init(
             address="local",
-            num_cpus=2,
+            num_cpus=machine.cpus(),
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
@@ -217,7 +217,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         machine.register_by_value()
         ray.init(
             address="local",
-            num_cpus=2,
+            num_cpus=machine.cpus(),
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,

@@ -233,7 +233,12 @@ def main() -> int:
     os.environ["AWS_ENDPOINT_URL_S3"] = proxy.endpoint_url  # before Ray starts: inherited
     try:
         machine.register_by_value()
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=machine.cpus(),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
         counts = measure(moto.bucket, proxy)
         print(json.dumps(counts, indent=1))
         print("\n".join(markdown(counts)))
