@@ -1,18 +1,21 @@
 """S3 throttling: past a request rate the proxy answers 503 SlowDown (as S3 does past ~3,500
 PUTs/s per prefix; here a rate this machine's runs exceed); stores retry, count their retries,
-and concurrent runs complete with nothing lost.
+and concurrent runs complete with nothing lost. On a slow store an ``async`` run's write-behind
+backlog stays within its bound.
 
 The session's boto3 traffic goes through the fault proxy in front of moto (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from s3_server import create_bucket
+from s3_server import Fault, create_bucket
 
 import raygents as rg
 from raygents.records import rebuild
@@ -43,7 +46,7 @@ def retries(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, dict[str, str]
 
 @pytest.fixture
 def throttled(session_s3: Any, s3_key_audit: Any) -> Iterator[tuple[Any, str]]:
-    """The proxy (the test throttles it) and a bucket of this test's."""
+    """The proxy (the test throttles or slows it) and a bucket of this test's."""
     bucket = s3_key_audit.watch(create_bucket(session_s3.endpoint_url))
     proxy = session_s3.proxy
     yield proxy, bucket
@@ -119,3 +122,43 @@ def test_concurrent_runs_on_a_throttled_store_complete_with_nothing_lost(
     for r in results:
         listed = rebuild.listing(r.run_id, store.list(f"runs/{r.run_id}/"))
         assert listed.done is not None, f"run {r.run_id} has no completion marker"
+
+
+BACKLOG_TURNS = 40
+"""Tool turns of the long run: two records each, far more than its write-behind allows."""
+PUT_DELAY_S = 0.15
+"""How long the slow store takes for each PUT."""
+
+
+def _long_run(request: rg.ModelRequest) -> rg.ModelResponse:
+    """``BACKLOG_TURNS`` tool turns, then the times of the model calls (the actor's clock)."""
+    done = sum(m.role == "tool" for m in request.messages)
+    if done == 0:
+        _long_run.calls = []  # type: ignore[attr-defined]
+    _long_run.calls.append(time.time())  # type: ignore[attr-defined]
+    if done >= BACKLOG_TURNS:
+        return text(json.dumps(_long_run.calls))  # type: ignore[attr-defined]
+    return calls(call("note", {"n": done}, id=f"n{done}"))
+
+
+def test_an_async_run_waits_once_its_write_behind_is_full_on_a_slow_store(
+    own_raygents: None, rt: None, throttled: tuple[Any, str]
+) -> None:
+    """Past its write-behind bound (32 records) an ``async`` run waits for the store, so its
+    backlog stays bounded: a run's records are put one after another, so the model call
+    after record k (k > 32) comes after k - 32 PUTs, each ``PUT_DELAY_S`` or more."""
+    proxy, bucket = throttled
+    rg.shutdown()
+    rg.init(
+        namespace=f"s3backlog-{os.urandom(3).hex()}",
+        store=f"s3://{bucket}/runs",
+        durability="async",
+    )
+    agent = rg.Agent(
+        "backlogged", tools=[note], model=FunctionModel(_long_run), max_turns=BACKLOG_TURNS + 5
+    )
+    proxy.always(Fault.delay(PUT_DELAY_S), method="PUT")
+    result = rg.run(agent, "go")
+    times = json.loads(result.final_output)
+    beyond = 2 * BACKLOG_TURNS - 32  # records the run cannot leave behind it
+    assert times[-1] - times[0] >= beyond * PUT_DELAY_S * 0.95
