@@ -19,6 +19,21 @@ REPO_DIR = os.path.dirname(BENCH_DIR)
 SHARED_MODULES = ("fakes", "machine", "rayfloor", "sampling", "stats")
 """The benchmark modules the workloads import (next to ``run.py``, not installed)."""
 
+CPUS_ENV = "RGBENCH_CPUS"
+"""How many CPUs each workload's Ray instance declares (``run.py --cpus``)."""
+BIG_ENV = "RGBENCH_BIG"
+"""Set to ``1`` by ``run.py --big``: the workloads that scale take their big sizes."""
+
+
+def cpus() -> int:
+    """The CPUs of each workload's private Ray instance: ``run.py --cpus``, 2 by default."""
+    return int(os.environ.get(CPUS_ENV) or 2)
+
+
+def big() -> bool:
+    """Whether ``run.py --big`` asked for the sizes of a bigger machine."""
+    return os.environ.get(BIG_ENV) == "1"
+
 
 def register_by_value() -> None:
     """Make the benchmark modules travel to Ray workers by value (they are not installed)."""
@@ -30,12 +45,12 @@ def register_by_value() -> None:
 
 
 def init_raygents(store: str, durability: str = "sync", **kwargs: Any) -> None:
-    """A private local Ray instance (2 CPUs, no dashboard) with raygents on it."""
+    """A private local Ray instance (:func:`cpus` CPUs, no dashboard) with raygents on it."""
     import raygents as rg
 
     register_by_value()
     rg.init(
-        num_cpus=2,
+        num_cpus=cpus(),
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,

@@ -58,6 +58,7 @@ def throughput(w: dict[str, Any], path: str) -> None:
 def fanout(w: dict[str, Any], path: str) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    cores = w.get("config", {}).get("cores", 2)
     for ax, tool in zip(axes, ("cpu", "trivial"), strict=False):
         rows = [r for r in w["rows"] if r["tool"] == tool]
         if not rows:
@@ -77,12 +78,13 @@ def fanout(w: dict[str, Any], path: str) -> None:
                 label=side,
                 color=COLORS.get(side),
             )
-        ax.plot(ms, [r["ideal_2core_s"] for r in rows], "k--", label="ideal, 2 cores")
+        ideal = [r.get("ideal_s", r.get("ideal_2core_s")) for r in rows]
+        ax.plot(ms, ideal, "k--", label=f"ideal, {cores} cores")
         if tool == "cpu":
             ax.plot(ms, [r["ideal_1core_s"] for r in rows], "k:", label="ideal, 1 core")
             ax.plot(
                 ms,
-                [1.15 * r["ideal_2core_s"] for r in rows],
+                [1.15 * x for x in ideal],
                 color="green",
                 lw=0.8,
                 ls="-.",

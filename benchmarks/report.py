@@ -150,8 +150,10 @@ def throughput(w: dict[str, Any]) -> list[str]:
 
 
 def fanout(w: dict[str, Any]) -> list[str]:
+    cores = w.get("config", {}).get("cores", 2)
     out = [
-        "| tool | M | side | wall p50 s [min-max] | ideal 2-core s | vs ideal | speedup vs SDK |",
+        f"| tool | M | side | wall p50 s [min-max] | ideal {cores}-core s | vs ideal | "
+        "speedup vs SDK |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in w["rows"]:
@@ -163,7 +165,8 @@ def fanout(w: dict[str, Any]) -> list[str]:
         for side, s in r["sides"].items():
             out.append(
                 f"| {r['tool']} | {r['m']} | {side} | {s['wall_p50_s']:.3f} [{s['min_s']:.3f}-"
-                f"{s['max_s']:.3f}] | {r['ideal_2core_s']:.2f} | {s['vs_ideal_2core']:.2f} | "
+                f"{s['max_s']:.3f}] | {r.get('ideal_s', r.get('ideal_2core_s')):.2f} | "
+                f"{s.get('vs_ideal', s.get('vs_ideal_2core')):.2f} | "
                 f"{_f(s.get('speedup_vs_sdk'), 2) if side != 'sdk' else ''} |"
             )
     sampled = [
@@ -242,6 +245,10 @@ def checkpoints(w: dict[str, Any]) -> list[str]:
                 f"state {p['state_bytes']} B (of which tool journal {p['journal_bytes']} B), "
                 "the rest is per-record header and integrity check."
             )
+    if w.get("s3_requests"):
+        from workloads import s3requests
+
+        out += ["", *s3requests.markdown(w["s3_requests"])]
     return out
 
 
@@ -384,6 +391,27 @@ def context(w: dict[str, Any]) -> list[str]:
     return out
 
 
+def cluster(w: dict[str, Any]) -> list[str]:
+    cfg = w.get("config", {})
+    out = [
+        f"{cfg.get('nodes')} simulated nodes (`ray.cluster_utils.Cluster`: a head without CPUs, "
+        f"{cfg.get('cpus_per_worker_node')} CPUs on each worker node), S3 store (moto), "
+        f"`{cfg.get('durability')}`; 2-turn runs, {cfg.get('tool_calls_per_run')} tool tasks, "
+        f"{cfg.get('latency_ms')} ms model.",
+        "",
+        "| N | runs/s p50 [min-max] | latency p50 / p99 ms | errors | recovered | "
+        "tool calls by node |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in w["rows"]:
+        nodes = ", ".join(f"{k} {v}" for k, v in r["tool_calls_by_node"].items())
+        out.append(
+            f"| {r['n']} | {_rng(r['runs_per_s'])} | {_f(r['latency_p50_ms'])} / "
+            f"{_f(r['latency_p99_ms'])} | {r['errors']} | {r['recovered']} | {nodes} |"
+        )
+    return out
+
+
 SECTIONS = (
     ("overhead", "1. Single-run overhead (2-turn run, K tool calls)", overhead),
     (
@@ -400,6 +428,7 @@ SECTIONS = (
     ("ratelimit", "9. A cluster-wide model rate limit (local server enforcing it)", ratelimit),
     ("tracing", "10. Tracing overhead (OpenTelemetry spans)", tracing),
     ("context", "12. Context compaction (a 300-turn run)", context),
+    ("cluster", "13. A simulated 4-node cluster (S3 store)", cluster),
 )
 
 
@@ -423,7 +452,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Mode **{results['mode']}**, started {results['started']}, `{results['command']}`, "
         f"total {results.get('total_wall_s', '?')} s.",
-        f"Machine: {m['cpus']} CPUs, {m['memory_gb']} GB, Python {m['python']}, "
+        f"Machine: {m['cpus']} CPUs ({results.get('ray_cpus', 2)} declared to each workload's "
+        f"Ray), {m['memory_gb']} GB, Python {m['python']}, "
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
         + f", raygents git {m['git']}. "
         f"Load average at start {m['loadavg']}, at end {m.get('loadavg_end', '?')}.",

@@ -3,10 +3,14 @@
     python benchmarks/run.py --quick                      # a few minutes
     python benchmarks/run.py --full                       # the full suite
     python benchmarks/run.py --quick --only fanout,overhead --out benchmarks/results/x.json
+    python benchmarks/run.py --big --cpus 16              # a bigger machine: a few minutes
 
-Each workload runs in a fresh Python process with a private local Ray instance (2 CPUs, no
-dashboard). The results go to one JSON file; the plots (PNG) and a Markdown table go next to
-it. ``--update-readme`` copies its header, targets and plots into benchmarks/README.md.
+Each workload runs in a fresh Python process with a private local Ray instance (``--cpus``
+CPUs, 2 by default; no dashboard). ``--big`` scales the workloads that grow with the machine
+(throughput to N = 10,000, fan-out to M = 256, the simulated cluster to N = 10,000) and runs
+only those unless ``--only`` says otherwise. The results go to one JSON file; the plots (PNG)
+and a Markdown table go next to it. ``--update-readme`` copies its header, targets and plots
+into benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ if BENCH_DIR not in sys.path:
 from workloads import NAMES  # noqa: E402
 
 TIMEOUT_S = {"smoke": 600, "quick": 900, "full": 3600}
+BIG_NAMES = ("throughput", "fanout", "cluster")
+"""What ``--big`` runs unless ``--only`` names others."""
 
 
 def _worker(name: str, mode: str, out: str) -> int:
@@ -64,6 +70,17 @@ def main() -> int:
     group.add_argument("--quick", action="store_true", help="a few minutes (default)")
     group.add_argument("--full", action="store_true", help="every repetition")
     group.add_argument("--smoke", action="store_true", help="tiny sizes, to check the harness")
+    parser.add_argument(
+        "--cpus",
+        type=int,
+        default=min(os.cpu_count() or 2, 2),
+        help="CPUs each workload's Ray instance declares (default: this machine's, at most 2)",
+    )
+    parser.add_argument(
+        "--big",
+        action="store_true",
+        help=f"the sizes of a bigger machine; runs {','.join(BIG_NAMES)} unless --only",
+    )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {','.join(NAMES)}")
     parser.add_argument(
         "--out", default="", help="the results JSON (default benchmarks/results/<mode>.json)"
@@ -91,17 +108,24 @@ def main() -> int:
     import report
 
     mode = "full" if args.full else "smoke" if args.smoke else "quick"
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(NAMES)
+    if args.cpus < 1:
+        parser.error(f"--cpus must be at least 1, got {args.cpus}")
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(
+        BIG_NAMES if args.big else NAMES
+    )
     unknown = sorted(set(names) - set(NAMES))
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {NAMES}")
-    out = args.out or os.path.join(BENCH_DIR, "results", f"{mode}.json")
+    label = f"big-{mode}" if args.big else mode
+    out = args.out or os.path.join(BENCH_DIR, "results", f"{label}.json")
     command = "python benchmarks/run.py " + " ".join(sys.argv[1:])
     results = {
         "mode": mode,
         "command": command,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": machine.machine_info(),
+        "ray_cpus": args.cpus,
+        "big": args.big,
         "workloads": {},
     }
     source = {"started": results["started"], "command": command, "git": results["machine"]["git"]}
@@ -125,6 +149,8 @@ def main() -> int:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             part = f.name
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+        env[machine.CPUS_ENV] = str(args.cpus)
+        env[machine.BIG_ENV] = "1" if args.big else "0"
         try:
             proc = subprocess.run(
                 [
@@ -138,7 +164,7 @@ def main() -> int:
                     part,
                 ],
                 env=env,
-                timeout=TIMEOUT_S[mode],
+                timeout=TIMEOUT_S["full" if args.big else mode],
                 cwd=os.path.dirname(BENCH_DIR),
             )
             rc = proc.returncode

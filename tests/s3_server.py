@@ -32,6 +32,7 @@ import struct
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -203,6 +204,10 @@ class ProxyRecord:
     """The status sent back, or None when the connection was reset."""
     agent: str = ""
     """The request's ``User-Agent``."""
+    started: float = 0.0
+    """When the proxy had the request (``time.time()``)."""
+    ended: float = 0.0
+    """When it had decided the answer: the upstream's reply, or the fault."""
 
 
 @dataclass
@@ -219,6 +224,25 @@ class _Rule:
 
 
 @dataclass
+class _Throttle:
+    per_s: float
+    fault: Fault
+    methods: frozenset[str] | None
+    times: deque[float] = field(default_factory=deque)  # the passed requests of the last 1 s
+
+    def exceeded(self, method: str, now: float) -> bool:
+        """Whether a request of ``method`` now is past the rate (else it counts toward it)."""
+        if self.methods is not None and method not in self.methods:
+            return False
+        while self.times and self.times[0] <= now - 1.0:
+            self.times.popleft()
+        if len(self.times) >= self.per_s:
+            return True
+        self.times.append(now)
+        return False
+
+
+@dataclass
 class _Random:
     rate: float
     faults: tuple[Fault, ...]
@@ -230,9 +254,9 @@ class FaultProxy:
     """A threaded HTTP proxy on 127.0.0.1 in front of an S3 endpoint, injecting faults.
 
     Rules are checked in the order they were added; the first that matches a request decides
-    it (a counted rule is used up after ``times`` requests). Without a matching rule, a random
-    schedule (``random_faults``) may pick a fault; otherwise the request passes. Every request
-    is recorded in ``records``.
+    it (a counted rule is used up after ``times`` requests). Without a matching rule, a throttle
+    (``throttle``) answers requests past its rate, then a random schedule (``random_faults``)
+    may pick a fault; otherwise the request passes. Every request is recorded in ``records``.
     """
 
     def __init__(self, upstream_url: str, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -245,6 +269,7 @@ class FaultProxy:
         self.records: list[ProxyRecord] = []
         self._rules: list[_Rule] = []
         self._random: _Random | None = None
+        self._throttle: _Throttle | None = None
         self._lock = threading.Lock()
         self._server: _ProxyServer | None = None
         self._thread: threading.Thread | None = None
@@ -282,11 +307,26 @@ class FaultProxy:
             chosen = frozenset(methods) if methods else None
             self._random = _Random(rate, faults, chosen, random.Random(seed))
 
+    def throttle(
+        self,
+        per_s: float,
+        fault: Fault | None = None,
+        *,
+        methods: tuple[str, ...] | None = ("PUT",),
+    ) -> None:
+        """Answer ``fault`` (by default 503 SlowDown) to requests of ``methods`` past ``per_s``
+        in any second, as S3 does past its request rate per prefix; those answered do not
+        count toward the rate."""
+        with self._lock:
+            chosen = frozenset(methods) if methods else None
+            self._throttle = _Throttle(per_s, fault or Fault.slow_down(), chosen)
+
     def clear(self) -> None:
-        """Drop every rule and the random schedule; requests pass from now on."""
+        """Drop every rule, the random schedule and the throttle; requests pass from now on."""
         with self._lock:
             self._rules.clear()
             self._random = None
+            self._throttle = None
 
     def count(self, method: str | None = None, fault: str | None = None) -> int:
         """How many requests were seen, optionally of one method and fault kind."""
@@ -339,6 +379,9 @@ class FaultProxy:
                         if rule.times == 0:
                             self._rules.remove(rule)
                     return rule.fault
+            throttle = self._throttle
+            if throttle is not None and throttle.exceeded(method, time.monotonic()):
+                return throttle.fault
             chance = self._random
             applies = chance is not None and (chance.methods is None or method in chance.methods)
             if chance is not None and applies and chance.rng.random() < chance.rate:
@@ -346,10 +389,17 @@ class FaultProxy:
         return Fault.passthrough()
 
     def _record(
-        self, method: str, path: str, fault: Fault, status: int | None, agent: str = ""
+        self,
+        method: str,
+        path: str,
+        fault: Fault,
+        status: int | None,
+        agent: str = "",
+        started: float = 0.0,
     ) -> None:
+        record = ProxyRecord(method, path, fault.kind, status, agent, started, time.time())
         with self._lock:
-            self.records.append(ProxyRecord(method, path, fault.kind, status, agent))
+            self.records.append(record)
 
 
 class _ProxyServer(ThreadingHTTPServer):
@@ -374,29 +424,31 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         proxy: FaultProxy = self.server.proxy
+        started = time.time()
         body = self._read_body()
         fault = proxy._choose(self.command, self.path)
         if fault.kind == "delay":
             time.sleep(fault.delay_s)
         if fault.kind == "reset":
-            proxy._record(self.command, self.path, fault, None)
+            proxy._record(self.command, self.path, fault, None, started=started)
             self._reset()
             return
         if fault.kind == "error":
-            proxy._record(self.command, self.path, fault, fault.status)
+            proxy._record(self.command, self.path, fault, fault.status, started=started)
             self._send_error_document(fault)
             return
         try:
             status, reason, headers, payload = self._forward(body)
         except OSError:  # the upstream is down: look like it to the client
-            proxy._record(self.command, self.path, fault, None)
+            proxy._record(self.command, self.path, fault, None, started=started)
             self._reset()
             return
         if fault.kind == "drop_after_apply":
-            proxy._record(self.command, self.path, fault, None)
+            proxy._record(self.command, self.path, fault, None, started=started)
             self._reset()
             return
-        proxy._record(self.command, self.path, fault, status, self.headers.get("User-Agent", ""))
+        agent = self.headers.get("User-Agent", "")
+        proxy._record(self.command, self.path, fault, status, agent, started)
         self.send_response(status, reason)
         for name, value in headers:
             if name.lower() not in _HOP_BY_HOP:

@@ -13,4 +13,5 @@ NAMES = (
     "ratelimit",
     "serve",
     "context",
+    "cluster",
 )

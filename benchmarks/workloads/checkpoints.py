@@ -15,6 +15,10 @@ messages), for tool results of 64 B and 1 KiB.
 
 Also: ``Store.put`` of a 1 KiB record straight from the driver, per store, for reference.
 
+S3 requests: a 2-turn and a 20-turn run in each mode, counted by kind and purpose, on the
+run's path and off it, through a recording proxy (see ``s3requests``; 100 ms model latency,
+on a Ray instance of their own after the timed runs).
+
 Kept results: a completed run's marker keeps its output, usage and final history. What that
 adds per run: its bytes (the 50-turn runs' markers, and a one-turn run's); the p50 time of a
 one-turn run without tools (no checkpoint records: on a durable store the marker is the only
@@ -32,6 +36,8 @@ from typing import Any
 import fakes
 import machine
 import stats
+
+from workloads import s3requests
 
 STORES = ("memory", "file", "s3")
 MODES = ("sync", "async", "exit")
@@ -170,6 +176,30 @@ def _kept_put_micro(
     return out
 
 
+def _count_requests(moto: machine.Moto) -> dict[str, Any]:
+    """S3 requests per run by kind, on its path and off it (see ``s3requests``), on a Ray
+    instance of their own whose S3 endpoint is a recording proxy in front of ``moto``."""
+    import ray
+
+    proxy = s3requests.start_proxy(moto.endpoint)
+    os.environ["AWS_ENDPOINT_URL_S3"] = proxy.endpoint_url  # before Ray starts: inherited
+    try:
+        ray.init(
+            address="local",
+            num_cpus=machine.cpus(),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        try:
+            return s3requests.measure(moto.bucket, proxy)
+        finally:
+            ray.shutdown()
+    finally:
+        os.environ["AWS_ENDPOINT_URL_S3"] = moto.endpoint
+        proxy.stop()
+
+
 def run(mode: str, tmp: str) -> dict[str, Any]:
     import msgpack
     import ray
@@ -187,7 +217,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         machine.register_by_value()
         ray.init(
             address="local",
-            num_cpus=2,
+            num_cpus=machine.cpus(),
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
@@ -306,6 +336,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         machine.log(f"  kept results: {kept}")
         rg.shutdown()
         ray.shutdown()
+        requests = _count_requests(moto)
     finally:
         moto.stop()
 
@@ -331,5 +362,6 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         "store_put_micro_1KiB": micro,
         "bytes": sizes,
         "kept_results": kept,
+        "s3_requests": requests,
         "checks": checks,
     }

@@ -75,7 +75,7 @@ def child(side: str, tmp: str) -> None:
         machine.register_by_value()
         ray.init(
             address="local",
-            num_cpus=2,
+            num_cpus=machine.cpus(),
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,

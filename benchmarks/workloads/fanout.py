@@ -13,8 +13,9 @@ SDK (``Agent.as_tool``; sync tools run in its thread pool, under the GIL), and t
 With CPU tools, each timed run starts from the same Ray worker pool (``rayfloor.warm_pool``: a
 backlog of trivial one-CPU tasks just before it), not from whatever the previous side left.
 
-Ideal lines: the 2-core floor is 4 x latency + ceil(M / 2) x 200 ms (CPU tools) or 4 x latency
-(trivial); the 1-core floor (what a single Python process can do) is 4 x latency + M x 200 ms.
+Ideal lines: the C-core floor (C = the Ray instance's CPUs, ``run.py --cpus``, 2 by default) is
+4 x latency + ceil(M / C) x 200 ms (CPU tools) or 4 x latency (trivial); the 1-core floor (what a
+single Python process can do) is 4 x latency + M x 200 ms.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ import sampling
 import stats
 
 MS = (1, 8, 64)
+BIG_MS = (*MS, 256)
+"""With ``run.py --big``: M = 256 too (one repetition; the SDK, whose CPU tools share one GIL,
+only runs it with trivial tools)."""
+SMOKE_BIG_MS = (1, 8, 16)
 LATENCY_S = 0.1
 
 
@@ -68,9 +73,13 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     import raygents as rg
 
     quick = mode == "quick"
-    reps = (
-        (lambda m, tool: 3) if quick else (lambda m, tool: 5 if (m == 64 and tool == "cpu") else 10)
-    )
+    cores = machine.cpus()
+
+    def reps(m: int, tool: str) -> int:
+        if m > 64 or mode == "smoke":
+            return 1
+        return 3 if quick else 5 if (m == 64 and tool == "cpu") else 10
+
     fakes.sdk_setup()
     machine.init_raygents(store=f"file://{os.path.join(tmp, 'store')}")
     sdk_loop = fakes.SdkLoop()
@@ -96,7 +105,9 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
 
     rows: list[dict[str, Any]] = []
     pool: int | None = None
-    ms = (1, 8) if mode == "smoke" else MS
+    ms = MS if not machine.big() else BIG_MS
+    if mode == "smoke":
+        ms = (1, 8) if not machine.big() else SMOKE_BIG_MS
     for tool in ("trivial", "cpu"):
         kinds = {"raygents_task": "task" if tool == "trivial" else "cpu"}
         if tool == "trivial":
@@ -126,7 +137,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             # every other CPU second stretches the wall time by about half a second)
             cpus: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
             sample = cpu and m == max(ms)
-            names = list(sides)
+            names = [s for s in sides if not (s == "sdk" and cpu and m > 64)]
             n = reps(m, tool)
             load0 = machine.load()
             waits: list[float] = []
@@ -158,23 +169,25 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
                 "load_before": load0,
                 "load_after": machine.load(),
                 "settle_s": {"runs": len(waits) // 2, "total": round(sum(waits), 1)},
-                "ideal_2core_s": ideal(m, tool, 2),
+                "ideal_s": ideal(m, tool, cores),
                 "ideal_1core_s": ideal(m, tool, 1),
                 "sides": {},
             }
             for side, vals in times.items():
+                if not vals:
+                    continue
                 s = stats.summary(vals)
                 row["sides"][side] = {
                     "wall_p50_s": round(s["p50"], 4),
                     "min_s": round(s["min"], 4),
                     "max_s": round(s["max"], 4),
-                    "vs_ideal_2core": round(s["p50"] / row["ideal_2core_s"], 3),
+                    "vs_ideal": round(s["p50"] / row["ideal_s"], 3),
                 }
                 if cpus[side]:
                     row["sides"][side]["cpu"] = _cpu_summary(cpus[side])
-            sdk50 = row["sides"]["sdk"]["wall_p50_s"]
+            sdk50 = row["sides"].get("sdk", {}).get("wall_p50_s")
             for side in row["sides"]:
-                if side != "sdk":
+                if side != "sdk" and sdk50 is not None:
                     row["sides"][side]["speedup_vs_sdk"] = stats.ratio(
                         sdk50, row["sides"][side]["wall_p50_s"]
                     )
@@ -182,13 +195,14 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
             machine.log(
                 "  "
                 + ", ".join(f"{s}={v['wall_p50_s']:.3f}s" for s, v in row["sides"].items())
-                + f" (ideal 2-core {row['ideal_2core_s']:.2f}s)"
+                + f" (ideal {cores}-core {row['ideal_s']:.2f}s)"
             )
 
     sdk_loop.close()
     rg.shutdown()
     ray.shutdown()
-    big = next(r for r in rows if r["tool"] == "cpu" and r["m"] == max(ms))
+    m_checked = 64 if 64 in ms else max(ms)
+    big = next(r for r in rows if r["tool"] == "cpu" and r["m"] == m_checked)
     rgs, floor = big["sides"]["raygents_task"], big["sides"]["ray_floor"]
     vs_floor = stats.ratio(rgs["wall_p50_s"], floor["wall_p50_s"])
     rgs["cpu_per_child_vs_floor"] = stats.ratio(  # (the same M children on both sides)
@@ -208,7 +222,11 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
         },
     }
     return {
-        "config": {"latency_ms": LATENCY_S * 1000, "cpu_burn_ms": fakes.CPU_BURN_S * 1000},
+        "config": {
+            "latency_ms": LATENCY_S * 1000,
+            "cpu_burn_ms": fakes.CPU_BURN_S * 1000,
+            "cores": cores,
+        },
         "rows": rows,
         "checks": checks,
     }

@@ -1,7 +1,7 @@
 """Workload 2: throughput under concurrency.
 
-N = 10, 100, 1000 concurrent runs (and 10,000 in full mode: without tool tasks or the SDK,
-see ``BIG``); model latency 100 ms; each run is 2 turns with 4 trivial tool
+N = 10, 100, 1000 concurrent runs (and 10,000 in full mode and with ``run.py --big``: without
+tool tasks or the SDK, see ``BIG``); model latency 100 ms; each run is 2 turns with 4 trivial tool
 calls in the first. raygents uses durability ``sync`` on the ``file://`` store, and starts the
 runs one after the other with ``raygents.start`` (as a driver script would), then waits for them
 all. The SDK runs them with ``asyncio.gather(Runner.run(...))`` in-process (no durability). The
@@ -67,8 +67,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:  # noqa: C901
     quick = mode == "quick"
     reps = {10: 3, 100: 2, 1000: 1} if quick else {10: 10, 100: 5, 1000: 3}
     ns = NS
-    big_n = BIG if mode == "full" else None
-    if mode == "full":
+    big_n = BIG if mode == "full" or machine.big() else None
+    if big_n is not None:  # (full mode, and run.py --big at quick's repetitions)
         reps, ns = {**reps, BIG: 1}, (*NS, BIG)
     if mode == "smoke":  # (100 plays N = 10,000, to check the path)
         reps, ns, big_n = {10: 1, 100: 1}, (10, 100), 100

@@ -4,6 +4,7 @@ imports it, and only when a store is opened)."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import os
 import random
@@ -18,7 +19,7 @@ from raygents.core.secrets import mask
 from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
 from raygents.stores.base import Store, is_key, short, too_large, validate_key
 
-__all__ = ["S3Store"]
+__all__ = ["S3Store", "on_retries"]
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", re.ASCII)
 _T = TypeVar("_T")
@@ -49,6 +50,41 @@ _FORBIDDEN_CODES = frozenset(
     ]
 )
 _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+_ACTIONS = {
+    "PutObject": "write",
+    "GetObject": "read",
+    "HeadObject": "read",
+    "ListObjectsV2": "list",
+    "DeleteObjects": "delete",
+}
+"""The store action of each S3 operation this store sends."""
+
+RetryListener = Callable[[str, int], None]
+"""Told ``(action, count)``: ``count`` requests of ``action`` (write, read, list, delete) were
+sent again."""
+_retry_listeners: list[RetryListener] = []
+
+
+def on_retries(listener: RetryListener) -> None:
+    """Tell ``listener`` of every request an S3 store of this process sends again (after
+    throttling such as 503 SlowDown, a 5xx or a lost connection): botocore's retries within a
+    call and the store's own further rounds. The telemetry's metrics listen."""
+    if listener not in _retry_listeners:
+        _retry_listeners.append(listener)
+
+
+def _retried(action: str, count: int) -> None:
+    for listener in tuple(_retry_listeners):
+        with contextlib.suppress(Exception):  # (a listener's failure is never the store's)
+            listener(action, count)
+
+
+def _count_retries(parsed: Any = None, model: Any = None, **_: Any) -> None:
+    """botocore's ``after-call`` event: the retries of one call (its answer's metadata)."""
+    meta = parsed.get("ResponseMetadata") if isinstance(parsed, dict) else None
+    count = meta.get("RetryAttempts") if isinstance(meta, dict) else None
+    if type(count) is int and count > 0:
+        _retried(_ACTIONS.get(getattr(model, "name", ""), "other"), count)
 
 
 class _Failure(NamedTuple):
@@ -230,6 +266,7 @@ class S3Store(Store):
                 failure = self._failure(exc, action, key)
                 if not failure.retry or attempt == self._extra_retries:
                     raise failure.error from exc
+                _retried(action, 1)
             time.sleep(self._backoff_s * 2**attempt * random.uniform(0.5, 1.0))
         raise AssertionError("unreachable")
 
@@ -324,7 +361,9 @@ def _make_client(max_attempts: int, connect_timeout_s: float, read_timeout_s: fl
         read_timeout=read_timeout_s,
         user_agent_extra=_writer_tag(),
     )
-    return boto3.session.Session().client("s3", config=config)
+    client = boto3.session.Session().client("s3", config=config)
+    client.meta.events.register("after-call.s3", _count_retries)
+    return client
 
 
 def _writer_tag() -> str:

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from raygents.stores import s3
+
 if TYPE_CHECKING:
     from raygents.core.envelope import Outcome
     from raygents.core.messages import Usage
@@ -27,6 +29,7 @@ __all__ = [
     "recovered",
     "run_ended",
     "run_started",
+    "store_retries",
     "suspended",
     "tool_call",
     "turn",
@@ -105,6 +108,13 @@ _SPECS: dict[str, tuple[str, str, tuple[str, ...], Sequence[float]]] = {
         "counter",
         "Pauses a provider asked for (429 with Retry-After), by model.",
         ("model",),
+        (),
+    ),
+    "store_retries": (
+        "counter",
+        "Requests to the checkpoint store sent again (throttled, a 5xx, a lost connection), "
+        "by store and action (write, read, list, delete).",
+        ("store", "action"),
         (),
     ),
 }
@@ -210,3 +220,15 @@ def rate_limit_wait(model: str, seconds: float) -> None:
 def rate_limit_pause(model: str) -> None:
     """A provider asked ``model``'s callers to pause."""
     _inc("rate_limit_pauses", {"model": model})
+
+
+def store_retries(store: str, action: str, count: int) -> None:
+    """``count`` requests of ``action`` to a ``store`` (``s3``) store were sent again."""
+    _inc("store_retries", {"store": store, "action": action}, count)
+
+
+def _s3_retries(action: str, count: int) -> None:
+    store_retries("s3", action, count)
+
+
+s3.on_retries(_s3_retries)  # (in every process that records metrics: S3 stores are opened there)
