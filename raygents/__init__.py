@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     from raygents.core.contextdata import NotDurable
     from raygents.core.events import RunEvent
     from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+    from raygents.core.pricing import Price
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
     from raygents.models.base import Model, ModelSettings
     from raygents.models.openai import OpenAIChatModel
@@ -116,6 +117,7 @@ _HOMES = {
     "raygents.agents.items": ("RunItem",),
     "raygents.integrations.mcp": ("MCPServerStdio", "MCPServerStreamableHTTP"),
     "raygents.core.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
+    "raygents.core.pricing": ("Price",),
     "raygents.models.base": ("Model", "ModelSettings"),
     "raygents.models.openai": ("OpenAIChatModel",),
     "raygents.models.ratelimit": ("RateLimit",),
@@ -199,6 +201,7 @@ __all__ = [
     "OutputValidationError",
     "PayloadTooLarge",
     "PendingApproval",
+    "Price",
     "RateLimit",
     "RaygentsError",
     "RunContext",

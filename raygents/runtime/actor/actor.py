@@ -26,9 +26,10 @@ from raygents.core.context import RunContext
 from raygents.core.contextdata import apply, assign, capture, revive, to_plain
 from raygents.core.envelope import Envelope, Outcome, RunState, SuspendRequest
 from raygents.core.messages import ModelRequest, ModelResponse
+from raygents.core.pricing import Price
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
-from raygents.runtime.actor.modelcall import call_model
+from raygents.runtime.actor.modelcall import call_model, model_name
 from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
 from raygents.runtime.actor.runsession import open_session, resume_session, save_run_session
 from raygents.runtime.actor.stops import Emit, Stops, send_event
@@ -401,6 +402,12 @@ class AgentActor:
         the run stops here only if it is suspended while the call waits for a turn at the
         rate limiter (nothing went out yet)."""
         hooks, request = self.agent.hooks, call.request
+        if state.max_cost_usd is not None and self._price(self.model(), request) is None:
+            raise UserError(
+                f"run {state.run_id!r} has a budget in dollars (max_cost_usd) but agent "
+                f"{self.agent.name!r}'s model {model_name(self.model())!r} has no price: give "
+                "one with init(prices={name: Price(...)}) or ModelSettings(price=Price(...))"
+            )
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
         )
@@ -522,14 +529,27 @@ class AgentActor:
             if active is not None:
                 active.waiting_call = None  # (it goes out: a suspend waits for its answer)
 
-        return await call_model(
-            self.model(),
+        model = self.model()
+        response = await call_model(
+            model,
             self.agent.name,
             request,
             on_delta if stream else None,
             namespace=self.directory.namespace,
             on_turn=on_turn,
         )
+        price = self._price(model, request)
+        if price is None:
+            return response
+        return response.model_copy(update={"usage": response.usage.at_price(price)})
+
+    def _price(self, model: Model, request: ModelRequest) -> Price | None:
+        """What the model of this call charges: the agent's ``ModelSettings(price=)``, else
+        the namespace's price for its model's name, else None."""
+        if request.settings.price is not None:
+            return request.settings.price
+        name = model_name(model)
+        return self.directory.cached_settings().prices.get(name) if name else None
 
     def _on_trip(self, ctx: RunContext) -> Any:
         async def on_trip(name: str, result: Any) -> None:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raygents.core.pricing import Price, check_prices
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
 from raygents.models.ratelimit import RateLimit, check_limits
 from raygents.records.retention import retention_seconds
@@ -318,6 +319,7 @@ def init(
     actor_options: dict[str, Any] | None = None,
     max_concurrent_runs: int | None = None,
     rate_limits: Mapping[str, RateLimit] | None = None,
+    prices: Mapping[str, Price] | None = None,
     retention: datetime.timedelta | float | None = None,
     **ray_init_kwargs: Any,
 ) -> None:
@@ -359,6 +361,12 @@ def init(
             ``Retry-After`` holds every call of that model back. The coordinator's creator
             sets them for every driver of the namespace: another driver that asks for other
             limits gets a ``UserError``.
+        prices: what each model name charges (``{"gpt-4o-mini": Price(input_per_mtok=0.15,
+            output_per_mtok=0.60)}``): every model call of the namespace whose model has that
+            name (``OpenAIChatModel(name)`` or a model with a ``model`` attribute) gets its
+            ``Usage.cost_usd``, and ``max_cost_usd`` budgets count it. An agent's
+            ``ModelSettings(price=)`` wins. The coordinator's creator sets them for every
+            driver of the namespace, as ``rate_limits``.
         retention: how long ended runs (completed, failed, cancelled) keep their records and
             kept results in the store, counted from their end: a ``datetime.timedelta`` or
             seconds (> 0); the coordinator removes them in the background. None (the
@@ -383,6 +391,7 @@ def init(
             f"{max_concurrent_runs!r}"
         )
     limits = check_limits(rate_limits if rate_limits is not None else {})
+    priced = check_prices(prices if prices is not None else {})
     retention_s = retention_seconds(retention)
     from raygents.stores.open import default_store_url, open_store
 
@@ -418,6 +427,7 @@ def init(
             actor_options=dict(actor_options or {}),
             max_concurrent_runs=max_concurrent_runs,
             rate_limits=limits,
+            prices=priced,
             retention_s=retention_s,
         )
         _runtime = Runtime(namespace, started, settings)

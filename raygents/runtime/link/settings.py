@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from raygents.core.pricing import Price
 from raygents.models.ratelimit import RateLimit
 from raygents.records import codec
 
@@ -49,6 +50,8 @@ class Settings:
     """Runs each tenant may have in flight; None admits every run."""
     rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
     """Requests and tokens per minute per model name, for every agent actor together."""
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    """What each model name charges, for the cost of every model call of the namespace."""
     retention_s: float | None = None
     """How long ended runs' records and kept results stay in the store after their end
     (None: until ``raygents gc``)."""
