@@ -9,6 +9,7 @@ from typing import Any
 from raygents.agents.agent import Agent
 from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
 from raygents.ids import validate_id
+from raygents.runtime.driver.runchecks import check_run_limits
 
 __all__ = ["map_agent"]
 
@@ -24,6 +25,8 @@ def map_agent(
     concurrency: int = 2,
     num_cpus: float = 0.1,
     max_turns: int | None = None,
+    max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
     timeout_s: float | None = None,
     tenant: str | None = None,
 ) -> Any:
@@ -33,8 +36,8 @@ def map_agent(
     Each row's ``input_column`` is a run input (a string, or messages); its run's final
     output goes to ``output_column``, and the columns ``status`` (``completed``, ``failed``,
     ``suspended`` or ``interrupted``), ``error`` (a message, or None) and ``usage`` (a dict of
-    ``input_tokens``, ``output_tokens`` and ``requests``, or None) say how it ended. A failed
-    run fails its row, never the dataset.
+    ``input_tokens``, ``output_tokens``, ``requests`` and ``cost_usd``, or None) say how it
+    ended. A failed run fails its row, never the dataset.
 
     Runs start from up to ``concurrency`` Ray actors (each asking for ``num_cpus``), each with the
     runs of one batch of ``batch_size`` rows in flight; they join the raygents namespace of
@@ -50,6 +53,8 @@ def map_agent(
         concurrency: actors that start runs.
         num_cpus: CPUs each of those actors asks for (it only waits on runs).
         max_turns: caps ``max_turns`` of every agent in each run.
+        max_tokens: each run's token budget (see :func:`raygents.start`).
+        max_cost_usd: each run's budget in dollars (see :func:`raygents.start`).
         timeout_s: each run's wall-clock budget, after which it suspends.
         tenant: whose quota of runs in flight the runs count against.
     """
@@ -60,12 +65,14 @@ def map_agent(
             raise UserError(f"{name} must be an int of at least 1, got {value!r}")
     if tenant is not None:
         validate_id(tenant, "tenant")
+    check_run_limits(timeout_s, max_turns, max_tokens, max_cost_usd)
     from raygents.runtime.driver.client import current
 
     rt = current()
     settings = rt.settings
     joined = {"namespace": rt.namespace, "store": settings.store, "durability": settings.durability}
     options = {"max_turns": max_turns, "timeout_s": timeout_s, "tenant": tenant}
+    options |= {"max_tokens": max_tokens, "max_cost_usd": max_cost_usd}
     columns = (input_column, output_column, context_column)
     return dataset.map_batches(
         _Runner,
@@ -133,7 +140,9 @@ def _run_input(value: Any) -> Any:
     return value
 
 
-def _ended(handle: Any) -> tuple[str | None, str, str | None, dict[str, int] | None]:
+def _ended(
+    handle: Any,
+) -> tuple[str | None, str, str | None, dict[str, int | float | None] | None]:
     """A row's run as its columns: ``(output, status, error, usage)``."""
     if isinstance(handle, RaygentsError):
         return None, "failed", handle.message, None
@@ -152,5 +161,6 @@ def _ended(handle: Any) -> tuple[str | None, str, str | None, dict[str, int] | N
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "requests": usage.requests,
+        "cost_usd": usage.cost_usd,
     }
     return result.output_text, "completed", None, counts

@@ -34,7 +34,8 @@ def test_a_dataset_of_a_few_hundred_rows_goes_through_the_agent() -> None:
         else:
             assert row["status"] == "completed" and row["error"] is None
             assert row["answer"] == f"ROW {row['id']}"
-            assert row["usage"] == {"input_tokens": 4, "output_tokens": 1, "requests": 1}
+            usage = {"input_tokens": 4, "output_tokens": 1, "requests": 1, "cost_usd": None}
+            assert row["usage"] == usage
 
 
 def test_a_missing_input_column_is_named() -> None:
@@ -54,3 +55,17 @@ def test_map_agent_checks_its_arguments() -> None:
         map_agent(ds, rg.Agent("data-args"), batch_size=0)
     with pytest.raises(rg.UserError, match="Agent"):
         map_agent(ds, "agent")  # type: ignore[arg-type]
+    with pytest.raises(rg.UserError, match="max_cost_usd"):
+        map_agent(ds, rg.Agent("data-args"), max_cost_usd=float("nan"))
+
+
+def test_each_rows_run_has_its_budget_in_dollars_and_its_cost() -> None:
+    import ray.data
+
+    price = rg.Price(input_per_mtok=1000.0, output_per_mtok=0.0)  # (4 tokens: $0.004)
+    agent = rg.Agent(
+        "data-priced", model=FunctionModel(shout), model_settings=rg.ModelSettings(price=price)
+    )
+    rows = [{"input": f"row {i}"} for i in range(3)]
+    got = map_agent(ray.data.from_items(rows), agent, max_cost_usd=1.0).take_all()
+    assert [row["usage"]["cost_usd"] for row in got] == [pytest.approx(0.004)] * 3
