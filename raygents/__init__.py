@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     from raygents.core.pricing import Price
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
     from raygents.models.base import Model, ModelSettings
+    from raygents.models.budgets import Budget
     from raygents.models.openai import OpenAIChatModel
     from raygents.models.ratelimit import RateLimit
     from raygents.records.runinfo import RunInfo, RunStatus
@@ -119,6 +120,7 @@ _HOMES = {
     "raygents.core.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "raygents.core.pricing": ("Price",),
     "raygents.models.base": ("Model", "ModelSettings"),
+    "raygents.models.budgets": ("Budget",),
     "raygents.models.openai": ("OpenAIChatModel",),
     "raygents.models.ratelimit": ("RateLimit",),
     "raygents.agents.result": ("RunResult", "TypedResult"),
@@ -173,6 +175,7 @@ __all__ = [
     "BatchItem",
     "BatchProgress",
     "BatchResult",
+    "Budget",
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointTooLarge",

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from raygents.errors import UserError
 
@@ -33,10 +33,6 @@ class Price(BaseModel):
         cached_input_per_mtok: float | None = None,
         **data: Any,
     ) -> None:
-        check_usd("Price input_per_mtok", input_per_mtok)
-        check_usd("Price output_per_mtok", output_per_mtok)
-        if cached_input_per_mtok is not None:
-            check_usd("Price cached_input_per_mtok", cached_input_per_mtok)
         BaseModel.__init__(
             self,
             input_per_mtok=input_per_mtok,
@@ -44,6 +40,14 @@ class Price(BaseModel):
             cached_input_per_mtok=cached_input_per_mtok,
             **data,
         )
+
+    @field_validator("input_per_mtok", "output_per_mtok", "cached_input_per_mtok", mode="before")
+    @classmethod
+    def _amount(cls, value: object, info: ValidationInfo) -> object:
+        """Every way a price is made (its constructor, a record read back) is checked."""
+        if value is not None or info.field_name != "cached_input_per_mtok":
+            check_usd(f"Price {info.field_name}", value)
+        return value
 
     def cost(self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> float:
         """What a call with these token counts costs, in US dollars. ``cached_input_tokens``

@@ -29,6 +29,7 @@ from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.core.pricing import Price
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
+from raygents.runtime.actor import spending
 from raygents.runtime.actor.modelcall import call_model, model_name
 from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
 from raygents.runtime.actor.runsession import open_session, resume_session, save_run_session
@@ -408,6 +409,11 @@ class AgentActor:
                 f"{self.agent.name!r}'s model {model_name(self.model())!r} has no price: give "
                 "one with init(prices={name: Price(...)}) or ModelSettings(price=Price(...))"
             )
+        tenant = spending.budgeted(self.directory.cached_settings(), state.tenant)
+        if tenant is not None:
+            over = await spending.check(self.directory.namespace, tenant)
+            if over is not None:
+                raise over
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
         )
@@ -539,9 +545,12 @@ class AgentActor:
             on_turn=on_turn,
         )
         price = self._price(model, request)
-        if price is None:
-            return response
-        return response.model_copy(update={"usage": response.usage.at_price(price)})
+        if price is not None:
+            response = response.model_copy(update={"usage": response.usage.at_price(price)})
+        tenant = spending.budgeted(self.directory.cached_settings(), state.tenant)
+        if tenant is not None:
+            spending.charge(self.directory.namespace, tenant, response.usage)
+        return response
 
     def _price(self, model: Model, request: ModelRequest) -> Price | None:
         """What the model of this call charges: the agent's ``ModelSettings(price=)``, else

@@ -143,6 +143,7 @@ async def run_child(
             max_model_calls=budget,
             max_tokens=spend,
             max_cost_usd=cost,
+            tenant=state.tenant,  # (its model calls count against the tenant's budget)
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
             started_at=time.time(),

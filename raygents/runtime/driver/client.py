@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raygents.core.pricing import Price, check_prices
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
+from raygents.models.budgets import Budget, check_budgets
 from raygents.models.ratelimit import RateLimit, check_limits
 from raygents.records.retention import retention_seconds
 from raygents.runtime.coordinator.coordinator import Coordinator
@@ -320,6 +321,7 @@ def init(
     max_concurrent_runs: int | None = None,
     rate_limits: Mapping[str, RateLimit] | None = None,
     prices: Mapping[str, Price] | None = None,
+    budgets: Mapping[str, Budget] | None = None,
     retention: datetime.timedelta | float | None = None,
     **ray_init_kwargs: Any,
 ) -> None:
@@ -367,6 +369,15 @@ def init(
             ``Usage.cost_usd``, and ``max_cost_usd`` budgets count it. An agent's
             ``ModelSettings(price=)`` wins. The coordinator's creator sets them for every
             driver of the namespace, as ``rate_limits``.
+        budgets: what each tenant may spend per UTC day (``{"acme": Budget(tokens_per_day=
+            10_000_000, usd_per_day=50.0)}``; ``"default"`` is the tenant of runs started
+            without one), across the namespace: every run, agent-as-tool child and batch
+            item of the tenant, on every node and driver, asks the namespace's budget keeper
+            before each model call, and stops with ``UsageLimitExceeded`` (``limit``
+            ``"tenant_tokens_per_day"`` or ``"tenant_usd_per_day"``) once the tenant reached
+            it. What each tenant spent is kept in the store and survives restarts;
+            ``raygents budgets`` shows it. The coordinator's creator sets them, as
+            ``rate_limits``.
         retention: how long ended runs (completed, failed, cancelled) keep their records and
             kept results in the store, counted from their end: a ``datetime.timedelta`` or
             seconds (> 0); the coordinator removes them in the background. None (the
@@ -392,6 +403,7 @@ def init(
         )
     limits = check_limits(rate_limits if rate_limits is not None else {})
     priced = check_prices(prices if prices is not None else {})
+    daily = check_budgets(budgets if budgets is not None else {})
     retention_s = retention_seconds(retention)
     from raygents.stores.open import default_store_url, open_store
 
@@ -428,6 +440,7 @@ def init(
             max_concurrent_runs=max_concurrent_runs,
             rate_limits=limits,
             prices=priced,
+            budgets=daily,
             retention_s=retention_s,
         )
         _runtime = Runtime(namespace, started, settings)
