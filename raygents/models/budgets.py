@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raygents.errors import CheckpointError, UsageLimitExceeded, UserError
-from raygents.ids import validate_id
+from raygents.ids import is_id, validate_id
 from raygents.records import codec
 from raygents.stores.open import open_store
 
@@ -31,6 +31,7 @@ __all__ = [
     "Spending",
     "check_budgets",
     "read_spending",
+    "report",
     "today",
 ]
 
@@ -154,7 +155,7 @@ class Spending:
         if not isinstance(tenants, dict) or data.get("day") != day:
             return found
         for tenant, pair in tenants.items():
-            if not (isinstance(pair, list) and len(pair) == 2):
+            if not (is_id(tenant) and isinstance(pair, list) and len(pair) == 2):
                 continue
             tokens, usd = pair
             if type(tokens) is int and tokens >= 0:
@@ -162,6 +163,24 @@ class Spending:
             if isinstance(usd, float | int) and math.isfinite(usd) and usd >= 0:
                 found.usd[tenant] = float(usd)
         return found
+
+
+def report(budgets: Mapping[str, Budget], spending: Spending) -> dict[str, Any]:
+    """``spending`` of every tenant with a budget or spending, with its budgets, as plain
+    data (what ``raygents budgets`` shows)."""
+    rows = []
+    for tenant in sorted(set(budgets) | set(spending.tenants())):
+        budget = budgets.get(tenant)
+        rows.append(
+            {
+                "tenant": tenant,
+                "tokens": spending.tokens.get(tenant, 0),
+                "tokens_per_day": None if budget is None else budget.tokens_per_day,
+                "usd": spending.usd.get(tenant, 0.0),
+                "usd_per_day": None if budget is None else budget.usd_per_day,
+            }
+        )
+    return {"day": spending.day, "tenants": rows}
 
 
 def read_spending(store: Any, day: str, key: bytes | None) -> tuple[Spending, int]:
@@ -223,20 +242,7 @@ class BudgetKeeper:
 
     async def report(self) -> dict[str, Any]:
         """Today's spending of every tenant with a budget or spending, with the budgets."""
-        spending = self._today()
-        rows = []
-        for tenant in sorted(set(self.budgets) | set(spending.tenants())):
-            budget = self.budgets.get(tenant)
-            rows.append(
-                {
-                    "tenant": tenant,
-                    "tokens": spending.tokens.get(tenant, 0),
-                    "tokens_per_day": None if budget is None else budget.tokens_per_day,
-                    "usd": spending.usd.get(tenant, 0.0),
-                    "usd_per_day": None if budget is None else budget.usd_per_day,
-                }
-            )
-        return {"day": spending.day, "tenants": rows}
+        return report(self.budgets, self._today())
 
     async def save(self) -> None:
         """Write today's spending to the store now (also done a moment after each charge)."""

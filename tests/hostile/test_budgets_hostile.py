@@ -89,3 +89,25 @@ def test_a_price_read_back_is_checked_as_a_price_made_here() -> None:
         ModelSettingsData.model_validate(
             {"price": {"input_per_mtok": float("nan"), "output_per_mtok": 1.0}}
         )
+
+
+def test_raygents_budgets_neutralises_what_it_prints() -> None:
+    import io
+
+    from raygents.cli.output import print_budgets
+
+    out = io.StringIO()
+    row = {"tenant": "a\x1b]0;x\x07b", "tokens": 1, "tokens_per_day": None}
+    print_budgets(
+        {"day": "2026-\x1b[2J", "tenants": [row | {"usd": 0.0, "usd_per_day": 1.0}]}, False, out
+    )
+    printed = out.getvalue()
+    assert "\x1b" not in printed and "\x07" not in printed
+    assert "\\x1b" in printed
+
+
+def test_raygents_budgets_refuses_a_tenant_that_is_not_an_id() -> None:
+    from raygents.cli.main import parser
+
+    with pytest.raises(SystemExit):
+        parser().parse_args(["budgets", "--tenant", "../x"])

@@ -94,3 +94,31 @@ def test_a_tenants_spending_survives_restarts_of_the_coordinator_and_keeper(
     with pytest.raises(rg.UsageLimitExceeded) as info:
         rg.run(agent, "still over", tenant="acme")
     assert info.value.limit == "tenant_tokens_per_day" and info.value.used == BUDGET
+
+
+def test_raygents_budgets_shows_what_each_tenant_spent_today(budgeted: tuple[str, str]) -> None:
+    import argparse
+    import io
+    import json
+
+    from raygents.cli.runs import CommandFailed, run_command
+
+    agent = rg.Agent("budget-shown", model=FunctionModel(_reply))
+    rg.run(agent, "q", tenant="acme")
+    rg.run(agent, "q", tenant="beta")
+
+    def budgets(*, tenant: str | None = None, as_json: bool = False) -> str:
+        out = io.StringIO()
+        args = argparse.Namespace(command="budgets", tenant=tenant, json=as_json)
+        assert run_command(args, out) == 0
+        return out.getvalue()
+
+    table = budgets()
+    assert "TENANT" in table and "TOKENS PER DAY" in table
+    assert any(line.split()[:4] == ["acme", "15", "300", "0.000000"] for line in table.splitlines())
+    assert "beta" not in table  # (a tenant without a budget is not counted)
+    shown = json.loads(budgets(tenant="acme", as_json=True))
+    assert [row["tenant"] for row in shown["tenants"]] == ["acme"]
+    assert shown["tenants"][0]["tokens"] == 15
+    with pytest.raises(CommandFailed, match="tenant 'nobody' has no budget"):
+        budgets(tenant="nobody")
