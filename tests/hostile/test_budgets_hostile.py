@@ -111,3 +111,19 @@ def test_raygents_budgets_refuses_a_tenant_that_is_not_an_id() -> None:
 
     with pytest.raises(SystemExit):
         parser().parse_args(["budgets", "--tenant", "../x"])
+
+
+def test_a_driver_asking_for_other_prices_or_budgets_does_not_join_silently() -> None:
+    from raygents.runtime.driver import startup
+    from raygents.runtime.link.settings import Settings
+
+    theirs = Settings(
+        prices={"m": rg.Price(1.0, 2.0)}, budgets={"acme": rg.Budget(tokens_per_day=10)}
+    )
+    cheaper = Settings(prices={"m": rg.Price(0.5, 2.0)})
+    error = startup.settings_mismatch("ns", cheaper, theirs)
+    assert isinstance(error, rg.UserError) and "prices=" in str(error)
+    richer = Settings(budgets={"acme": rg.Budget(tokens_per_day=10**9)})
+    error = startup.settings_mismatch("ns", richer, theirs)
+    assert isinstance(error, rg.UserError) and "budgets=" in str(error)
+    assert startup.settings_mismatch("ns", Settings(), theirs) is None  # (takes theirs)
