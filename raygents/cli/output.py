@@ -97,14 +97,16 @@ def _cell(value: Any) -> str:
     return text if len(text) <= _CELL else text[: _CELL - 3] + "..."
 
 
-def usage_text(usage: Mapping[str, int] | None) -> str:
-    """A usage's counts in one line."""
+def usage_text(usage: Mapping[str, Any] | None) -> str:
+    """A usage's counts in one line (and its cost, where a price was known)."""
     if not usage:
         return "-"
     total = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+    cost = usage.get("cost_usd")
     return (
         f"{usage.get('requests', 0)} requests, {usage.get('input_tokens', 0)} input + "
         f"{usage.get('output_tokens', 0)} output = {total} tokens"
+        + ("" if cost is None else f", ${cost:.6f}")
     )
 
 
