@@ -23,7 +23,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from raygents.agents.agent import Agent
-from raygents.batch.budget import JobBudget
 from raygents.batch.fingerprint import (
     Fingerprints,
     changed_run_id,
@@ -50,6 +49,7 @@ from raygents.batch.output import (
 )
 from raygents.batch.progress import BatchProgress, Display, open_display
 from raygents.batch.runs import GroupedStarts, JobRuns
+from raygents.core.jobbudget import JobBudget
 from raygents.core.messages import Usage
 from raygents.errors import (
     RaygentsError,

@@ -69,3 +69,27 @@ def test_each_rows_run_has_its_budget_in_dollars_and_its_cost() -> None:
     rows = [{"input": f"row {i}"} for i in range(3)]
     got = map_agent(ray.data.from_items(rows), agent, max_cost_usd=1.0).take_all()
     assert [row["usage"]["cost_usd"] for row in got] == [pytest.approx(0.004)] * 3
+
+
+def test_a_job_budget_stops_the_rows_once_their_runs_used_it() -> None:
+    import ray.data
+
+    agent = rg.Agent("data-job-budget", model=FunctionModel(shout))  # 5 tokens a row
+    rows = [{"input": f"row {i}", "id": i} for i in range(0, 200, 10)]  # (none ends in 7)
+    out = map_agent(
+        ray.data.from_items(rows), agent, batch_size=2, concurrency=1, job_max_tokens=30
+    )
+    got = out.take_all()
+    statuses = [row["status"] for row in got]
+    # 6 rows reach the budget; the rest of its batch is suspended, and no later batch starts
+    assert 6 <= statuses.count("completed") <= 7
+    assert statuses.count("suspended") == len(rows) - statuses.count("completed")
+    assert all(row["error"] for row in got if row["status"] == "suspended")
+
+
+def test_map_agent_checks_its_job_budget() -> None:
+    import ray.data
+
+    ds = ray.data.from_items([{"input": "a"}])
+    with pytest.raises(rg.UserError, match="job_max_cost_usd"):
+        map_agent(ds, rg.Agent("data-args"), job_max_cost_usd=-1.0)

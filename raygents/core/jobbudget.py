@@ -1,4 +1,5 @@
-"""A batch job's budget: the tokens and dollars all of its items may spend together."""
+"""A job's budget: the tokens and dollars all of its items (batch items, dataset rows) may
+spend together."""
 
 from __future__ import annotations
 
