@@ -90,9 +90,11 @@ if TYPE_CHECKING:
         ToolCall,
         Usage,
     )
+    from raygents.core.pricing import Price
     from raygents.core.replay import ReplayReport
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
     from raygents.models.base import Model, ModelSettings
+    from raygents.models.budgets import Budget
     from raygents.models.openai import OpenAIChatModel
     from raygents.models.ratelimit import RateLimit
     from raygents.models.responses import OpenAIResponsesModel
@@ -139,7 +141,9 @@ _HOMES = {
         "ToolCall",
         "Usage",
     ),
+    "raygents.core.pricing": ("Price",),
     "raygents.models.base": ("Model", "ModelSettings"),
+    "raygents.models.budgets": ("Budget",),
     "raygents.models.openai": ("OpenAIChatModel",),
     "raygents.models.responses": ("OpenAIResponsesModel",),
     "raygents.models.ratelimit": ("RateLimit",),
@@ -201,6 +205,7 @@ __all__ = [
     "BatchItem",
     "BatchProgress",
     "BatchResult",
+    "Budget",
     "Checkpoint",
     "CheckpointCorrupt",
     "CheckpointError",
@@ -233,6 +238,7 @@ __all__ = [
     "OutputValidationError",
     "PayloadTooLarge",
     "PendingApproval",
+    "Price",
     "RateLimit",
     "ReplayReport",
     "RaygentsError",

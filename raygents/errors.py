@@ -6,7 +6,7 @@
     ├── LimitExceeded              a run reached a limit (``limit``, ``value``)
     │   ├── MaxTurnsExceeded       its turn limit, or its model-call budget
     │   ├── MaxToolDepthExceeded   agent-as-tool nesting reached its depth limit
-    │   └── UsageLimitExceeded     its token budget (``run(max_tokens=)``)
+    │   └── UsageLimitExceeded     its token or dollar budget (``max_tokens``, ``max_cost_usd``)
     ├── InputGuardrailTripped      an input guardrail stopped the run
     ├── OutputGuardrailTripped     an output guardrail rejected the final message
     ├── ToolInputGuardrailTripped  a tool input guardrail stopped the run before a call
@@ -159,7 +159,7 @@ class LimitExceeded(RaygentsError):
 
     Attributes:
         limit: the name of the limit: ``"max_turns"``, ``"max_model_calls"``,
-            ``"max_tool_depth"`` or ``"max_tokens"``.
+            ``"max_tool_depth"``, ``"max_tokens"`` or ``"max_cost_usd"``.
         value: the limit's value in the run, when known.
     """
 
@@ -183,11 +183,13 @@ class LimitExceeded(RaygentsError):
 
 class UsageLimitExceeded(LimitExceeded):
     """The run used its budget of tokens (``run(max_tokens=)``, ``limit`` ``"max_tokens"``,
-    ``value`` the budget), its agent-as-tool children's included; ``used``: the tokens it had
-    used when it stopped."""
+    ``value`` the budget) or of dollars (``run(max_cost_usd=)``, ``limit``
+    ``"max_cost_usd"``), its agent-as-tool children's included; ``used``: the tokens (or
+    dollars) it had used when it stopped."""
 
     _fields = ("limit", "value", "used")
-    used: int | None
+    value: float | None  # type: ignore[assignment]
+    used: float | None
     _default_limit = "max_tokens"
 
 

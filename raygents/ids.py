@@ -17,6 +17,7 @@ from typing import Any, Literal
 from raygents.errors import UserError
 
 __all__ = [
+    "DEFAULT_TENANT",
     "MAX_ID_LENGTH",
     "MAX_NAME_LENGTH",
     "IdKind",
@@ -30,6 +31,8 @@ MAX_ID_LENGTH = 128
 MAX_NAME_LENGTH = 128
 """The longest agent name."""
 IdKind = Literal["run id", "session id", "job id", "tenant"]
+DEFAULT_TENANT = "default"
+"""The tenant of a run started without one (its quota of runs in flight, its budget)."""
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
 _RULE = (
     f"use 1 to {MAX_ID_LENGTH} ASCII letters, digits, '.', '_' or '-', starting with a letter, "

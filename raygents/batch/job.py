@@ -49,6 +49,7 @@ from raygents.batch.output import (
 )
 from raygents.batch.progress import BatchProgress, Display, open_display
 from raygents.batch.runs import GroupedStarts, JobRuns
+from raygents.core.jobbudget import JobBudget
 from raygents.core.messages import Usage
 from raygents.errors import (
     RaygentsError,
@@ -98,6 +99,9 @@ def start_batch(
     context: Any = None,
     max_turns: int | None = None,
     max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
+    job_max_tokens: int | None = None,
+    job_max_cost_usd: float | None = None,
     timeout_s: float | None = None,
     tenant: str | None = None,
     on_change: OnChange = "error",
@@ -120,6 +124,13 @@ def start_batch(
         context: every item's run context, unless its dict gives one.
         max_turns: caps ``max_turns`` of every agent in each run.
         max_tokens: each run's token budget (see :func:`raygents.start`).
+        max_cost_usd: each run's budget in dollars (see :func:`raygents.start`).
+        job_max_tokens: the tokens all items of the job may use together: once the
+            completed items' usage reaches it (those of earlier runs of the job included),
+            no more items start and those in flight suspend (``stopped`` says why); running
+            the job again with a larger budget goes on. Items in flight may pass it by what
+            they use before they suspend.
+        job_max_cost_usd: the same in US dollars, at the models' prices.
         timeout_s: each run's wall-clock budget, after which it suspends.
         tenant: whose quota of runs in flight the runs count against. With
             ``max_concurrent_runs`` (``raygents.init``), items wait for a slot of the tenant
@@ -148,12 +159,14 @@ def start_batch(
     if on_change not in ("error", "rerun"):
         raise UserError(f"on_change must be 'error' or 'rerun', got {on_change!r}")
     graph_fp = graph_fingerprint(agent)
-    check_run_limits(timeout_s, max_turns, max_tokens)
+    check_run_limits(timeout_s, max_turns, max_tokens, max_cost_usd)
+    budget = JobBudget(job_max_tokens, job_max_cost_usd)
     if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
         raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
     options = {
         "max_turns": max_turns,
         "max_tokens": max_tokens,
+        "max_cost_usd": max_cost_usd,
         "timeout_s": timeout_s,
         "tenant": tenant,
     }
@@ -166,7 +179,14 @@ def start_batch(
         concurrency = min(concurrency, limit)
     runs = JobRuns(agent, job_id, context, options)
     handle = BatchHandle(
-        runs, inputs, concurrency, sink, max_failures, on_change=on_change, graph_fp=graph_fp
+        runs,
+        inputs,
+        concurrency,
+        sink,
+        max_failures,
+        on_change=on_change,
+        graph_fp=graph_fp,
+        budget=budget,
     )
     handle._display = open_display(progress, job_id, _length(inputs))
     handle._thread.start()
@@ -201,8 +221,10 @@ class BatchHandle:
         *,
         on_change: OnChange = "error",
         graph_fp: str = "",
+        budget: JobBudget | None = None,
     ) -> None:
         self.job_id = runs.job_id
+        self._budget = budget or JobBudget()
         self._on_change = on_change
         self._graph_fp = graph_fp
         self._ledger_fps = Fingerprints()  # (of the items the ledger holds as completed)
@@ -361,6 +383,9 @@ class BatchHandle:
         self._ledger = open_ledger(open_store(rt.settings.store), self.job_id, key)
         self._read_shards()
         self._runs.read()
+        reached = self._budget.reached()  # (by earlier runs of the job)
+        if reached is not None:
+            self.suspend(reached)
 
     def _read_shards(self) -> None:
         """What the output and the ledger hold: lines of an index past the job's inputs (or
@@ -379,6 +404,7 @@ class BatchHandle:
                 fps is None or line.get("run_id") != changed_run_id(self.job_id, index, *fps)
             ):
                 continue
+            self._budget.add(_usage_of(line))
             if fps is not None:
                 self._ledger_fps.set(index, combined(*fps))
                 self._ledger_graphs.add(fps[1])
@@ -644,18 +670,32 @@ class BatchHandle:
                         self._unsaved.append(entry)
             elif self._sink is None:
                 self._items.append(item)
-            self._counts[item.status] += 1
-            if item.skipped:
-                self._skipped += 1
-            elif item.usage is not None:
-                self._usage = self._usage + item.usage
-            over = self._max_failures is not None and self._counts["failed"] > self._max_failures
+            self._count(item, logged)
+            stop = self._limit_reached()
             self._lock.notify_all()
         if unwritable is not None:
             self.suspend(f"output: {unwritable.message}")
-        elif over:
-            self.suspend(f"max_failures: {self._counts['failed']} items failed")
+        elif stop is not None:
+            self.suspend(stop)
         self._display.show(self.progress())
+
+    def _count(self, item: BatchItem, logged: bool) -> None:
+        """Count an item that ended, and what it spent (called with the lock held)."""
+        self._counts[item.status] += 1
+        if item.skipped:
+            self._skipped += 1
+        elif item.usage is not None:
+            self._usage = self._usage + item.usage
+        if not logged:  # (the ledger's items were counted as the job read it)
+            self._budget.add(item.usage)
+
+    def _limit_reached(self) -> str | None:
+        """Why the job must stop now: more items failed than ``max_failures``, or the items
+        spent its budget; None if neither (called with the lock held)."""
+        failed = self._counts["failed"]
+        if self._max_failures is not None and failed > self._max_failures:
+            return f"max_failures: {failed} items failed"
+        return self._budget.reached()
 
     def _read_back(self) -> Iterator[BatchItem]:
         """Follow the shards this run of the job writes, until it ends."""
@@ -688,6 +728,17 @@ def _ended_with(tasks: set[asyncio.Task[None]], slots: asyncio.Semaphore) -> Any
         slots.release()
 
     return ended
+
+
+def _usage_of(line: Mapping[str, Any]) -> Usage | None:
+    """A ledger line's usage, or None (a line without one, or one that does not read)."""
+    usage = line.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    try:
+        return Usage.model_validate(usage)
+    except ValueError:
+        return None
 
 
 def _fingerprints_of(line: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -37,6 +37,17 @@ def _run_id(text: str) -> str:
     return text
 
 
+def _tenant(text: str) -> str:
+    from raygents.errors import UserError
+    from raygents.ids import validate_id
+
+    try:
+        validate_id(text, "tenant")
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _status(text: str) -> str:
     from raygents.records.runinfo import table_status
 
@@ -175,6 +186,10 @@ def parser() -> argparse.ArgumentParser:
     served.add_argument("--replicas", type=_positive, default=1, help="HTTP replicas")
     served.add_argument("--route-prefix", default="/", help="where the API lives (default: /)")
 
+    budgets = sub.add_parser(
+        "budgets", parents=[common], help="what each tenant spent today against its daily budget"
+    )
+    budgets.add_argument("--tenant", type=_tenant, help="only this tenant")
     events = sub.add_parser("events", parents=[common], help="a run's events")
     events.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     events.add_argument("--follow", action="store_true", help="keep printing until the run ends")

@@ -97,14 +97,16 @@ def _cell(value: Any) -> str:
     return text if len(text) <= _CELL else text[: _CELL - 3] + "..."
 
 
-def usage_text(usage: Mapping[str, int] | None) -> str:
-    """A usage's counts in one line."""
+def usage_text(usage: Mapping[str, Any] | None) -> str:
+    """A usage's counts in one line (and its cost, where a price was known)."""
     if not usage:
         return "-"
     total = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+    cost = usage.get("cost_usd")
     return (
         f"{usage.get('requests', 0)} requests, {usage.get('input_tokens', 0)} input + "
         f"{usage.get('output_tokens', 0)} output = {total} tokens"
+        + ("" if cost is None else f", ${cost:.6f}")
     )
 
 
@@ -412,3 +414,24 @@ def print_gc(
         for run in kept:
             why = visible(run["why"]).removeprefix("unreadable: ")
             out.write(f"  {visible(run['run_id'])}  {visible(run['status'])}  {why}\n")
+
+
+BUDGET_COLUMNS = ("tenant", "tokens", "tokens_per_day", "usd", "usd_per_day")
+
+
+def print_budgets(report: Mapping[str, Any], as_json: bool, out: TextIO) -> None:
+    """What ``raygents budgets`` shows: the day, then each tenant's spending and budgets, as
+    one JSON document or a table (dollars to the cent's ten-thousandth)."""
+    if as_json:
+        print_json(report, out)
+        return
+    rows = [
+        {
+            **row,
+            "usd": f"{row['usd']:.6f}",
+            "usd_per_day": None if row["usd_per_day"] is None else f"{row['usd_per_day']:.6f}",
+        }
+        for row in report["tenants"]
+    ]
+    out.write(f"spent on {visible(report['day'])} (UTC)\n")
+    out.write(render_table(rows, BUDGET_COLUMNS) + "\n")

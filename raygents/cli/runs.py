@@ -18,6 +18,7 @@ from raygents.cli.output import (
     detail,
     event_row,
     pending_text,
+    print_budgets,
     print_gc,
     print_json,
     print_runs,
@@ -204,6 +205,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         "approve": _approve,
         "events": _events,
         "gc": _gc,
+        "budgets": _budgets,
     }
     result: int = commands[args.command](args, out)
     return result
@@ -253,6 +255,49 @@ def _gc(args: argparse.Namespace, out: TextIO) -> int:
     older_than, rows = rt.ask(rt.directory.client.gc(args.older_than, args.dry_run))
     print_gc(rows, older_than, args.dry_run, args.json, out)
     return 1 if any("error" in row for row in rows) else 0
+
+
+def _budgets(args: argparse.Namespace, out: TextIO) -> int:
+    """What each tenant spent today against its daily budget (``init(budgets=)``): the
+    keeper's count, or the store's copy when no keeper runs.
+
+    Raises:
+        CommandFailed: ``--tenant`` names a tenant with no budget and no spending today.
+    """
+    report = budget_report()
+    if args.tenant is not None:
+        rows = [row for row in report["tenants"] if row["tenant"] == args.tenant]
+        if not rows:
+            raise CommandFailed(
+                f"tenant {args.tenant!r} has no budget and spent nothing on {report['day']} "
+                "(UTC); the namespace's budgets are those given to init(budgets=)"
+            )
+        report = {**report, "tenants": rows}
+    print_budgets(report, args.json, out)
+    return 0
+
+
+def budget_report() -> dict[str, Any]:
+    """Today's spending and budgets of the joined namespace, by tenant."""
+    import ray
+
+    from raygents.models.budgets import read_spending, report, today
+    from raygents.runtime.actor.spending import KEEPER_NAME
+    from raygents.runtime.driver.client import current
+
+    rt = current()
+    settings = rt.directory.cached_settings()
+    try:
+        keeper = ray.get_actor(KEEPER_NAME, namespace=rt.namespace)
+    except ValueError:  # (no run of a budgeted tenant since the cluster started)
+        keeper = None
+    if keeper is not None:
+        kept: Any = ray.get(keeper.report.remote(), timeout=_SETTINGS_S)
+        return dict(kept)
+    from raygents.stores.open import open_store
+
+    spending, _ = read_spending(open_store(settings.store), today(), settings.key)
+    return report(settings.budgets, spending)
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> int:

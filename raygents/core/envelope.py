@@ -92,6 +92,9 @@ class RunState(BaseModel):
     """A budget of tokens (input and output) for this run and its agent-as-tool children
     (``run(max_tokens=)``); for a child, its share of what its parent had left when it
     started."""
+    max_cost_usd: float | None = None
+    """A budget in US dollars for this run and its agent-as-tool children
+    (``run(max_cost_usd=)``), shared with children like ``max_tokens``."""
     parent_run_id: str | None = None
     path: tuple[str, ...] = ()
     """Agent-as-tool nesting as ``"<agent>/<call id>"`` steps, for events."""

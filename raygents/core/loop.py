@@ -246,6 +246,9 @@ def next_turn(state: RunState, view: AgentView) -> tuple[RunState, CallModel | F
                 used=used,
             )
         )
+    spent = _over_cost(state)
+    if spent is not None:
+        return state, Fail(spent)
     limit = turn_limit(state, view)
     if state.turns >= limit:
         if state.exploring:
@@ -259,6 +262,21 @@ def next_turn(state: RunState, view: AgentView) -> tuple[RunState, CallModel | F
                 )
             )
     return state, CallModel(build_request(state, view))
+
+
+def _over_cost(state: RunState) -> UsageLimitExceeded | None:
+    """The error for a run whose cost reached its budget in dollars, or None."""
+    budget, cost = state.max_cost_usd, state.usage.cost_usd or 0.0
+    if budget is None or cost < budget:
+        return None
+    return UsageLimitExceeded(
+        f"run {state.run_id!r} cost ${cost:.6f} of its budget of ${budget:.6f} "
+        "(max_cost_usd; its agent-as-tool runs included)",
+        run_id=state.run_id,
+        limit="max_cost_usd",
+        value=budget,
+        used=cost,
+    )
 
 
 def build_request(state: RunState, view: AgentView) -> ModelRequest:

@@ -16,6 +16,7 @@ from pydantic import (
     model_serializer,
 )
 
+from raygents.core.pricing import Price
 from raygents.core.toolcall import clean_text
 from raygents.errors import UserError
 
@@ -82,6 +83,10 @@ class Usage(_Frozen):
     """Of ``input_tokens``, those the provider served from its prompt cache (when it says)."""
     reasoning_tokens: int = 0
     """Of ``output_tokens``, those a reasoning model spent thinking (when the provider says)."""
+    cost_usd: float | None = None
+    """What the calls cost in US dollars, where a price is known (``init(prices=)``,
+    ``ModelSettings(price=)``); None where none of them had a price. A sum counts the calls
+    that had one."""
 
     def __init__(self, input_tokens: int = 0, output_tokens: int = 0, **data: Any) -> None:
         BaseModel.__init__(self, input_tokens=input_tokens, output_tokens=output_tokens, **data)
@@ -93,12 +98,27 @@ class Usage(_Frozen):
             requests=self.requests + other.requests,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cost_usd=_add_cost(self.cost_usd, other.cost_usd),
         )
 
     @property
     def total_tokens(self) -> int:
         """Input and output tokens together."""
         return self.input_tokens + self.output_tokens
+
+    def at_price(self, price: Price | None) -> Usage:
+        """This usage of one call with its cost at ``price``, unless the provider already
+        said what it cost (or no price is known)."""
+        if price is None or self.cost_usd is not None:
+            return self
+        cost = price.cost(self.input_tokens, self.output_tokens, self.cached_input_tokens)
+        return self.model_copy(update={"cost_usd": cost})
+
+
+def _add_cost(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
 
 
 class ReasoningItem(_Frozen):
@@ -261,6 +281,9 @@ class ModelSettingsFields:
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     extra: dict[str, Any] | None = None
+    price: Price | None = None
+    """What the agent's model charges (wins over ``init(prices=)`` for its model's name);
+    raygents' own, never sent to the provider."""
 
 
 class ModelSettingsData(_Frozen, ModelSettingsFields):

@@ -6,9 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import ray
+
 from raygents.agents.agent import Agent
+from raygents.core.jobbudget import JobBudget
+from raygents.core.messages import Usage
 from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
 from raygents.ids import validate_id
+from raygents.runtime.driver.runchecks import check_run_limits
 
 __all__ = ["map_agent"]
 
@@ -24,6 +29,10 @@ def map_agent(
     concurrency: int = 2,
     num_cpus: float = 0.1,
     max_turns: int | None = None,
+    max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
+    job_max_tokens: int | None = None,
+    job_max_cost_usd: float | None = None,
     timeout_s: float | None = None,
     tenant: str | None = None,
 ) -> Any:
@@ -33,8 +42,8 @@ def map_agent(
     Each row's ``input_column`` is a run input (a string, or messages); its run's final
     output goes to ``output_column``, and the columns ``status`` (``completed``, ``failed``,
     ``suspended`` or ``interrupted``), ``error`` (a message, or None) and ``usage`` (a dict of
-    ``input_tokens``, ``output_tokens`` and ``requests``, or None) say how it ended. A failed
-    run fails its row, never the dataset.
+    ``input_tokens``, ``output_tokens``, ``requests`` and ``cost_usd``, or None) say how it
+    ended. A failed run fails its row, never the dataset.
 
     Runs start from up to ``concurrency`` Ray actors (each asking for ``num_cpus``), each with the
     runs of one batch of ``batch_size`` rows in flight; they join the raygents namespace of
@@ -50,6 +59,14 @@ def map_agent(
         concurrency: actors that start runs.
         num_cpus: CPUs each of those actors asks for (it only waits on runs).
         max_turns: caps ``max_turns`` of every agent in each run.
+        max_tokens: each run's token budget (see :func:`raygents.start`).
+        max_cost_usd: each run's budget in dollars (see :func:`raygents.start`).
+        job_max_tokens: the tokens all rows' runs may use together: once the completed
+            runs' usage reaches it, no more runs start (their rows are ``suspended``, with
+            no run) and each actor suspends the runs of its batch still in flight (their
+            rows are ``suspended``; ``rg.resume`` goes on with one). Rows in flight on other
+            actors may pass it by what they use before those actors see it.
+        job_max_cost_usd: the same in US dollars, at the models' prices.
         timeout_s: each run's wall-clock budget, after which it suspends.
         tenant: whose quota of runs in flight the runs count against.
     """
@@ -60,16 +77,22 @@ def map_agent(
             raise UserError(f"{name} must be an int of at least 1, got {value!r}")
     if tenant is not None:
         validate_id(tenant, "tenant")
+    check_run_limits(timeout_s, max_turns, max_tokens, max_cost_usd)
+    budget = JobBudget(job_max_tokens, job_max_cost_usd)
     from raygents.runtime.driver.client import current
 
     rt = current()
     settings = rt.settings
     joined = {"namespace": rt.namespace, "store": settings.store, "durability": settings.durability}
     options = {"max_turns": max_turns, "timeout_s": timeout_s, "tenant": tenant}
+    options |= {"max_tokens": max_tokens, "max_cost_usd": max_cost_usd}
     columns = (input_column, output_column, context_column)
+    tally = None
+    if budget.max_tokens is not None or budget.max_cost_usd is not None:
+        tally = ray.remote(_Tally).options(num_cpus=0).remote(budget)
     return dataset.map_batches(
         _Runner,
-        fn_constructor_args=(agent, joined, options, columns),
+        fn_constructor_args=(agent, joined, options, columns, tally),
         batch_size=batch_size,
         batch_format="pandas",
         concurrency=(1, concurrency),  # (a small dataset needs fewer actors)
@@ -86,10 +109,12 @@ class _Runner:
         joined: Mapping[str, Any],
         options: Mapping[str, Any],
         columns: tuple[str, str, str | None],
+        tally: Any = None,
     ) -> None:
         from raygents.runtime.driver.client import init
 
         init(handle_sigterm=False, **joined)
+        self.tally = tally
         self.agent = agent
         self.options = dict(options)
         self.input_column, self.output_column, self.context_column = columns
@@ -110,20 +135,71 @@ class _Runner:
             else [None] * len(inputs)
         )
         started: list[Any] = []
+        reached = self._reached()
         for value, context in zip(inputs, contexts, strict=True):
+            if reached is not None:
+                started.append(SuspendedError(f"map_agent stopped before this row: {reached}"))
+                continue
             try:
                 started.append(
                     start(self.agent, _run_input(value), context=context, **self.options)
                 )
             except RaygentsError as exc:
                 started.append(exc)
-        ended = [_ended(h) for h in started]
+        ended = self._wait(started)
         out = batch.copy()
         out[self.output_column] = [e[0] for e in ended]
         out["status"] = [e[1] for e in ended]
         out["error"] = [e[2] for e in ended]
         out["usage"] = [e[3] for e in ended]
         return out
+
+    def _reached(self) -> str | None:
+        """Why the job's budget stops it (None: it does not, or it has none)."""
+        if self.tally is None:
+            return None
+        why: str | None = ray.get(self.tally.reached.remote())
+        return why
+
+    def _wait(self, started: list[Any]) -> list[tuple[Any, ...]]:
+        """Each row's run as its columns, in order; once the job's budget is reached, the
+        runs of this batch still in flight suspend."""
+        ended = []
+        for index, handle in enumerate(started):
+            row = _ended(handle)
+            ended.append(row)
+            if self.tally is None or row[3] is None:
+                continue
+            why: str | None = ray.get(self.tally.add.remote(row[3]))
+            if why is not None:
+                for later in started[index + 1 :]:
+                    if not isinstance(later, RaygentsError):
+                        later.suspend()
+        return ended
+
+
+class _Tally:
+    """What the rows of one ``map_agent`` spent together, against its job budget (a small
+    Ray actor that its dataset's actors share)."""
+
+    def __init__(self, budget: JobBudget) -> None:
+        self.budget = budget
+
+    def add(self, usage: dict[str, Any]) -> str | None:
+        """Count one completed row's usage; why the job must stop now, or None."""
+        self.budget.add(
+            Usage(
+                usage["input_tokens"],
+                usage["output_tokens"],
+                requests=usage["requests"],
+                cost_usd=usage["cost_usd"],
+            )
+        )
+        return self.budget.reached()
+
+    def reached(self) -> str | None:
+        """Why the job must stop, or None."""
+        return self.budget.reached()
 
 
 def _run_input(value: Any) -> Any:
@@ -133,8 +209,12 @@ def _run_input(value: Any) -> Any:
     return value
 
 
-def _ended(handle: Any) -> tuple[str | None, str, str | None, dict[str, int] | None]:
+def _ended(
+    handle: Any,
+) -> tuple[str | None, str, str | None, dict[str, int | float | None] | None]:
     """A row's run as its columns: ``(output, status, error, usage)``."""
+    if isinstance(handle, SuspendedError):  # (the job's budget stopped it before its run)
+        return None, "suspended", handle.message, None
     if isinstance(handle, RaygentsError):
         return None, "failed", handle.message, None
     try:
@@ -152,5 +232,6 @@ def _ended(handle: Any) -> tuple[str | None, str, str | None, dict[str, int] | N
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "requests": usage.requests,
+        "cost_usd": usage.cost_usd,
     }
     return result.output_text, "completed", None, counts

@@ -15,6 +15,7 @@ from raygents.core.messages import (
     ModelSettingsData,
     ModelSettingsFields,
 )
+from raygents.core.pricing import Price
 from raygents.errors import PayloadTooLarge, UserError
 
 __all__ = ["Model", "ModelSettings", "StreamingModel", "check_response", "resolve_model"]
@@ -49,9 +50,18 @@ class ModelSettings(ModelSettingsFields):
     """Sampling and tool-choice settings forwarded to the model.
 
     ``parallel_tool_calls`` is only a hint to the provider: raygents runs every tool call of a
-    turn in parallel either way. ``extra`` is merged into the provider request as is. The
-    fields are those of :class:`~raygents.core.messages.ModelSettingsFields`.
+    turn in parallel either way. ``extra`` is merged into the provider request as is.
+    ``price`` is what the model charges (for ``Usage.cost_usd`` and ``max_cost_usd``); it
+    is never sent. The fields are those of
+    :class:`~raygents.core.messages.ModelSettingsFields`.
     """
+
+    def __post_init__(self) -> None:
+        if self.price is not None and not isinstance(self.price, Price):
+            raise UserError(
+                f"ModelSettings price must be a Price(input_per_mtok=, output_per_mtok=) or "
+                f"None, got {type(self.price).__name__}"
+            )
 
     def to_data(self) -> ModelSettingsData:
         """The settings as plain request data."""

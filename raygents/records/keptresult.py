@@ -137,14 +137,23 @@ def read_marker(data: bytes, *, key: bytes | None, run_id: str, source: str) -> 
     return marker
 
 
-def usage_of(marker: Mapping[str, Any]) -> dict[str, int] | None:
-    """The marker's usage counts, if they are counts."""
+def usage_of(marker: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The marker's usage, if it is counts (and a cost in dollars, a finite number >= 0,
+    or None)."""
     usage = marker.get("usage")
     if not isinstance(usage, dict) or not all(
-        isinstance(k, str) and type(v) is int and v >= 0 for k, v in usage.items()
+        isinstance(k, str) and _usage_value(k, v) for k, v in usage.items()
     ):
         return None
     return usage
+
+
+def _usage_value(name: str, value: Any) -> bool:
+    if name == "cost_usd":
+        return value is None or (
+            type(value) in (int, float) and math.isfinite(value) and value >= 0
+        )
+    return type(value) is int and value >= 0
 
 
 def ended_at(marker: Mapping[str, Any]) -> float | None:

@@ -95,7 +95,7 @@ class Found:
     at: float = 0.0
     error: str | None = None
     output: str | None = None
-    usage: dict[str, int] | None = None
+    usage: dict[str, Any] | None = None
     leftovers: bool = False
     """A completed run whose records are still there (a cleanup that did not happen)."""
     tenant: str | None = None

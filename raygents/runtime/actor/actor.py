@@ -26,10 +26,12 @@ from raygents.core.context import RunContext
 from raygents.core.contextdata import apply, assign, capture, revive, to_plain
 from raygents.core.envelope import Envelope, Outcome, RunState, SuspendRequest
 from raygents.core.messages import ModelRequest, ModelResponse
+from raygents.core.pricing import Price
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
+from raygents.runtime.actor import spending
 from raygents.runtime.actor.compactor import Compactor
-from raygents.runtime.actor.modelcall import call_model
+from raygents.runtime.actor.modelcall import call_model, model_name
 from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
 from raygents.runtime.actor.runsession import open_session, resume_session, save_run_session
 from raygents.runtime.actor.stops import Emit, Stops, send_event
@@ -403,16 +405,11 @@ class AgentActor:
         the run stops here only if it is suspended while the call waits for a turn at the
         rate limiter (nothing went out yet). A compaction of the history comes first, with
         a record of its own."""
-        state, compacted = await self.compactor.compact(state, call.request)
-        if compacted is not None:
-            state = await self.writer.save(state, "running", emit, cause="compacted")
-            record = False  # (the compaction's record holds the last batch)
-            self._emit(emit, state, "compacted", data=compacted.data())
-            state, checked = loop.next_turn(state, view)  # (the summariser spent from budgets)
-            if isinstance(checked, loop.Fail):
-                raise checked.error
-            call = checked
+        state, checked = await self._compacted(state, view, call, emit)
+        if checked is not call:
+            record, call = False, checked  # (the compaction's record holds the last batch)
         hooks, request = self.agent.hooks, call.request
+        await self._check_spending(state, request)
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
         )
@@ -449,6 +446,42 @@ class AgentActor:
         if envelope.llm_events:
             self._emit(emit, state, "llm_end", response=response)
         return None, state, action, False
+
+    async def _compacted(
+        self, state: RunState, view: loop.AgentView, call: loop.CallModel, emit: Emit
+    ) -> tuple[RunState, loop.CallModel]:
+        """The state after a compaction of the history (if the agent's policy calls for one
+        before this call), with a record of its own, and the call to make then (``call``
+        itself when nothing was compacted)."""
+        state, compacted = await self.compactor.compact(state, call.request)
+        if compacted is None:
+            return state, call
+        state = await self.writer.save(state, "running", emit, cause="compacted")
+        self._emit(emit, state, "compacted", data=compacted.data())
+        state, checked = loop.next_turn(state, view)  # (the summariser spent from budgets)
+        if isinstance(checked, loop.Fail):
+            raise checked.error
+        return state, checked
+
+    async def _check_spending(self, state: RunState, request: ModelRequest) -> None:
+        """Refuse a call that a budget in dollars cannot price, or whose tenant spent its
+        daily budget.
+
+        Raises:
+            UserError: the run has ``max_cost_usd`` and the model no price.
+            UsageLimitExceeded: the tenant reached its budget today.
+        """
+        if state.max_cost_usd is not None and self._price(self.model(), request) is None:
+            raise UserError(
+                f"run {state.run_id!r} has a budget in dollars (max_cost_usd) but agent "
+                f"{self.agent.name!r}'s model {model_name(self.model())!r} has no price: give "
+                "one with init(prices={name: Price(...)}) or ModelSettings(price=Price(...))"
+            )
+        tenant = spending.budgeted(self.directory.cached_settings(), state.tenant)
+        if tenant is not None:
+            over = await spending.check(self.directory.namespace, tenant)
+            if over is not None:
+                raise over
 
     async def _begin(
         self, envelope: Envelope, token: SuspendToken, emit: Emit
@@ -534,14 +567,30 @@ class AgentActor:
             if active is not None:
                 active.waiting_call = None  # (it goes out: a suspend waits for its answer)
 
-        return await call_model(
-            self.model(),
+        model = self.model()
+        response = await call_model(
+            model,
             self.agent.name,
             request,
             on_delta if stream else None,
             namespace=self.directory.namespace,
             on_turn=on_turn,
         )
+        price = self._price(model, request)
+        if price is not None:
+            response = response.model_copy(update={"usage": response.usage.at_price(price)})
+        tenant = spending.budgeted(self.directory.cached_settings(), state.tenant)
+        if tenant is not None:
+            spending.charge(self.directory.namespace, tenant, response.usage)
+        return response
+
+    def _price(self, model: Model, request: ModelRequest) -> Price | None:
+        """What the model of this call charges: the agent's ``ModelSettings(price=)``, else
+        the namespace's price for its model's name, else None."""
+        if request.settings.price is not None:
+            return request.settings.price
+        name = model_name(model)
+        return self.directory.cached_settings().prices.get(name) if name else None
 
     def _on_trip(self, ctx: RunContext) -> Any:
         async def on_trip(name: str, result: Any) -> None:

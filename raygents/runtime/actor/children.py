@@ -71,13 +71,38 @@ def child_tokens(state: RunState) -> int | None:
     return _share(state, state.max_tokens, state.usage.total_tokens)
 
 
+def child_cost(state: RunState) -> float | None:
+    """The dollars a child started now may spend (``max_cost_usd``), shared like its model
+    calls (see :func:`child_budget`)."""
+    if state.max_cost_usd is None:
+        return None
+    return max(0.0, (state.max_cost_usd - (state.usage.cost_usd or 0.0)) / _batch(state))
+
+
+def _spent(
+    state: RunState, calls: int | None, tokens: int | None, cost: float | None
+) -> str | None:
+    """Which of the run's budgets leaves nothing for a child (its shares given), or None."""
+    if calls is not None and calls < 1:
+        return f"the run's budget of {state.max_model_calls} model calls"
+    if tokens is not None and tokens < 1:
+        return f"the run's budget of {state.max_tokens} tokens"
+    if cost is not None and cost <= 0:
+        return f"the run's budget of ${state.max_cost_usd}"
+    return None
+
+
 def _share(state: RunState, budget: int | None, used: int) -> int | None:
     """An equal share, among the calls of the batch, of what is left of ``budget``."""
     if budget is None:
         return None
+    return max(0, (budget - used) // _batch(state))
+
+
+def _batch(state: RunState) -> int:
+    """How many calls the batch being run has (its children share what the run has left)."""
     last = state.messages[-1] if state.messages else None
-    batch = len(last.tool_calls) if last is not None and last.tool_calls else 1
-    return max(0, (budget - used) // batch)
+    return len(last.tool_calls) if last is not None and last.tool_calls else 1
 
 
 async def run_child(
@@ -100,23 +125,10 @@ async def run_child(
         return StepResult(
             tool_error(tool.name, f"agent-tool delegation exceeded maximum depth ({cap})")
         )
-    budget = child_budget(state)
-    if budget is not None and budget < 1:
-        return StepResult(
-            tool_error(
-                tool.name,
-                f"the run's budget of {state.max_model_calls} model calls leaves none for "
-                "this sub-agent",
-            )
-        )
-    spend = child_tokens(state)
-    if spend is not None and spend < 1:
-        return StepResult(
-            tool_error(
-                tool.name,
-                f"the run's budget of {state.max_tokens} tokens leaves none for this sub-agent",
-            )
-        )
+    budget, spend, cost = child_budget(state), child_tokens(state), child_cost(state)
+    spent = _spent(state, budget, spend, cost)
+    if spent is not None:
+        return StepResult(tool_error(tool.name, f"{spent} leaves none for this sub-agent"))
     child_id, child = await existing_child(directory, state, call, envelope)
     fresh = child is None
     if child is None:
@@ -130,6 +142,8 @@ async def run_child(
             max_tool_depth=cap,
             max_model_calls=budget,
             max_tokens=spend,
+            max_cost_usd=cost,
+            tenant=state.tenant,  # (its model calls count against the tenant's budget)
             parent_run_id=state.run_id,
             path=(*state.path, f"{callee.name}/{call.id}"),
             started_at=time.time(),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_TENANT", "Admission"]
+from raygents.ids import DEFAULT_TENANT
 
-DEFAULT_TENANT = "default"
-"""The tenant of a run started without one."""
+__all__ = ["DEFAULT_TENANT", "Admission"]
 
 
 class Admission:

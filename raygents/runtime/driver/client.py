@@ -22,7 +22,9 @@ from typing import Any, TypeVar
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raygents.core.pricing import Price, check_prices
 from raygents.errors import SUSPEND_FOR_CHECKPOINT, UserError
+from raygents.models.budgets import Budget, check_budgets
 from raygents.models.ratelimit import RateLimit, check_limits
 from raygents.records.retention import retention_seconds
 from raygents.runtime.coordinator.coordinator import Coordinator
@@ -318,6 +320,8 @@ def init(
     actor_options: dict[str, Any] | None = None,
     max_concurrent_runs: int | None = None,
     rate_limits: Mapping[str, RateLimit] | None = None,
+    prices: Mapping[str, Price] | None = None,
+    budgets: Mapping[str, Budget] | None = None,
     retention: datetime.timedelta | float | None = None,
     keep_history: bool = False,
     **ray_init_kwargs: Any,
@@ -360,6 +364,21 @@ def init(
             ``Retry-After`` holds every call of that model back. The coordinator's creator
             sets them for every driver of the namespace: another driver that asks for other
             limits gets a ``UserError``.
+        prices: what each model name charges (``{"gpt-4o-mini": Price(input_per_mtok=0.15,
+            output_per_mtok=0.60)}``): every model call of the namespace whose model has that
+            name (``OpenAIChatModel(name)`` or a model with a ``model`` attribute) gets its
+            ``Usage.cost_usd``, and ``max_cost_usd`` budgets count it. An agent's
+            ``ModelSettings(price=)`` wins. The coordinator's creator sets them for every
+            driver of the namespace, as ``rate_limits``.
+        budgets: what each tenant may spend per UTC day (``{"acme": Budget(tokens_per_day=
+            10_000_000, usd_per_day=50.0)}``; ``"default"`` is the tenant of runs started
+            without one), across the namespace: every run, agent-as-tool child and batch
+            item of the tenant, on every node and driver, asks the namespace's budget keeper
+            before each model call, and stops with ``UsageLimitExceeded`` (``limit``
+            ``"tenant_tokens_per_day"`` or ``"tenant_usd_per_day"``) once the tenant reached
+            it. What each tenant spent is kept in the store and survives restarts;
+            ``raygents budgets`` shows it. The coordinator's creator sets them, as
+            ``rate_limits``.
         retention: how long ended runs (completed, failed, cancelled) keep their records and
             kept results in the store, counted from their end: a ``datetime.timedelta`` or
             seconds (> 0); the coordinator removes them in the background. None (the
@@ -390,6 +409,8 @@ def init(
             f"{max_concurrent_runs!r}"
         )
     limits = check_limits(rate_limits if rate_limits is not None else {})
+    priced = check_prices(prices if prices is not None else {})
+    daily = check_budgets(budgets if budgets is not None else {})
     retention_s = retention_seconds(retention)
     if not isinstance(keep_history, bool):
         raise UserError(f"keep_history must be True or False, got {keep_history!r}")
@@ -427,6 +448,8 @@ def init(
             actor_options=dict(actor_options or {}),
             max_concurrent_runs=max_concurrent_runs,
             rate_limits=limits,
+            prices=priced,
+            budgets=daily,
             retention_s=retention_s,
             keep_history=keep_history,
         )

@@ -14,6 +14,7 @@ from raygents.core.approvals import ApprovalDecision, PendingApproval
 from raygents.core.contextdata import NotDurable, StoredContext, store
 from raygents.core.envelope import RunState
 from raygents.core.messages import Message, to_messages
+from raygents.core.pricing import check_usd
 from raygents.errors import (
     MAX_PAYLOAD_BYTES,
     ApprovalDecisionsMismatch,
@@ -40,21 +41,29 @@ def check_run_args(
     max_turns: int | None,
     max_tokens: int | None = None,
     hooks: object = None,
+    max_cost_usd: float | None = None,
 ) -> None:
     """Refuse what is not an agent, bad limits, and hooks that are not ``RunHooks``."""
     if not isinstance(agent, Agent):
         raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
-    check_run_limits(timeout_s, max_turns, max_tokens)
+    check_run_limits(timeout_s, max_turns, max_tokens, max_cost_usd)
     check_hooks("run", hooks)
 
 
-def check_run_limits(timeout_s: object, max_turns: object, max_tokens: object) -> None:
+def check_run_limits(
+    timeout_s: object, max_turns: object, max_tokens: object, max_cost_usd: object = None
+) -> None:
     """Check a run's limits as ``start`` and ``run_batch`` take them.
 
     Raises:
-        UserError: ``timeout_s`` is not None or a positive, finite number of seconds, or
-            ``max_turns`` / ``max_tokens`` not None or an int >= 1.
+        UserError: ``timeout_s`` is not None or a positive, finite number of seconds,
+            ``max_turns`` / ``max_tokens`` not None or an int >= 1, or ``max_cost_usd`` not
+            None or a finite number of dollars > 0.
     """
+    if max_cost_usd is not None:
+        check_usd("max_cost_usd", max_cost_usd)
+        if max_cost_usd == 0:
+            raise UserError("max_cost_usd must be more than 0 dollars (or None), got 0")
     if timeout_s is not None and not (is_amount(timeout_s) and timeout_s > 0):
         raise UserError(
             f"timeout_s must be a positive, finite number of seconds (or None), got {timeout_s!r}"

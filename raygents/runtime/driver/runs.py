@@ -57,6 +57,7 @@ def start(
     timeout_s: float | None = None,
     max_turns: int | None = None,
     max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
     tenant: str | None = None,
     hooks: RunHooks | Sequence[RunHooks] | None = None,
     _stream: bool = False,
@@ -83,6 +84,13 @@ def start(
         max_tokens: a budget of tokens (input and output) for the run, its agent-as-tool
             children's included: once its usage reaches it, the run stops before its next
             model call with :class:`~raygents.UsageLimitExceeded` (a failure, checkpointed).
+        max_cost_usd: a budget in US dollars for the run, its agent-as-tool children's
+            included, counted at the models' prices (``init(prices=)``,
+            ``ModelSettings(price=)``; a model without one fails the run): once its cost
+            reaches it, the run stops before its next model call with
+            :class:`~raygents.UsageLimitExceeded` (``limit`` ``"max_cost_usd"``). Children
+            running side by side share what is left, so a run passes its budget by at most
+            one model call per child.
         tenant: whose quota of runs in flight the run counts against, an id like ``run_id``
             (default: the default tenant's). See ``init(max_concurrent_runs=)``.
         hooks: run-level :class:`~raygents.RunHooks` (one object or a list), called in this
@@ -94,8 +102,12 @@ def start(
         UserError: the context cannot be stored as plain data (and is not ``NotDurable``).
     """
     if isinstance(input, Waiting):
-        given = {"run_id": run_id, "session_id": session_id, "max_turns": max_turns}
-        given |= {"max_tokens": max_tokens, "tenant": tenant}
+        given: dict[str, object] = {
+            "run_id": run_id,
+            "session_id": session_id,
+            "max_turns": max_turns,
+        }
+        given |= {"max_tokens": max_tokens, "max_cost_usd": max_cost_usd, "tenant": tenant}
         return _resume_state(
             agent,
             input,
@@ -114,6 +126,7 @@ def start(
         timeout_s=timeout_s,
         max_turns=max_turns,
         max_tokens=max_tokens,
+        max_cost_usd=max_cost_usd,
         tenant=tenant,
         hooks=hooks,
         _stream=_stream,
@@ -207,6 +220,7 @@ def _prepare(
     timeout_s: float | None = None,
     max_turns: int | None = None,
     max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
     tenant: str | None = None,
     hooks: RunHooks | Sequence[RunHooks] | None = None,
     _stream: bool = False,
@@ -214,7 +228,7 @@ def _prepare(
     _output_type: Any = None,
 ) -> _Start:
     """Check :func:`start`'s arguments and build its run, not launched yet."""
-    check_run_args(agent, timeout_s, max_turns, max_tokens, hooks)
+    check_run_args(agent, timeout_s, max_turns, max_tokens, hooks, max_cost_usd)
     messages = input_messages(input)
     if session_id is not None:
         if agent.session is None:
@@ -236,6 +250,7 @@ def _prepare(
         input_len=len(messages),
         max_turns=max_turns,
         max_tokens=max_tokens,
+        max_cost_usd=max_cost_usd,
         response_format=_response_format,
         session_id=session_id,
         start_agent=agent.name,

@@ -150,6 +150,18 @@ def settings_mismatch(namespace: str, asked: Settings, found: Settings) -> UserE
             f"rate_limits={dict(found.rate_limits)!r}; use those (or leave rate_limits out), "
             "or another namespace"
         )
+    if asked.prices and dict(found.prices) != dict(asked.prices):
+        return UserError(
+            f"the raygents coordinator of namespace {namespace!r} already runs with "
+            f"prices={dict(found.prices)!r}; use those (or leave prices out), or another "
+            "namespace"
+        )
+    if asked.budgets and dict(found.budgets) != dict(asked.budgets):
+        return UserError(
+            f"the raygents coordinator of namespace {namespace!r} already runs with "
+            f"budgets={dict(found.budgets)!r}; use those (or leave budgets out), or another "
+            "namespace"
+        )
     if asked.key is None:
         return None
     theirs, mine = found.key_id, codec.key_id(asked.key)

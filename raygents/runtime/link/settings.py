@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from raygents.core.pricing import Price
+from raygents.models.budgets import Budget
 from raygents.models.ratelimit import RateLimit
 from raygents.records import codec
 
@@ -49,6 +51,10 @@ class Settings:
     """Runs each tenant may have in flight; None admits every run."""
     rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
     """Requests and tokens per minute per model name, for every agent actor together."""
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    """What each model name charges, for the cost of every model call of the namespace."""
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
+    """What each tenant may spend per UTC day, across the namespace."""
     retention_s: float | None = None
     """How long ended runs' records and kept results stay in the store after their end
     (None: until ``raygents gc``)."""
