@@ -37,7 +37,9 @@ from raygents.errors import (
     OutputValidationError,
     PayloadTooLarge,
     RaygentsError,
+    ResolutionsMismatch,
     RunCancelled,
+    RunInDoubt,
     RunInterrupted,
     RunNotFound,
     SuspendedError,
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
     from raygents.core.approvals import Approval, ApprovalDecision, PendingApproval
     from raygents.core.context import RunContext
     from raygents.core.contextdata import NotDurable
+    from raygents.core.doubt import InDoubt
     from raygents.core.events import RunEvent
     from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
@@ -101,6 +104,7 @@ _HOMES = {
     "raygents.core.approvals": ("Approval", "ApprovalDecision", "PendingApproval"),
     "raygents.core.context": ("RunContext",),
     "raygents.core.contextdata": ("NotDurable",),
+    "raygents.core.doubt": ("InDoubt",),
     "raygents.batch.job": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
     "raygents.batch.progress": ("BatchProgress",),
     "raygents.core.events": ("RunEvent",),
@@ -177,6 +181,7 @@ __all__ = [
     "GuardrailResult",
     "Handoff",
     "HandoffInputData",
+    "InDoubt",
     "InputGuardrail",
     "InputGuardrailTripped",
     "LimitExceeded",
@@ -201,11 +206,13 @@ __all__ = [
     "PendingApproval",
     "RateLimit",
     "RaygentsError",
+    "ResolutionsMismatch",
     "RunContext",
     "RunEvent",
     "RunHandle",
     "RunHooks",
     "RunCancelled",
+    "RunInDoubt",
     "RunInfo",
     "RunInterrupted",
     "RunNotFound",

@@ -42,7 +42,9 @@ __all__ = [
     "run_command",
 ]
 
-_ENDED = frozenset(("completed", "failed", "suspended", "awaiting_approval", "cancelled"))
+_ENDED = frozenset(
+    ("completed", "failed", "suspended", "awaiting_approval", "in_doubt", "cancelled")
+)
 _WHICH_CALLS = "say which calls to approve: --approve ID, --deny ID or --all"
 _LISTENING_S = 5.0  # how long a cluster's address may take to accept a connection
 _SETTINGS_S = 120.0  # how long its coordinator may take to answer

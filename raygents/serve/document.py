@@ -30,7 +30,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-ENDED = frozenset({"completed", "failed", "suspended", "awaiting_approval", "cancelled"})
+ENDED = frozenset(
+    {"completed", "failed", "suspended", "awaiting_approval", "in_doubt", "cancelled"}
+)
 """The statuses of a run that stopped (a suspended or interrupted run may go on later)."""
 
 

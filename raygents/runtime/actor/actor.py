@@ -21,13 +21,14 @@ from raygents.agents.guardrails import run_input_guardrails, run_output_guardrai
 from raygents.agents.hooks import fire
 from raygents.agents.tools import Tool
 from raygents.agents.tooluse import final_value
-from raygents.core import loop
+from raygents.core import loop, recovered
 from raygents.core.context import RunContext
 from raygents.core.contextdata import apply, assign, capture, revive, to_plain
 from raygents.core.envelope import Envelope, Outcome, RunState, SuspendRequest
 from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
+from raygents.records import checkpoint
 from raygents.runtime.actor.modelcall import call_model
 from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
 from raygents.runtime.actor.runsession import open_session, resume_session, save_run_session
@@ -488,15 +489,24 @@ class AgentActor:
         state, gated = loop.gate(state, batch, needs, self.agent.name)
         if isinstance(gated, loop.Interrupt):
             return await self.stops.halt(state, "awaiting_approval", emit), state, batch, False
-        if not state.journal:
-            state = await self.writer.save(state, "running", emit)  # the intent: never ask again
+        ask = self.calls.asks(gated)
+        resolved = bool(state.resolutions)
+        state, stop = recovered.settle(state, gated, ask, self.agent.name)
+        if stop:
+            return await self.stops.halt(state, "in_doubt", emit), state, batch, False
+        state = recovered.mark_started(state, gated, ask, time.time())
+        if not state.journal or resolved:  # the intent: never ask again, and what starts now
+            state = await self.writer.save(state, "running", emit)
         results, state, halts, journaled = await self.calls.run_batch(state, envelope, gated, emit)
         state = self._capture(state, envelope)  # (hooks, callbacks, remote=False tools)
         if halts:
-            pending = tuple(p for h in halts if h.kind == "interrupted" for p in h.state.pending)
-            if pending:
-                state = state.evolve(pending=pending)
-                return await self.stops.halt(state, "awaiting_approval", emit), state, batch, False
+            waiting = [h.state for h in halts if h.kind == "interrupted"]
+            pending = tuple(p for w in waiting for p in w.pending)
+            doubts = tuple(d for w in waiting for d in w.in_doubt)
+            if pending or doubts:
+                state = state.evolve(pending=pending, in_doubt=doubts)
+                status: checkpoint.Status = "in_doubt" if doubts else "awaiting_approval"
+                return await self.stops.halt(state, status, emit), state, batch, False
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self.stops.halt(state, "suspended", emit, cause=cause), state, batch, False
         state = self._apply_writes(state, envelope, results)

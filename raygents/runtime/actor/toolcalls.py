@@ -93,6 +93,16 @@ class ToolCalls:
                 needs.add(step.call.id)
         return frozenset(needs)
 
+    def asks(self, batch: loop.RunTools) -> frozenset[str]:
+        """The ids of the batch's calls of ``on_recovery="ask"`` tools."""
+        tools = self.toolbox.tools()
+        return frozenset(
+            s.call.id
+            for s in batch.steps
+            if isinstance(s, loop.Execute)
+            and getattr(tools.get(s.call.name), "on_recovery", "rerun") == "ask"
+        )
+
     async def run_batch(
         self, state: RunState, envelope: Envelope, batch: loop.RunTools, emit: Emit
     ) -> tuple[list[StepResult], RunState, list[Outcome], bool]:
@@ -122,6 +132,8 @@ class ToolCalls:
                 state = state.evolve(usage=state.usage + r.usage)
                 complete = False  # children's usage is not in the journal
         halts = [r.halt for r in results if r.halt is not None]
+        if halts:  # the run stops here: its stop's record keeps every finished call
+            state = state.evolve(journal=dict(journal.entries), context_writes=dict(journal.writes))
         return results, state, halts, complete
 
     async def run_step(

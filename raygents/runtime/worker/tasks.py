@@ -29,6 +29,7 @@ __all__ = [
     "run_tool",
     "submit_tool",
     "task_body",
+    "task_options",
     "tool_error",
 ]
 
@@ -69,6 +70,11 @@ def remote_tool(tool: Tool) -> Any:
     It takes the call packed by :func:`submit_tool` and returns its
     :class:`~raygents.runtime.worker.worker.TaskReport` packed the same way.
     """
+    return ray.remote(task_body(tool)).options(**task_options(tool))
+
+
+def task_options(tool: Tool) -> dict[str, Any]:
+    """The Ray options of ``tool``'s tasks: its name, resources and retries."""
     options: dict[str, Any] = {"name": f"tool:{tool.name}"}
     if tool.num_cpus is not None:
         options["num_cpus"] = tool.num_cpus
@@ -78,7 +84,9 @@ def remote_tool(tool: Tool) -> Any:
         options["resources"] = dict(tool.resources)
     if tool.max_retries is not None:
         options["max_retries"] = tool.max_retries
-    return ray.remote(task_body(tool)).options(**options)
+    elif tool.on_recovery == "ask":  # (a retry would run a call that may have had its effect)
+        options["max_retries"] = 0
+    return options
 
 
 def task_body(tool: Tool) -> Any:
