@@ -134,3 +134,32 @@ def test_an_ask_call_whose_result_is_journaled_is_never_in_doubt(ledger: Ledger)
     assert result.final_output == "charged 5 | customer 7"
     assert count(ledger, "start", f"{handle.run_id}:charge0") == 1
     assert count(ledger, "start", f"{handle.run_id}:look0") == 2, "a rerun tool reruns"
+
+
+def test_a_call_in_doubt_in_an_agent_as_tool_child_surfaces_at_the_root(ledger: Ledger) -> None:
+    tag = os.urandom(2).hex()
+    child = rg.Agent(f"cashier_{tag}", tools=tools(charge_s=2.0), model=FunctionModel(reply))
+
+    def boss(req: rg.ModelRequest) -> rg.ModelResponse:
+        answers = [m.text for m in req.messages if m.role == "tool"]
+        if answers:
+            return text(f"boss: {answers[0]}")
+        return calls(call(child.name, {"input": "pay"}, id="ask_cashier"))
+
+    root = rg.Agent(f"boss_{tag}", tools=[child.as_tool()], model=FunctionModel(boss))
+    handle = rg.start(root, "go", context={"ledger": str(ledger.path)})
+    wait_for(lambda: any(k.endswith(":charge0") for k in ledger.starts()), 60)
+    (key,) = [k for k in ledger.starts() if k.endswith(":charge0")]
+    kill(agent_actor(child.name))
+    with pytest.raises(rg.RunInDoubt) as caught:
+        handle.result(timeout_s=120)
+    (doubt,) = caught.value.calls
+    assert (doubt.call_id, doubt.agent_name, doubt.idempotency_key) == ("charge0", child.name, key)
+    assert doubt.run_id != handle.run_id and key.startswith(doubt.run_id)
+    assert handle.status() == "in_doubt"
+    with pytest.raises(rg.ResolutionsMismatch):
+        rg.resume(handle.run_id, agent=root, resolutions={})
+    given = {"charge0": rg.ToolResult("charged 5 (checked)")}
+    result = rg.resume(handle.run_id, agent=root, resolutions=given).result(120)
+    assert result.final_output == "boss: charged 5 (checked) | customer 7"
+    assert ledger.starts()[key] == 1
