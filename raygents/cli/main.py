@@ -146,6 +146,32 @@ def parser() -> argparse.ArgumentParser:
     approve.add_argument("--all", action="store_true", help="approve every pending call")
     approve.add_argument("--wait", action="store_true", help=_WAIT_HELP)
 
+    resolve = sub.add_parser(
+        "resolve",
+        parents=[common, waits],
+        help="resolve a run's tool calls in doubt (rerun, or give their outcome) and resume it",
+    )
+    resolve.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    resolve.add_argument("--agent", required=True, help=agent_help)
+    resolve.add_argument(
+        "--rerun", action="append", default=[], metavar="CALL_ID", help="run it again (same key)"
+    )
+    resolve.add_argument(
+        "--done",
+        action="append",
+        default=[],
+        metavar="CALL_ID=TEXT",
+        help="it took effect: TEXT is its result",
+    )
+    resolve.add_argument(
+        "--failed",
+        action="append",
+        default=[],
+        metavar="CALL_ID=TEXT",
+        help="it did not take effect: TEXT is its error result",
+    )
+    resolve.add_argument("--wait", action="store_true", help=_WAIT_HELP)
+
     gc = sub.add_parser(
         "gc",
         parents=[common],

@@ -3,6 +3,7 @@ on recovery, the run stops in doubt with that call, and each resolution complete
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import time
@@ -163,3 +164,27 @@ def test_a_call_in_doubt_in_an_agent_as_tool_child_surfaces_at_the_root(ledger: 
     result = rg.resume(handle.run_id, agent=root, resolutions=given).result(120)
     assert result.final_output == "boss: charged 5 (checked) | customer 7"
     assert ledger.starts()[key] == 1
+
+
+def test_the_cli_shows_and_resolves_the_calls_in_doubt(ledger: Ledger) -> None:
+    from raygents.cli.main import parser
+    from raygents.cli.runs import run_command
+
+    agent, handle, _ = in_doubt(f"payer_cli_{os.urandom(2).hex()}", ledger)
+    out = io.StringIO()
+    assert run_command(parser().parse_args(["show", handle.run_id]), out) == 0
+    shown = out.getvalue()
+    assert "status      in_doubt" in shown and "calls in doubt" in shown
+    assert f"charge0  {agent.name}: charge" in shown and f"key {handle.run_id}:charge0" in shown
+
+    def resolve(*options: str) -> int:
+        args = parser().parse_args(["resolve", handle.run_id, "--agent", "m:a", *options])
+        args.agent = agent  # (what check() makes of --agent)
+        return run_command(args, out)
+
+    with pytest.raises(rg.ResolutionsMismatch, match=r"missing \['charge0'\]"):
+        resolve("--done", "look0=ok")
+    assert handle.status() == "in_doubt"
+    assert resolve("--failed", "charge0=card declined") == 0
+    assert "failed: card declined" in out.getvalue()
+    assert rg.attach(handle.run_id).result(60).final_output == "card declined | customer 7"
