@@ -188,3 +188,15 @@ def test_the_cli_shows_and_resolves_the_calls_in_doubt(ledger: Ledger) -> None:
     assert resolve("--failed", "charge0=card declined") == 0
     assert "failed: card declined" in out.getvalue()
     assert rg.attach(handle.run_id).result(60).final_output == "card declined | customer 7"
+
+
+@pytest.mark.parametrize("faulty", ["async", "exit"], indirect=True)
+def test_the_start_of_an_ask_call_is_durable_in_every_mode(ledger: Ledger, faulty: str) -> None:
+    agent, handle, error = in_doubt(f"payer_mode_{os.urandom(2).hex()}", ledger)
+    assert [c.call_id for c in error.calls] == ["charge0"]
+    key = f"{handle.run_id}:charge0"
+    time.sleep(2.5)
+    assert count(ledger, "start", key) == 1
+    result = rg.resume(handle.run_id, agent=agent, resolutions={"charge0": "rerun"}).result(120)
+    assert result.final_output == "charged 5 | customer 7"
+    assert count(ledger, "start", key) == 2

@@ -494,9 +494,10 @@ class AgentActor:
         state, stop = recovered.settle(state, gated, ask, self.agent.name)
         if stop:
             return await self.stops.halt(state, "in_doubt", emit), state, batch, False
-        state = recovered.mark_started(state, gated, ask, time.time())
-        if not state.journal or resolved:  # the intent: never ask again, and what starts now
-            state = await self.writer.save(state, "running", emit)
+        marked = recovered.mark_started(state, gated, ask, time.time())
+        if not state.journal or resolved or marked is not state:
+            # the intent: never ask again; and the "ask" calls that start, durable first
+            state = await self.writer.save(marked, "running", emit, durable=marked is not state)
         results, state, halts, journaled = await self.calls.run_batch(state, envelope, gated, emit)
         state = self._capture(state, envelope)  # (hooks, callbacks, remote=False tools)
         if halts:
