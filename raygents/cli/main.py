@@ -122,8 +122,8 @@ def parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser(
         "cancel",
         parents=[common, waits],
-        help="stop a run that has not ended: running, suspended or awaiting approval (its "
-        "records stay)",
+        help="stop a run that has not ended: running, suspended, awaiting approval or in doubt "
+        "(its records stay)",
     )
     cancel.add_argument("run_id", type=_run_id, metavar="RUN_ID")
 
@@ -182,7 +182,7 @@ def parser() -> argparse.ArgumentParser:
         type=_duration,
         metavar="AGE",
         help="runs that ended more than AGE ago (7d, 12h, 30m, 45s; default: the "
-        "namespace's retention, else 7d); running, suspended and awaiting-approval runs "
+        "namespace's retention, else 7d); running, suspended, awaiting-approval and in-doubt runs "
         "are never touched",
     )
     gc.add_argument("--dry-run", action="store_true", help="only print what would be deleted")
