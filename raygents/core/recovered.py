@@ -6,9 +6,10 @@ from __future__ import annotations
 from raygents.core.doubt import InDoubt
 from raygents.core.envelope import RunState
 from raygents.core.loop import Execute, RunTools
+from raygents.core.messages import ToolCall
 from raygents.core.toolcall import idempotency_key
 
-__all__ = ["mark_started", "settle"]
+__all__ = ["in_doubt", "mark_started", "settle"]
 
 
 def settle(
@@ -32,17 +33,7 @@ def settle(
             continue
         resolution = state.resolutions.get(call.id)
         if resolution is None:
-            undecided.append(
-                InDoubt(
-                    call_id=call.id,
-                    agent_name=agent_name,
-                    tool_name=call.name,
-                    arguments=call.arguments,
-                    idempotency_key=idempotency_key(state.run_id, call.id),
-                    started_at=state.started[call.id],
-                    run_id=state.run_id,
-                )
-            )
+            undecided.append(in_doubt(state, call, agent_name))
         elif resolution.result is not None:
             journal[call.id] = resolution.result
     if undecided:
@@ -50,6 +41,19 @@ def settle(
     if not state.resolutions and not state.in_doubt:
         return state, False
     return state.evolve(journal=journal, resolutions={}, in_doubt=()), False
+
+
+def in_doubt(state: RunState, call: ToolCall, agent_name: str) -> InDoubt:
+    """``call`` of ``state``'s pending batch as a call in doubt."""
+    return InDoubt(
+        call_id=call.id,
+        agent_name=agent_name,
+        tool_name=call.name,
+        arguments=call.arguments,
+        idempotency_key=idempotency_key(state.run_id, call.id),
+        started_at=state.started.get(call.id, 0.0),
+        run_id=state.run_id,
+    )
 
 
 def mark_started(state: RunState, batch: RunTools, ask: frozenset[str], now: float) -> RunState:

@@ -200,3 +200,32 @@ def test_the_start_of_an_ask_call_is_durable_in_every_mode(ledger: Ledger, fault
     result = rg.resume(handle.run_id, agent=agent, resolutions={"charge0": "rerun"}).result(120)
     assert result.final_output == "charged 5 | customer 7"
     assert count(ledger, "start", key) == 2
+
+
+@rg.tool(num_cpus=0, on_recovery="ask")
+def charge_and_crash(ctx: rg.ToolContext, amount: int) -> str:
+    """Charge a card; the first call's worker dies in it."""
+    record(ctx.context["ledger"], "start", ctx.idempotency_key)
+    marker = ctx.context["ledger"] + ".crashed"
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return f"charged {amount}"
+
+
+def test_an_ask_call_whose_task_is_lost_is_in_doubt(ledger: Ledger) -> None:
+    def model(req: rg.ModelRequest) -> rg.ModelResponse:
+        done = [m.text for m in req.messages if m.role == "tool"]
+        return text(done[0]) if done else calls(call("charge_and_crash", {"amount": 5}, id="c1"))
+
+    agent = rg.Agent("payer_lost_task", tools=[charge_and_crash], model=FunctionModel(model))
+    handle = rg.start(agent, "pay", context={"ledger": str(ledger.path)})
+    with pytest.raises(rg.RunInDoubt) as caught:
+        handle.result(timeout_s=120)
+    (doubt,) = caught.value.calls
+    assert (doubt.call_id, doubt.tool_name) == ("c1", "charge_and_crash")
+    key = f"{handle.run_id}:c1"
+    assert ledger.starts() == {key: 1}, "Ray did not retry it"
+    result = rg.resume(handle.run_id, agent=agent, resolutions={"c1": "rerun"}).result(120)
+    assert result.final_output == "charged 5"
+    assert ledger.starts() == {key: 2}

@@ -500,10 +500,15 @@ class AgentActor:
             state = await self.writer.save(marked, "running", emit, durable=marked is not state)
         results, state, halts, journaled = await self.calls.run_batch(state, envelope, gated, emit)
         state = self._capture(state, envelope)  # (hooks, callbacks, remote=False tools)
-        if halts:
+        lost = [
+            recovered.in_doubt(state, s.call, self.agent.name)
+            for s, r in zip(gated.steps, results, strict=True)
+            if r.lost and isinstance(s, loop.Execute)
+        ]
+        if halts or lost:
             waiting = [h.state for h in halts if h.kind == "interrupted"]
             pending = tuple(p for w in waiting for p in w.pending)
-            doubts = tuple(d for w in waiting for d in w.in_doubt)
+            doubts = (*lost, *(d for w in waiting for d in w.in_doubt))
             if pending or doubts:
                 state = state.evolve(pending=pending, in_doubt=doubts)
                 status: checkpoint.Status = "in_doubt" if doubts else "awaiting_approval"

@@ -115,7 +115,7 @@ class ToolCalls:
             started = time.perf_counter()
             out = await self.run_step(journal.state, envelope, step, emit)
             took = time.perf_counter() - started
-            if isinstance(step, loop.Execute) and out.halt is None:
+            if isinstance(step, loop.Execute) and out.halt is None and not out.lost:
                 journal.finished(took, step.call.id, out.result, out.writes)
             else:
                 journal.finished(took)
@@ -132,7 +132,7 @@ class ToolCalls:
                 state = state.evolve(usage=state.usage + r.usage)
                 complete = False  # children's usage is not in the journal
         halts = [r.halt for r in results if r.halt is not None]
-        if halts:  # the run stops here: its stop's record keeps every finished call
+        if halts or any(r.lost for r in results):  # the run stops: its record keeps what finished
             state = state.evolve(journal=dict(journal.entries), context_writes=dict(journal.writes))
         return results, state, halts, complete
 

@@ -51,6 +51,17 @@ class StepResult:
     writes: list[Any] | None = None
     """The call's writes to the run context as plain data (see
     :func:`~raygents.core.contextdata.diff`), applied when its batch ends."""
+    lost: bool = False
+    """The task of an ``on_recovery="ask"`` call was lost (its worker or node died): the call
+    may or may not have had its effect, and is in doubt."""
+
+
+_LOST = (
+    ray.exceptions.WorkerCrashedError,
+    ray.exceptions.NodeDiedError,
+    ray.exceptions.ObjectLostError,
+)
+"""How a tool task that may have run is lost (its worker or node died, or its result)."""
 
 
 def tool_error(name: str, error: object) -> ToolResult:
@@ -167,10 +178,11 @@ async def run_tool(
     except asyncio.TimeoutError:
         ray.cancel(ref)
         return StepResult(tool_error(tool.name, f"timed out after {tool.timeout_s} s"))
-    except ray.exceptions.WorkerCrashedError:
-        return StepResult(
-            tool_error(tool.name, "the worker process running it crashed (no retries left)")
-        )
+    except _LOST as exc:
+        error = "the worker process running it crashed (no retries left)"
+        if not isinstance(exc, ray.exceptions.WorkerCrashedError):
+            error = f"its task was lost: {type(exc).__name__}"
+        return StepResult(tool_error(tool.name, error), lost=tool.on_recovery == "ask")
     except ray.exceptions.RayError as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         return StepResult(tool_error(tool.name, f"{type(exc).__name__}: {first_line}"))
