@@ -52,6 +52,7 @@ from raygents.batch.runs import GroupedStarts, JobRuns
 from raygents.core.messages import Usage
 from raygents.errors import (
     RaygentsError,
+    RunInDoubt,
     RunInterrupted,
     SuspendedError,
     TooManyRuns,
@@ -567,7 +568,7 @@ class BatchHandle:
             result = await handle
         except SuspendedError as exc:
             return BatchItem(index, run_id, "suspended", error=error_message(exc))
-        except RunInterrupted as exc:
+        except (RunInterrupted, RunInDoubt) as exc:  # (it waits for a person)
             return BatchItem(index, run_id, "interrupted", error=error_message(exc))
         except Exception as exc:
             return BatchItem(index, run_id, "failed", error=error_message(exc))

@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from raygents.agents.agent import Agent
-from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
+from raygents.errors import (
+    RaygentsError,
+    RunInDoubt,
+    RunInterrupted,
+    SuspendedError,
+    UserError,
+)
 from raygents.ids import validate_id
 
 __all__ = ["map_agent"]
@@ -141,7 +147,7 @@ def _ended(handle: Any) -> tuple[str | None, str, str | None, dict[str, int] | N
         result = handle.result()
     except SuspendedError as exc:
         return None, "suspended", exc.message, None
-    except RunInterrupted as exc:
+    except (RunInterrupted, RunInDoubt) as exc:  # (it waits for a person)
         return None, "interrupted", exc.message, None
     except RaygentsError as exc:
         return None, "failed", exc.message or type(exc).__name__, None
