@@ -229,3 +229,14 @@ def test_an_ask_call_whose_task_is_lost_is_in_doubt(ledger: Ledger) -> None:
     result = rg.resume(handle.run_id, agent=agent, resolutions={"c1": "rerun"}).result(120)
     assert result.final_output == "charged 5"
     assert ledger.starts() == {key: 2}
+
+
+def test_a_run_in_doubt_is_seen_by_attach_and_can_be_cancelled(ledger: Ledger) -> None:
+    agent, handle, _ = in_doubt(f"payer_cancel_{os.urandom(2).hex()}", ledger)
+    with pytest.raises(rg.RunInDoubt) as caught:
+        rg.attach(handle.run_id).result(60)
+    assert [c.call_id for c in caught.value.calls] == ["charge0"]
+    rg.cancel(handle.run_id)
+    assert rg.attach(handle.run_id).status() == "cancelled"
+    with pytest.raises(rg.UserError, match="cancelled"):
+        rg.resume(handle.run_id, agent=agent, resolutions={"charge0": "rerun"})
