@@ -38,7 +38,9 @@ from raygents.errors import (
     OutputValidationError,
     PayloadTooLarge,
     RaygentsError,
+    ResolutionsMismatch,
     RunCancelled,
+    RunInDoubt,
     RunInterrupted,
     RunNotFound,
     SuspendedError,
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
     from raygents.core.compaction import Compaction, TrimOldest, TrimToolOutputs
     from raygents.core.context import RunContext
     from raygents.core.contextdata import NotDurable
+    from raygents.core.doubt import InDoubt
     from raygents.core.events import RunEvent
     from raygents.core.messages import (
         Message,
@@ -119,6 +122,7 @@ _HOMES = {
     "raygents.core.compaction": ("Compaction", "TrimOldest", "TrimToolOutputs"),
     "raygents.core.context": ("RunContext",),
     "raygents.core.contextdata": ("NotDurable",),
+    "raygents.core.doubt": ("InDoubt",),
     "raygents.batch.job": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
     "raygents.batch.progress": ("BatchProgress",),
     "raygents.core.events": ("RunEvent",),
@@ -215,6 +219,7 @@ __all__ = [
     "GuardrailResult",
     "Handoff",
     "HandoffInputData",
+    "InDoubt",
     "InputGuardrail",
     "InputGuardrailTripped",
     "LimitExceeded",
@@ -243,11 +248,13 @@ __all__ = [
     "ReplayReport",
     "RaygentsError",
     "ReasoningItem",
+    "ResolutionsMismatch",
     "RunContext",
     "RunEvent",
     "RunHandle",
     "RunHooks",
     "RunCancelled",
+    "RunInDoubt",
     "RunInfo",
     "RunInterrupted",
     "RunNotFound",

@@ -15,6 +15,8 @@
     ├── RunCancelled               the run was cancelled; it cannot be resumed
     ├── RunInterrupted             the run waits for approval of tool calls
     ├── ApprovalDecisionsMismatch  approval decisions do not cover the pending set
+    ├── RunInDoubt                 the run waits for a person to resolve calls in doubt
+    ├── ResolutionsMismatch        resolutions do not cover the calls in doubt
     ├── ToolNotFound               the model called a tool the agent does not have
     ├── ModelError                 the model provider failed or answered badly
     ├── ModelOutputError           malformed model output past ``max_output_retries``
@@ -57,7 +59,9 @@ __all__ = [
     "OutputValidationError",
     "PayloadTooLarge",
     "RaygentsError",
+    "ResolutionsMismatch",
     "RunCancelled",
+    "RunInDoubt",
     "RunInterrupted",
     "RunNotFound",
     "SuspendedError",
@@ -298,6 +302,24 @@ class RunInterrupted(RaygentsError):
 
 class ApprovalDecisionsMismatch(RaygentsError):
     """Approval decisions must cover exactly the pending calls of an interrupted run."""
+
+
+class RunInDoubt(RaygentsError):
+    """Calls of ``on_recovery="ask"`` tools may or may not have had their effect (the run
+    was lost while they ran): the run stopped, ``in_doubt``, until a person resolves each
+    of ``calls`` (``InDoubt``) with ``resume(run_id, agent=..., resolutions=...)``."""
+
+    _fields = ("calls",)
+    calls: list[Any] | None
+
+
+class ResolutionsMismatch(RaygentsError):
+    """Resolutions must cover exactly the calls in doubt of a run (``missing`` and
+    ``unknown`` call ids)."""
+
+    _fields = ("missing", "unknown")
+    missing: list[str] | None
+    unknown: list[str] | None
 
 
 class ToolNotFound(RaygentsError):

@@ -28,6 +28,19 @@ FIELDS = {
     rg.RunInterrupted: {
         "pending": [rg.PendingApproval(call_id="c", agent_name="a", tool_name="t", arguments="{}")]
     },
+    rg.RunInDoubt: {
+        "calls": [
+            rg.InDoubt(
+                call_id="c",
+                agent_name="a",
+                tool_name="t",
+                arguments="{}",
+                idempotency_key="r:c",
+                started_at=1.0,
+            )
+        ]
+    },
+    rg.ResolutionsMismatch: {"missing": ["c"], "unknown": ["d"]},
     rg.ToolNotFound: {"tool_name": "nope"},
     rg.ModelError: {"status_code": 429, "retryable": True},
     rg.OutputValidationError: {"errors": [("/a", "bad")], "output": "{}"},

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from raygents.core.context import IsEnabled, NeedsApproval
+from raygents.core.doubt import OnRecovery
 from raygents.core.schema import unbounded_patterns
 from raygents.errors import UserError, excerpt
 
@@ -19,6 +20,7 @@ __all__ = [
     "ExecutionOptions",
     "check_is_enabled",
     "check_needs_approval",
+    "check_on_recovery",
     "check_options",
     "check_resources",
     "check_tool_name",
@@ -41,6 +43,7 @@ class ExecutionOptions:
     needs_approval: NeedsApproval = False
     remote: bool = True
     is_enabled: IsEnabled = True
+    on_recovery: OnRecovery = "rerun"
 
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -76,6 +79,25 @@ def check_options(owner: str, options: ExecutionOptions) -> None:
             f"{owner}: remote must be True or False, got {excerpt(repr(options.remote), 80)}"
         )
     check_is_enabled(owner, options.is_enabled)
+    check_on_recovery(owner, options.on_recovery, retries)
+
+
+def check_on_recovery(owner: str, on_recovery: Any, max_retries: int | None) -> None:
+    """Check a tool's ``on_recovery`` (an ``"ask"`` tool's task is never retried by Ray: a
+    retry would run a call whose first run may have had its effect).
+
+    Raises:
+        UserError: it is not ``"rerun"`` or ``"ask"``, or ``"ask"`` comes with retries.
+    """
+    if on_recovery not in ("rerun", "ask"):
+        raise UserError(
+            f'{owner}: on_recovery must be "rerun" or "ask", got {excerpt(repr(on_recovery), 80)}'
+        )
+    if on_recovery == "ask" and max_retries:
+        raise UserError(
+            f'{owner}: on_recovery="ask" runs a call at most once, so max_retries must be 0 '
+            f"or None, got {max_retries!r}"
+        )
 
 
 def is_amount(value: object) -> TypeGuard[int | float]:

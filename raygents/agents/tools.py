@@ -31,6 +31,7 @@ from raygents.agents.toolguardrails import (
     check_tool_guardrails,
 )
 from raygents.core.context import IsEnabled, NeedsApproval, RunContext, is_enabled
+from raygents.core.doubt import OnRecovery
 from raygents.core.messages import ToolCall, ToolResult, ToolSpec
 from raygents.core.schema import drop_defaulted_nulls
 from raygents.core.toolcall import ToolContext, result_text, split_arguments
@@ -70,6 +71,7 @@ class Tool:
     needs_approval: NeedsApproval = False
     remote: bool = True
     is_enabled: IsEnabled = True
+    on_recovery: OnRecovery = "rerun"
     tool_input_guardrails: tuple[ToolInputGuardrail, ...] = ()
     """Checks run in the agent actor before each call (see
     :mod:`~raygents.agents.toolguardrails`)."""
@@ -112,6 +114,7 @@ class Tool:
             needs_approval=self.needs_approval,
             remote=self.remote,
             is_enabled=self.is_enabled,
+            on_recovery=self.on_recovery,
         )
 
     def __repr__(self) -> str:
@@ -293,6 +296,7 @@ def tool(
     needs_approval: NeedsApproval = False,
     remote: bool = True,
     is_enabled: IsEnabled = True,
+    on_recovery: OnRecovery = "rerun",
     tool_input_guardrails: Sequence[ToolInputGuardrail] | None = None,
     tool_output_guardrails: Sequence[ToolOutputGuardrail] | None = None,
 ) -> Callable[[F], FunctionTool]: ...
@@ -312,6 +316,7 @@ def tool(
     needs_approval: NeedsApproval = False,
     remote: bool = True,
     is_enabled: IsEnabled = True,
+    on_recovery: OnRecovery = "rerun",
     tool_input_guardrails: Sequence[ToolInputGuardrail] | None = None,
     tool_output_guardrails: Sequence[ToolOutputGuardrail] | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
@@ -338,6 +343,11 @@ def tool(
         is_enabled: whether the model is offered the tool: a bool, or a predicate
             ``(ctx, agent) -> bool`` (sync or async) asked in the agent actor each time the
             agent becomes active.
+        on_recovery: what recovery does with a call that started but left no result (its
+            agent's actor or node died, or its task was lost): ``"rerun"`` (default) runs it
+            again with the same idempotency key; ``"ask"`` runs it at most once: the run stops
+            ``"in_doubt"`` (``RunInDoubt``) until ``resume(..., resolutions=...)`` says to run
+            it again or gives its result. For effects whose other side ignores idempotency keys.
         tool_input_guardrails: ``@tool_input_guardrail`` checks run in the agent actor
             before each call's task starts (see :mod:`~raygents.agents.toolguardrails`).
         tool_output_guardrails: ``@tool_output_guardrail`` checks run in the agent actor
@@ -356,6 +366,7 @@ def tool(
         needs_approval=needs_approval,
         remote=remote,
         is_enabled=is_enabled,
+        on_recovery=on_recovery,
     )
     check_options(owner, options)
     check_tool_guardrails(owner, tool_input_guardrails, tool_output_guardrails)

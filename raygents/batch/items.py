@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 BatchStatus = Literal["completed", "failed", "suspended", "interrupted"]
-"""How an item ended: ``interrupted`` is a run awaiting approval of tool calls."""
+"""How an item ended: ``interrupted`` is a run awaiting approval of tool calls, or in doubt."""
 
 MAX_JOB_ID_LENGTH = 90
 """The longest job id: its shards' names are store key segments of at most 128 characters."""
@@ -75,7 +75,8 @@ class BatchResult:
         skipped: items an earlier run of the job had completed.
         failed: items failed.
         suspended: items suspended (a re-run of the job resumes them).
-        interrupted: items awaiting approval of tool calls (``raygents.resume`` them).
+        interrupted: items awaiting approval of tool calls, or in doubt (``raygents.resume``
+            them).
         usage: tokens of the completed items.
         output: where the items were written, or None.
         stopped: why the job stopped before its last input (``max_failures`` reached, or

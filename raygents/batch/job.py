@@ -53,6 +53,7 @@ from raygents.core.jobbudget import JobBudget
 from raygents.core.messages import Usage
 from raygents.errors import (
     RaygentsError,
+    RunInDoubt,
     RunInterrupted,
     SuspendedError,
     TooManyRuns,
@@ -593,7 +594,7 @@ class BatchHandle:
             result = await handle
         except SuspendedError as exc:
             return BatchItem(index, run_id, "suspended", error=error_message(exc))
-        except RunInterrupted as exc:
+        except (RunInterrupted, RunInDoubt) as exc:  # (it waits for a person)
             return BatchItem(index, run_id, "interrupted", error=error_message(exc))
         except Exception as exc:
             return BatchItem(index, run_id, "failed", error=error_message(exc))

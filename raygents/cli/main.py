@@ -133,8 +133,8 @@ def parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser(
         "cancel",
         parents=[common, waits],
-        help="stop a run that has not ended: running, suspended or awaiting approval (its "
-        "records stay)",
+        help="stop a run that has not ended: running, suspended, awaiting approval or in doubt "
+        "(its records stay)",
     )
     cancel.add_argument("run_id", type=_run_id, metavar="RUN_ID")
 
@@ -157,6 +157,32 @@ def parser() -> argparse.ArgumentParser:
     approve.add_argument("--all", action="store_true", help="approve every pending call")
     approve.add_argument("--wait", action="store_true", help=_WAIT_HELP)
 
+    resolve = sub.add_parser(
+        "resolve",
+        parents=[common, waits],
+        help="resolve a run's tool calls in doubt (rerun, or give their outcome) and resume it",
+    )
+    resolve.add_argument("run_id", type=_run_id, metavar="RUN_ID")
+    resolve.add_argument("--agent", required=True, help=agent_help)
+    resolve.add_argument(
+        "--rerun", action="append", default=[], metavar="CALL_ID", help="run it again (same key)"
+    )
+    resolve.add_argument(
+        "--done",
+        action="append",
+        default=[],
+        metavar="CALL_ID=TEXT",
+        help="it took effect: TEXT is its result",
+    )
+    resolve.add_argument(
+        "--failed",
+        action="append",
+        default=[],
+        metavar="CALL_ID=TEXT",
+        help="it did not take effect: TEXT is its error result",
+    )
+    resolve.add_argument("--wait", action="store_true", help=_WAIT_HELP)
+
     gc = sub.add_parser(
         "gc",
         parents=[common],
@@ -167,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
         type=_duration,
         metavar="AGE",
         help="runs that ended more than AGE ago (7d, 12h, 30m, 45s; default: the "
-        "namespace's retention, else 7d); running, suspended and awaiting-approval runs "
+        "namespace's retention, else 7d); running, suspended, awaiting-approval and in-doubt runs "
         "are never touched",
     )
     gc.add_argument("--dry-run", action="store_true", help="only print what would be deleted")

@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from raygents.cli.terminal import json_text, visible
 from raygents.core.approvals import PendingApproval
+from raygents.core.doubt import InDoubt
 from raygents.core.events import RunEvent
 from raygents.core.messages import Message, Usage
 
@@ -132,6 +134,7 @@ def detail(
     last_error: str | None = None,
     output: str | None = None,
     pending: Iterable[PendingApproval] = (),
+    in_doubt: Iterable[InDoubt] = (),
     messages: Iterable[Message] | None = None,
     source: str = "cluster",
 ) -> dict[str, Any]:
@@ -148,6 +151,7 @@ def detail(
         "last_error": last_error,
         "output": output,
         "pending": [p.model_dump(mode="json") for p in pending],
+        "in_doubt": [d.model_dump(mode="json") for d in in_doubt],
         "messages": None if messages is None else [message_row(m) for m in messages],
         "source": source,
     }
@@ -170,6 +174,10 @@ def render_detail(doc: Mapping[str, Any], last: int = 20) -> str:
     if pending:
         lines.append("pending approvals")
         lines.extend(f"  {pending_text(p, doc['run_id'])}" for p in pending)
+    doubts = doc.get("in_doubt") or []
+    if doubts:
+        lines.append("calls in doubt (may or may not have had their effect)")
+        lines.extend(f"  {doubt_text(d, doc['run_id'])}" for d in doubts)
     messages = doc.get("messages")
     if messages is None:
         lines.append("conversation  (not kept)")
@@ -191,6 +199,13 @@ def pending_text(p: Mapping[str, Any], run_id: str) -> str:
         f"{visible(p['call_id'])}  {visible(p['agent_name'])}{where}: "
         f"{visible(p['tool_name'])}({visible(p['arguments'])})"
     )
+
+
+def doubt_text(d: Mapping[str, Any], run_id: str) -> str:
+    """A call in doubt of run ``run_id`` (an ``InDoubt``'s fields) in one line: the pending
+    call's, then its idempotency key and when it started."""
+    started = datetime.fromtimestamp(d["started_at"], timezone.utc).isoformat(timespec="seconds")
+    return f"{pending_text(d, run_id)}  key {visible(d['idempotency_key'])}  started {started}"
 
 
 def _conversation_line(row: Mapping[str, Any]) -> str:

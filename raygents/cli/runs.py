@@ -14,6 +14,7 @@ import time
 from typing import Any, TextIO
 
 import raygents as rg
+from raygents.cli import resolve
 from raygents.cli.output import (
     detail,
     event_row,
@@ -43,7 +44,9 @@ __all__ = [
     "run_command",
 ]
 
-_ENDED = frozenset(("completed", "failed", "suspended", "awaiting_approval", "cancelled"))
+_ENDED = frozenset(
+    ("completed", "failed", "suspended", "awaiting_approval", "in_doubt", "cancelled")
+)
 _WHICH_CALLS = "say which calls to approve: --approve ID, --deny ID or --all"
 _LISTENING_S = 5.0  # how long a cluster's address may take to accept a connection
 _SETTINGS_S = 120.0  # how long its coordinator may take to answer
@@ -188,10 +191,12 @@ def check(args: argparse.Namespace) -> None:
     Raises:
         UsageError: it was given something it cannot use.
     """
-    if args.command in ("resume", "approve"):
+    if args.command in ("resume", "approve", "resolve"):
         args.agent = load_agent(args.agent)
     if args.command == "approve" and not (args.all or args.approve or args.deny):
         raise UsageError(_WHICH_CALLS)
+    if args.command == "resolve":
+        _resolutions(args)
 
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
@@ -203,6 +208,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         "cancel": _cancel,
         "resume": _resume,
         "approve": _approve,
+        "resolve": _resolve,
         "events": _events,
         "gc": _gc,
         "budgets": _budgets,
@@ -364,7 +370,12 @@ def _detail(info: rg.RunInfo) -> dict[str, Any]:
     if state is None:
         return detail(info.run_id, **base)
     return detail(
-        info.run_id, **base, usage=state.usage, pending=state.pending, messages=state.messages
+        info.run_id,
+        **base,
+        usage=state.usage,
+        pending=state.pending,
+        in_doubt=state.in_doubt,
+        messages=state.messages,
     )
 
 
@@ -399,7 +410,7 @@ def _cancel(args: argparse.Namespace, out: TextIO) -> int:
     awaiting-approval one is cancelled where it lies (its pending calls can no longer be
     approved)."""
     info = _info(args.run_id)
-    if info.status in ("suspended", "awaiting_approval"):
+    if info.status in ("suspended", "awaiting_approval", "in_doubt"):
         rg.cancel(args.run_id)
         doc = _detail(_info(args.run_id))
         if args.json:
@@ -447,6 +458,32 @@ def _approve(args: argparse.Namespace, out: TextIO) -> int:
     return _started(handle, args, out)
 
 
+def _resolve(args: argparse.Namespace, out: TextIO) -> int:
+    """Resolve a run's calls in doubt as read from its newest checkpoint, after showing each
+    with what is done with it; resume refuses them (nothing resolved) if the run's calls in
+    doubt are no longer exactly those."""
+    agent = _agent(args)
+    given = _resolutions(args)
+    info = _info(args.run_id)
+    if info.status != "in_doubt":
+        raise CommandFailed(f"run {args.run_id!r} is {info.status}, not in doubt")
+    state = _newest_state(args.run_id)
+    if state is None:
+        raise CommandFailed(f"cannot read the calls in doubt of run {args.run_id!r}")
+    calls = tuple(state.in_doubt)
+    resolve.check_covered(args.run_id, calls, given)
+    resolve.show_resolutions(args.run_id, calls, given, sys.stderr if args.json else out)
+    handle = rg.resume(args.run_id, agent=agent, resolutions=given)
+    return _started(handle, args, out)
+
+
+def _resolutions(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        return resolve.resolutions(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _check_covered(run_id: str, pending: tuple[Any, ...], decisions: dict[str, bool]) -> None:
     """Refuse decisions that do not name exactly the pending calls, before showing them."""
     ids = {p.call_id for p in pending}
@@ -487,7 +524,7 @@ def _report_end(handle: rg.RunHandle, args: argparse.Namespace, out: TextIO, act
         raise CommandFailed(
             f"run {handle.run_id!r} did not {action} within {args.timeout} s"
         ) from None
-    except (rg.SuspendedError, rg.RunInterrupted, rg.RunCancelled):
+    except (rg.SuspendedError, rg.RunInterrupted, rg.RunInDoubt, rg.RunCancelled):
         pass
     except RaygentsError as exc:
         _print_end(handle, args, out, error=str(exc))

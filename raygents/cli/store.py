@@ -110,6 +110,7 @@ class StoreReader:
             usage=state.usage,
             last_error=found.error,
             pending=state.pending,
+            in_doubt=state.in_doubt,
             messages=state.messages,
             source="store",
         )

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from raygents.core.approvals import ApprovalDecision, PendingApproval
 from raygents.core.contextdata import StoredContext
+from raygents.core.doubt import InDoubt, Resolution
 from raygents.core.messages import Message, ToolResult, Usage
 from raygents.errors import RaygentsError
 
@@ -124,6 +125,13 @@ class RunState(BaseModel):
     """Decisions for calls of the pending batch, by call id."""
     pending: tuple[PendingApproval, ...] = ()
     """Calls waiting for approval (this run's and its children's)."""
+    started: dict[str, float] = Field(default_factory=dict)
+    """The pending batch's ``on_recovery="ask"`` calls whose start is recorded, with when
+    (``time.time()``): one of them without a journal entry on a resume may have run."""
+    resolutions: dict[str, Resolution] = Field(default_factory=dict)
+    """Decisions on calls in doubt of the pending batch, by call id (used up as it runs)."""
+    in_doubt: tuple[InDoubt, ...] = ()
+    """Calls in doubt (this run's and its children's): the run waits for resolutions."""
     turn_limit: int | None = None
     """The active agent's turn limit as checkpointed; wins over the live agent's on resume."""
     epoch: int = 0
@@ -194,6 +202,8 @@ class Envelope:
     """The run continues from a checkpoint: its agent-as-tool children may have their own."""
     approvals: dict[str, ApprovalDecision] = field(default_factory=dict)
     """Decisions given to ``resume``, for this run and its children."""
+    resolutions: dict[str, Resolution] = field(default_factory=dict)
+    """Resolutions of calls in doubt given to ``resume``, for this run and its children."""
 
 
 OutcomeKind = Literal["completed", "failed", "suspended", "interrupted", "handoff"]

@@ -483,7 +483,13 @@ def on_results(
         for s, r in zip(batch.steps, results, strict=True)
     )
     state = state.evolve(
-        messages=(*state.messages, *tool_messages), journal={}, approvals={}, pending=()
+        messages=(*state.messages, *tool_messages),
+        journal={},
+        approvals={},
+        pending=(),
+        started={},
+        resolutions={},
+        in_doubt=(),
     )
     final, tool = _final_output(state, view, batch, results)
     if final is not None:

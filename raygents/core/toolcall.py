@@ -15,7 +15,7 @@ from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
-__all__ = ["ToolContext", "clean_text", "result_text", "split_arguments"]
+__all__ = ["ToolContext", "clean_text", "idempotency_key", "result_text", "split_arguments"]
 
 
 _C = TypeVar("_C", default=Any)
@@ -41,7 +41,12 @@ class ToolContext(Generic[_C]):
     @property
     def idempotency_key(self) -> str:
         """A key stable across retries and recovery of this call: ``"<run_id>:<call_id>"``."""
-        return f"{self.run_id}:{self.call_id}"
+        return idempotency_key(self.run_id, self.call_id)
+
+
+def idempotency_key(run_id: str, call_id: str) -> str:
+    """The idempotency key of call ``call_id`` of run ``run_id``."""
+    return f"{run_id}:{call_id}"
 
 
 def split_arguments(

@@ -11,7 +11,13 @@ import ray
 from raygents.agents.agent import Agent
 from raygents.core.jobbudget import JobBudget
 from raygents.core.messages import Usage
-from raygents.errors import RaygentsError, RunInterrupted, SuspendedError, UserError
+from raygents.errors import (
+    RaygentsError,
+    RunInDoubt,
+    RunInterrupted,
+    SuspendedError,
+    UserError,
+)
 from raygents.ids import validate_id
 from raygents.runtime.driver.runchecks import check_run_limits
 
@@ -221,7 +227,7 @@ def _ended(
         result = handle.result()
     except SuspendedError as exc:
         return None, "suspended", exc.message, None
-    except RunInterrupted as exc:
+    except (RunInterrupted, RunInDoubt) as exc:  # (it waits for a person)
         return None, "interrupted", exc.message, None
     except RaygentsError as exc:
         return None, "failed", exc.message or type(exc).__name__, None

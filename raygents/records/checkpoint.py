@@ -55,7 +55,9 @@ FULL_RATIO = 4
 _MIN_FULL = 4096  # bytes: short histories are not worth a full record per delta
 # Run state fields a replay derives from the records themselves, so bodies leave them out.
 _DERIVED = {"messages", "run_id", "seq", "recorded", "since_full", "full_size"}
-Status = Literal["running", "suspended", "awaiting_approval", "failed", "completed", "cancelled"]
+Status = Literal[
+    "running", "suspended", "awaiting_approval", "in_doubt", "failed", "completed", "cancelled"
+]
 Record = dict[str, Any]
 Body = dict[str, Any]
 _NONE = object()

@@ -43,7 +43,7 @@ MAX_EPOCH = 2**31
 _RECORD_NAME = re.compile(r"(\d{10})(?:\.(\d+))?\.ckpt")  # the names of checkpoint.key_for
 _MARK_NAME = re.compile(r"(fence|done)\.(\d{1,12})")
 _STATUSES = frozenset(
-    ("running", "suspended", "awaiting_approval", "failed", "completed", "cancelled")
+    ("running", "suspended", "awaiting_approval", "in_doubt", "failed", "completed", "cancelled")
 )
 _ERROR_CHARS = 2000
 UNKNOWN = "unknown"

@@ -3,7 +3,7 @@ are past it, and removing them (the coordinator's background expiry and ``raygen
 
 Only ended runs (completed, failed, cancelled) are ever removed, by the age of their end:
 the marker's end time for a completed run, its newest record's for a failed or cancelled
-one. Running, suspended and awaiting-approval runs, and runs whose keys, records or
+one. Running, suspended, awaiting-approval and in-doubt runs, and runs whose keys, records or
 completion marker cannot be read (a key not given, damage, a planted file: when they ended
 is unknown), are never touched; ``scan`` lists those apart. A run's records go before its
 completion marker, so a removal cut short leaves a run that is still completed (never one

@@ -33,7 +33,14 @@ __all__ = [
 ]
 
 RunStatus = Literal[
-    "pending", "running", "suspended", "awaiting_approval", "completed", "failed", "cancelled"
+    "pending",
+    "running",
+    "suspended",
+    "awaiting_approval",
+    "in_doubt",
+    "completed",
+    "failed",
+    "cancelled",
 ]
 """Where a run stands: what :meth:`~raygents.RunHandle.status` and the run table say."""
 
@@ -110,6 +117,8 @@ def outcome_status(outcome: Outcome) -> RunStatus:
     handoff that comes back as an outcome ended nowhere: the run failed)."""
     if outcome.kind == "failed" and isinstance(outcome.error, RunCancelled):
         return "cancelled"
+    if outcome.kind == "interrupted" and outcome.state.in_doubt:
+        return "in_doubt"
     return _STATUS_OF.get(outcome.kind, "failed")
 
 

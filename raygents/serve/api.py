@@ -18,6 +18,7 @@ from raygents.errors import RaygentsError
 from raygents.serve import auth
 from raygents.serve.body import (
     ApprovalsRequest,
+    ResolutionsRequest,
     RunRequest,
     ThreadRunRequest,
     parse_json,
@@ -198,6 +199,17 @@ def _control_routes(api: FastAPI, service: Service, guarded: list[Any]) -> None:
     async def approve(request: Request, run_id: str) -> dict[str, Any]:
         """Decide each pending call of a run awaiting approval; the run goes on."""
         return await service.approve(run_id, await _json_body(request, ApprovalsRequest))
+
+    @api.post(
+        "/v1/runs/{run_id}/resolutions",
+        dependencies=guarded,
+        tags=["control"],
+        openapi_extra=_body_doc(ResolutionsRequest),
+        responses=_errors(400, 404, 409, 422),
+    )
+    async def resolve(request: Request, run_id: str) -> dict[str, Any]:
+        """Resolve each call in doubt of a run in doubt; the run goes on."""
+        return await service.resolve(run_id, await _json_body(request, ResolutionsRequest))
 
     @api.post(
         "/v1/runs/{run_id}/cancel",

@@ -90,6 +90,21 @@ class ApprovalsRequest(_Body):
     )
 
 
+class Outcome(_Body):
+    """What a call in doubt did, as a person checked it: its result (an error for a failure)."""
+
+    content: str = Field(max_length=100_000, strict=True)
+    is_error: bool = Field(default=False, strict=True)
+
+
+class ResolutionsRequest(_Body):
+    """``POST /v1/runs/{run_id}/resolutions``: a resolution for each call in doubt."""
+
+    resolutions: dict[str, Literal["rerun"] | Outcome] = Field(
+        description='call id: "rerun" (run it again, same key) or {content, is_error}'
+    )
+
+
 async def read_body(headers: dict[str, str], chunks: AsyncIterable[bytes]) -> bytes:
     """The body, refused (413) past :data:`MAX_BODY_BYTES` as soon as that is known: from its
     ``Content-Length`` before reading, else while reading."""

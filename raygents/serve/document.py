@@ -30,7 +30,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-ENDED = frozenset({"completed", "failed", "suspended", "awaiting_approval", "cancelled"})
+ENDED = frozenset(
+    {"completed", "failed", "suspended", "awaiting_approval", "in_doubt", "cancelled"}
+)
 """The statuses of a run that stopped (a suspended or interrupted run may go on later)."""
 
 
@@ -154,6 +156,8 @@ async def run_document(
         doc["usage"] = usage_document(state.usage if state is not None else None)
         if state is not None:
             doc["pending"] = [p.model_dump(mode="json") for p in state.pending]
+            if state.in_doubt:
+                doc["in_doubt"] = [d.model_dump(mode="json") for d in state.in_doubt]
         history = state.messages if state is not None else ()
     if info.status in ("failed", "cancelled"):
         kind = type(error).__name__ if error is not None else _error_type(info.status)

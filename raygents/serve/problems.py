@@ -9,6 +9,7 @@ from raygents.errors import (
     ApprovalDecisionsMismatch,
     PayloadTooLarge,
     RaygentsError,
+    ResolutionsMismatch,
     RunNotFound,
     TooManyRuns,
     UserError,
@@ -43,7 +44,7 @@ def problem_of(exc: RaygentsError) -> Problem:
         return Problem(429, name, str(exc))
     if isinstance(exc, PayloadTooLarge):
         return Problem(413, name, str(exc))
-    if isinstance(exc, ApprovalDecisionsMismatch):
+    if isinstance(exc, (ApprovalDecisionsMismatch, ResolutionsMismatch)):
         return Problem(409, name, str(exc))
     if isinstance(exc, UserError):
         text = str(exc)

@@ -19,7 +19,7 @@ from raygents.errors import (
     UserError,
 )
 from raygents.ids import validate_id
-from raygents.serve.body import ApprovalsRequest, RunRequest
+from raygents.serve.body import ApprovalsRequest, ResolutionsRequest, RunRequest
 from raygents.serve.document import (
     ENDED,
     ask,
@@ -240,6 +240,32 @@ class Service:
             problem = problem_of(exc)
             if problem.type == "ApprovalDecisionsMismatch":
                 problem.fields["pending"] = [p.model_dump(mode="json") for p in pending]
+            raise problem from None
+        await self.keeper.watch.remote(run_id, None)
+        return await self._document(run_id)
+
+    async def resolve(self, run_id: str, request: ResolutionsRequest) -> dict[str, Any]:
+        """``POST /v1/runs/{run_id}/resolutions``: a run in doubt goes on with each call in
+        doubt run again or given its result."""
+        run_id = checked_id(run_id)
+        info = await run_info(run_id)
+        if info.status != "in_doubt":
+            raise Problem(409, "RunNotResumable", f"run {run_id!r} is {info.status}, not in_doubt")
+        state = await run_state(run_id)
+        if state is None:
+            raise Problem(409, "RunNotResumable", f"run {run_id!r} has no readable checkpoint")
+        doubts = [d.model_dump(mode="json") for d in state.in_doubt]
+        resolutions: dict[str, Any] = {
+            call_id: r if r == "rerun" else rg.ToolResult(r.content, is_error=r.is_error)
+            for call_id, r in request.resolutions.items()
+        }
+        agent = self._agent_for(state.start_agent or info.agent_name, info.agent_name)
+        try:
+            await asyncio.to_thread(rg.resume, run_id, agent=agent, resolutions=resolutions)
+        except RaygentsError as exc:
+            problem = problem_of(exc)
+            if problem.type == "ResolutionsMismatch":
+                problem.fields["in_doubt"] = doubts
             raise problem from None
         await self.keeper.watch.remote(run_id, None)
         return await self._document(run_id)

@@ -159,12 +159,12 @@ def run_started(agent: str, *, resumed: bool) -> None:
 
 def run_ended(agent: str, outcome: Outcome) -> None:
     """A run stopped on ``agent`` (a handoff is no end): completed, failed, cancelled,
-    suspended or awaiting_approval."""
+    suspended, awaiting_approval or in_doubt."""
     status: str = outcome.kind
     if status == "handoff":
         return
     if status == "interrupted":
-        status = "awaiting_approval"
+        status = "in_doubt" if outcome.state.in_doubt else "awaiting_approval"
     elif status == "failed" and type(outcome.error).__name__ == "RunCancelled":
         status = "cancelled"
     _inc("runs_ended", {"agent": agent, "status": status})

@@ -528,3 +528,28 @@ async def test_an_agent_with_unusable_parameters_fails_when_its_view_is_built() 
     await actor.resolve_tools()
     with pytest.raises(UserError, match=r"tool 'hand_written' has parameters that cannot be used"):
         actor.toolbox.base_view()
+
+
+# --- on_recovery ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["maybe", "ASK", None, True, ("ask",)])
+def test_on_recovery_is_rerun_or_ask(bad: object) -> None:
+    with pytest.raises(rg.UserError, match='on_recovery must be "rerun" or "ask"'):
+        rg.tool(on_recovery=bad)  # type: ignore[arg-type]
+
+
+def test_an_ask_tool_is_never_retried_by_ray() -> None:
+    with pytest.raises(rg.UserError, match="at most once, so max_retries must be 0"):
+        rg.tool(on_recovery="ask", max_retries=2)
+
+    @rg.tool(on_recovery="ask")
+    def charge(amount: int) -> str:
+        """Charge."""
+        return str(amount)
+
+    from raygents.runtime.worker.tasks import task_options
+
+    assert charge.on_recovery == "ask" and charge.options().on_recovery == "ask"
+    assert task_options(charge)["max_retries"] == 0
+    assert "max_retries" not in task_options(rg.tool(lambda: "x", name="x"))

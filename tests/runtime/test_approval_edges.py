@@ -194,3 +194,38 @@ def test_a_new_call_with_other_arguments_needs_a_new_approval(guarded: Ledger) -
     ).result(timeout_s=60)
     assert last.final_output.startswith("wiped db | ")
     ran_once_with(guarded, "db")
+
+
+@rg.tool(num_cpus=0)
+def slow_lookup(ctx: rg.ToolContext) -> str:
+    """Look something up, slowly (it ends after its sibling child stopped for approval)."""
+    record(ctx.context["ledger"], "start", ctx.idempotency_key)
+    time.sleep(4.0)
+    return "looked up"
+
+
+def test_a_sibling_that_finished_after_a_child_stopped_is_not_run_again(guarded: Ledger) -> None:
+    tag = os.urandom(2).hex()
+
+    def child_reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        done = [m.text for m in req.messages if m.role == "tool"]
+        return text(done[0]) if done else calls(call("wipe", {"target": "db"}, id="w1"))
+
+    child = rg.Agent(f"wiper_{tag}", tools=[wipe(0.0)], model=FunctionModel(child_reply))
+
+    def boss_reply(req: rg.ModelRequest) -> rg.ModelResponse:
+        done = sorted(m.text or "" for m in req.messages if m.role == "tool")
+        if done:
+            return text(" + ".join(done))
+        return calls(call(child.name, {"input": "wipe"}, id="c1"), call("slow_lookup", {}, id="l1"))
+
+    boss = rg.Agent(
+        f"boss_{tag}", tools=[child.as_tool(), slow_lookup], model=FunctionModel(boss_reply)
+    )
+    handle = rg.start(boss, "go", context={"ledger": str(guarded.path)})
+    with pytest.raises(rg.RunInterrupted) as caught:
+        handle.result(timeout_s=60)
+    (pending,) = caught.value.pending
+    result = rg.resume(handle.run_id, agent=boss, approvals={pending.call_id: True}).result(60)
+    assert result.final_output.startswith("looked up + ")
+    assert guarded.starts()[f"{handle.run_id}:l1"] == 1, "its result was in the stop's record"

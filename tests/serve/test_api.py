@@ -3,7 +3,9 @@ status and shape, OpenAPI, the health check, approvals, cancel, suspend and resu
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -38,6 +40,21 @@ def wipe(target: str) -> str:
     return f"wiped {target}"
 
 
+@rg.tool(on_recovery="ask", remote=False)
+def charge(ctx: rg.ToolContext, amount: int) -> str:
+    """Charge a card; the first call's agent process dies in it (a crash mid-call)."""
+    marker = Path(ctx.context["marker"])
+    if not marker.exists():
+        marker.touch()
+        os._exit(1)
+    return f"charged {amount}"
+
+
+def cashier(req: rg.ModelRequest) -> rg.ModelResponse:
+    done = [m.text for m in req.messages if m.role == "tool"]
+    return text(f"result: {done[0]}") if done else calls(call("charge", {"amount": 5}, id="c1"))
+
+
 def napper(req: rg.ModelRequest) -> rg.ModelResponse:
     naps = sum(m.role == "tool" for m in req.messages)
     if naps < 3:
@@ -66,6 +83,7 @@ AGENTS = [
     rg.Agent("napper", tools=[nap], model=FunctionModel(napper)),
     rg.Agent("wiper", tools=[wipe], model=FunctionModel(wiper)),
     rg.Agent("failing", model=FunctionModel(failing)),
+    rg.Agent("cashier", tools=[charge], model=FunctionModel(cashier)),
 ]
 
 
@@ -107,6 +125,7 @@ def test_the_openapi_document_names_every_route(served: Served) -> None:
         "/v1/runs/{run_id}/messages",
         "/v1/runs/{run_id}/events",
         "/v1/runs/{run_id}/approvals",
+        "/v1/runs/{run_id}/resolutions",
         "/v1/runs/{run_id}/cancel",
         "/v1/runs/{run_id}/suspend",
         "/v1/runs/{run_id}/resume",
@@ -205,6 +224,26 @@ def test_a_run_awaiting_approval_goes_on_once_decided(served: Served) -> None:
     done = served.until(run, "completed")
     assert done["output"] == "result: wiped db"
     error_of(served.post(f"/v1/runs/{run}/approvals", {"decisions": {"w1": True}}), 409)
+
+
+def test_a_run_in_doubt_goes_on_once_resolved(served: Served, tmp_path: Path) -> None:
+    context = {"marker": str(tmp_path / "crashed")}
+    body = {"agent": "cashier", "input": "charge 5", "context": context}
+    run = served.post("/v1/runs", body).json()["run_id"]
+    doc = served.until(run, "in_doubt", timeout_s=120)
+    (doubt,) = doc["in_doubt"]
+    assert (doubt["call_id"], doubt["tool_name"]) == ("c1", "charge")
+    assert doubt["idempotency_key"] == f"{run}:c1"
+    path = f"/v1/runs/{run}/resolutions"
+    mismatch = error_of(served.post(path, {"resolutions": {"c9": "rerun"}}), 409)
+    assert mismatch["type"] == "ResolutionsMismatch"
+    assert [d["call_id"] for d in mismatch["in_doubt"]] == ["c1"]  # type: ignore[index]
+    error_of(served.post(path, {"resolutions": {"c1": "again"}}), 422)
+    error_of(served.post(path, {"resolutions": {"c1": {"content": 5}}}), 422)
+    answer = served.post(path, {"resolutions": {"c1": {"content": "declined", "is_error": True}}})
+    assert answer.status_code == 200, answer.text
+    assert served.until(run, "completed")["output"] == "result: declined"
+    error_of(served.post(path, {"resolutions": {"c1": "rerun"}}), 409)
 
 
 def test_a_denial_with_a_message_reaches_the_model(served: Served) -> None:

@@ -21,7 +21,7 @@ from raygents.agents.guardrails import run_input_guardrails, run_output_guardrai
 from raygents.agents.hooks import fire
 from raygents.agents.tools import Tool
 from raygents.agents.tooluse import final_value
-from raygents.core import loop
+from raygents.core import loop, recovered
 from raygents.core.context import RunContext
 from raygents.core.contextdata import apply, assign, capture, revive, to_plain
 from raygents.core.envelope import Envelope, Outcome, RunState, SuspendRequest
@@ -29,6 +29,7 @@ from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.core.pricing import Price
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
+from raygents.records import checkpoint
 from raygents.runtime.actor import spending
 from raygents.runtime.actor.compactor import Compactor
 from raygents.runtime.actor.modelcall import call_model, model_name
@@ -533,15 +534,30 @@ class AgentActor:
         state, gated = loop.gate(state, batch, needs, self.agent.name)
         if isinstance(gated, loop.Interrupt):
             return await self.stops.halt(state, "awaiting_approval", emit), state, batch, False
-        if not state.journal:
-            state = await self.writer.save(state, "running", emit)  # the intent: never ask again
+        ask = self.calls.asks(gated)
+        resolved = bool(state.resolutions)
+        state, stop = recovered.settle(state, gated, ask, self.agent.name)
+        if stop:
+            return await self.stops.halt(state, "in_doubt", emit), state, batch, False
+        marked = recovered.mark_started(state, gated, ask, time.time())
+        if not state.journal or resolved or marked is not state:
+            # the intent: never ask again; and the "ask" calls that start, durable first
+            state = await self.writer.save(marked, "running", emit, durable=marked is not state)
         results, state, halts, journaled = await self.calls.run_batch(state, envelope, gated, emit)
         state = self._capture(state, envelope)  # (hooks, callbacks, remote=False tools)
-        if halts:
-            pending = tuple(p for h in halts if h.kind == "interrupted" for p in h.state.pending)
-            if pending:
-                state = state.evolve(pending=pending)
-                return await self.stops.halt(state, "awaiting_approval", emit), state, batch, False
+        lost = [
+            recovered.in_doubt(state, s.call, self.agent.name)
+            for s, r in zip(gated.steps, results, strict=True)
+            if r.lost and isinstance(s, loop.Execute)
+        ]
+        if halts or lost:
+            waiting = [h.state for h in halts if h.kind == "interrupted"]
+            pending = tuple(p for w in waiting for p in w.pending)
+            doubts = (*lost, *(d for w in waiting for d in w.in_doubt))
+            if pending or doubts:
+                state = state.evolve(pending=pending, in_doubt=doubts)
+                status: checkpoint.Status = "in_doubt" if doubts else "awaiting_approval"
+                return await self.stops.halt(state, status, emit), state, batch, False
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self.stops.halt(state, "suspended", emit, cause=cause), state, batch, False
         state = self._apply_writes(state, envelope, results)

@@ -165,6 +165,7 @@ async def run_child(
         activate=fresh,
         resumed=not fresh,
         approvals=envelope.approvals,
+        resolutions=envelope.resolutions,
     )
     try:
         outcome = await drive(
@@ -260,4 +261,11 @@ async def _resumable(directory: Directory, child_id: str, envelope: Envelope) ->
         return None
     mine = {p.call_id for p in child.pending}
     decisions = {k: v for k, v in envelope.approvals.items() if k in mine}
-    return child.evolve(approvals={**child.approvals, **decisions}, pending=())
+    doubted = {d.call_id for d in child.in_doubt if d.run_id in ("", child.run_id)}
+    resolved = {k: v for k, v in envelope.resolutions.items() if k in doubted}
+    return child.evolve(
+        approvals={**child.approvals, **decisions},
+        pending=(),
+        resolutions={**child.resolutions, **resolved},
+        in_doubt=(),
+    )

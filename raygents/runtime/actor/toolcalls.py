@@ -93,6 +93,16 @@ class ToolCalls:
                 needs.add(step.call.id)
         return frozenset(needs)
 
+    def asks(self, batch: loop.RunTools) -> frozenset[str]:
+        """The ids of the batch's calls of ``on_recovery="ask"`` tools."""
+        tools = self.toolbox.tools()
+        return frozenset(
+            s.call.id
+            for s in batch.steps
+            if isinstance(s, loop.Execute)
+            and getattr(tools.get(s.call.name), "on_recovery", "rerun") == "ask"
+        )
+
     async def run_batch(
         self, state: RunState, envelope: Envelope, batch: loop.RunTools, emit: Emit
     ) -> tuple[list[StepResult], RunState, list[Outcome], bool]:
@@ -105,7 +115,7 @@ class ToolCalls:
             started = time.perf_counter()
             out = await self.run_step(journal.state, envelope, step, emit)
             took = time.perf_counter() - started
-            if isinstance(step, loop.Execute) and out.halt is None:
+            if isinstance(step, loop.Execute) and out.halt is None and not out.lost:
                 journal.finished(took, step.call.id, out.result, out.writes)
             else:
                 journal.finished(took)
@@ -122,6 +132,8 @@ class ToolCalls:
                 state = state.evolve(usage=state.usage + r.usage)
                 complete = False  # children's usage is not in the journal
         halts = [r.halt for r in results if r.halt is not None]
+        if halts or any(r.lost for r in results):  # the run stops: its record keeps what finished
+            state = state.evolve(journal=dict(journal.entries), context_writes=dict(journal.writes))
         return results, state, halts, complete
 
     async def run_step(

@@ -144,10 +144,11 @@ class RecordWriter:
         """Start writing a checkpoint record; the new state and the pending write (or None).
 
         Sequence numbers are taken here, synchronously, so concurrent writes never collide.
-        In ``exit`` mode only records of runs that stop here are written.
+        In ``exit`` mode only records of runs that stop here are written, and ``durable``
+        ones (a batch's intent before its ``on_recovery="ask"`` calls start).
         """
         settings = self.directory.cached_settings()
-        if settings.durability == "exit" and status == "running":
+        if settings.durability == "exit" and status == "running" and not durable:
             return state, None
         run_id = state.run_id
         last = self._bodies.get(run_id)

@@ -43,7 +43,7 @@ __all__ = ["Coordinator", "RunInfo"]  # (RunInfo lives in runtime.runinfo)
 
 log = logging.getLogger("raygents")
 
-_STOPPED = ("suspended", "awaiting_approval")
+_STOPPED = ("suspended", "awaiting_approval", "in_doubt")
 _CANCELLER = "raygents:cancel"  # (the owner of the dispatch that stores a stopped run's cancel)
 _CANCELLED = "run cancelled"
 

@@ -31,6 +31,7 @@ from raygents.records.runinfo import RunInfo, RunStatus, RunSummary
 from raygents.runtime.coordinator.relay import KEEP
 from raygents.runtime.driver.client import Runtime, current
 from raygents.runtime.driver.handle import RunHandle
+from raygents.runtime.driver.runchecks import in_doubt_error
 from raygents.runtime.driver.snapshot import known_agent
 from raygents.runtime.link.drive import SuspendToken
 
@@ -194,6 +195,15 @@ async def _resolve(
         error = SuspendedError(
             "agent run suspended", run_id=handle.run_id, cause=SUSPEND_FOR_CHECKPOINT
         )
+    elif info.status == "in_doubt":
+        state = await _newest_state(rt, handle.run_id)
+        calls = list(state.in_doubt) if state is not None else []
+        error = in_doubt_error(handle.run_id, calls)
+        if emit:
+            data = {"pending": [], "in_doubt": [d.model_dump() for d in calls]}
+            handle._relayed(RunEvent(type="interrupted", data=data, **base))
+        handle._resolve(None, error, status)
+        return
     elif info.status == "awaiting_approval":
         pending = await _pending(rt, handle.run_id)
         error = RunInterrupted(

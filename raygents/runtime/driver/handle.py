@@ -331,7 +331,7 @@ class RunHandle:
         approval) is cancelled where it lies, as :func:`raygents.cancel` does (which waits
         for it, and raises what goes wrong).
         """
-        if self.done() and self._status in ("suspended", "awaiting_approval"):
+        if self.done() and self._status in ("suspended", "awaiting_approval", "in_doubt"):
             done = self._runtime.submit(_cancel_stopped(self._runtime, self.run_id))
             done.add_done_callback(_logged_failure(self.run_id))
             return

@@ -25,6 +25,7 @@ from raygents.records.runinfo import RunStatus, outcome_entry, outcome_status
 from raygents.runtime.driver.client import Runtime
 from raygents.runtime.driver.handle import RunHandle
 from raygents.runtime.driver.hookrelay import HookRelay
+from raygents.runtime.driver.runchecks import in_doubt_error
 from raygents.runtime.link.drive import drive
 from raygents.runtime.link.ending import failure_of, terminal_event
 
@@ -181,6 +182,8 @@ def _finish(
             cause=outcome.cause,
             checkpoint=inline,
         )
+    elif outcome.kind == "interrupted" and state.in_doubt:
+        error = in_doubt_error(state.run_id, list(state.in_doubt))
     elif outcome.kind == "interrupted":
         pending = list(state.pending)
         durable = state.context is not None or ending.context is None

@@ -1,5 +1,6 @@
 """What ``start`` and ``resume`` check of their arguments before a run is claimed: the run's
-options and limits, its input, its context, and approval decisions."""
+options and limits, its input, its context, approval decisions and resolutions of calls in
+doubt."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from raygents.agents.checks import is_amount
 from raygents.agents.hooks import check_hooks
 from raygents.core.approvals import ApprovalDecision, PendingApproval
 from raygents.core.contextdata import NotDurable, StoredContext, store
+from raygents.core.doubt import InDoubt, Resolution
 from raygents.core.envelope import RunState
 from raygents.core.messages import Message, to_messages
 from raygents.core.pricing import check_usd
@@ -19,6 +21,8 @@ from raygents.errors import (
     MAX_PAYLOAD_BYTES,
     ApprovalDecisionsMismatch,
     PayloadTooLarge,
+    ResolutionsMismatch,
+    RunInDoubt,
     UserError,
 )
 
@@ -26,6 +30,8 @@ __all__ = [
     "RunInput",
     "check_decisions",
     "check_pending",
+    "check_resolutions",
+    "in_doubt_error",
     "check_run_args",
     "check_run_limits",
     "input_messages",
@@ -135,4 +141,32 @@ def check_decisions(
         f"approval decisions must cover exactly the pending calls; missing {missing!r}, "
         f"unknown {unknown!r}",
         run_id=state.run_id,
+    )
+
+
+def check_resolutions(state: RunState, resolutions: dict[str, Resolution]) -> None:
+    """Refuse resolutions that do not cover exactly the run's calls in doubt (none for a run
+    that has none), naming the calls missing and those unknown."""
+    doubted = {d.call_id for d in state.in_doubt}
+    if set(resolutions) == doubted:
+        return
+    missing = sorted(doubted - set(resolutions))
+    unknown = sorted(set(resolutions) - doubted)
+    raise ResolutionsMismatch(
+        f"resolutions must cover exactly the calls in doubt of run {state.run_id!r} "
+        f"(now {sorted(doubted)!r}); missing {missing!r}, unknown {unknown!r}",
+        run_id=state.run_id,
+        missing=missing,
+        unknown=unknown,
+    )
+
+
+def in_doubt_error(run_id: str, calls: list[InDoubt]) -> RunInDoubt:
+    """The error of a run that stopped on ``calls`` in doubt."""
+    named = ", ".join(f"{c.tool_name} ({c.call_id}, key {c.idempotency_key})" for c in calls)
+    return RunInDoubt(
+        f"run stopped in doubt: {len(calls)} tool call(s) may or may not have had their "
+        f"effect: {named}; check each and resume with resolutions",
+        run_id=run_id,
+        calls=calls,
     )

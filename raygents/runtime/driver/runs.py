@@ -7,7 +7,7 @@ import dataclasses
 import inspect
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from raygents.agents.agent import Agent
 from raygents.agents.hooks import RunHooks, wants_model_calls
@@ -15,7 +15,10 @@ from raygents.agents.result import RunResult, TypedResult
 from raygents.agents.runstate import RunState as Waiting
 from raygents.core.approvals import ApprovalDecision, PendingApproval, normalise
 from raygents.core.contextdata import NotDurable, revive
+from raygents.core.doubt import Resolution
+from raygents.core.doubt import normalise as normalise_resolutions
 from raygents.core.envelope import Envelope, RunState, new_run_id
+from raygents.core.messages import ToolResult
 from raygents.core.schema import type_name, type_schema
 from raygents.errors import (
     RaygentsError,
@@ -33,6 +36,7 @@ from raygents.runtime.driver.runchecks import (
     RunInput,
     check_decisions,
     check_pending,
+    check_resolutions,
     check_run_args,
     input_messages,
     run_context,
@@ -405,6 +409,7 @@ def resume(
     *,
     agent: Agent,
     approvals: Mapping[str, ApprovalDecision | bool] | None = None,
+    resolutions: Mapping[str, Literal["rerun"] | ToolResult] | None = None,
     context: Any = None,
     timeout_s: float | None = None,
     hooks: RunHooks | Sequence[RunHooks] | None = None,
@@ -420,6 +425,9 @@ def resume(
         agent: any agent whose graph contains the agents named in the checkpoint.
         approvals: for a run awaiting approval, a decision (``ApprovalDecision`` or bool)
             for exactly each pending call id.
+        resolutions: for a run in doubt (``RunInDoubt``), for exactly each call in doubt:
+            ``"rerun"`` runs it again with the same idempotency key, a ``ToolResult`` is
+            taken as its result (the outcome a person checked) and the call does not run.
         context: the run context for the rest of the run, instead of the one its checkpoint
             keeps (None: that one, as the run left it; a run started with a ``NotDurable``
             context needs it again).
@@ -430,11 +438,13 @@ def resume(
     Raises:
         RunNotFound: no checkpoint exists for ``run_id``.
         ApprovalDecisionsMismatch: ``approvals`` does not cover exactly the pending calls.
+        ResolutionsMismatch: ``resolutions`` does not cover exactly the calls in doubt.
         UserError: ``run_id`` is not a valid run id, or the run already completed, was
             cancelled, runs elsewhere, or names an unknown agent.
     """
     validate_id(run_id, "run id")
     check_run_args(agent, timeout_s, None, hooks=hooks)
+    resolved = normalise_resolutions(resolutions)  # (refused before the run is claimed)
     if context is not None:
         run_context(context)  # (refused before the run is claimed)
     rt = current()
@@ -464,6 +474,7 @@ def resume(
         if _pending is not None:  # (the calls a person was shown: decided on them, or not at all)
             check_pending(state, tuple(_pending))
         decisions = check_decisions(state, normalise(dict(approvals or {})))
+        check_resolutions(state, resolved)
     except BaseException:
         rt.ask(rt.directory.client.unclaim(run_id, before))
         raise
@@ -472,6 +483,8 @@ def resume(
         epoch=epoch,
         approvals={**state.approvals, **{k: v for k, v in decisions.items() if k in mine}},
         pending=(),
+        resolutions=_mine(state, resolved),
+        in_doubt=(),
     )
     state, value = _resumed_context(state, context)
     envelope = Envelope(
@@ -483,6 +496,7 @@ def resume(
         activate=False,
         resumed=True,
         approvals=decisions,
+        resolutions=resolved,
     )
     relay = HookRelay(hooks, graph, value) if hooks is not None else None
     if relay is not None:
@@ -499,6 +513,12 @@ def resume(
         ending=ending,
         numbered_after=numbered_after,
     )
+
+
+def _mine(state: RunState, resolved: dict[str, Resolution]) -> dict[str, Resolution]:
+    """The resolutions of ``state``'s own calls in doubt (not its children's)."""
+    mine = {d.call_id for d in state.in_doubt if d.run_id in ("", state.run_id)}
+    return {**state.resolutions, **{k: v for k, v in resolved.items() if k in mine}}
 
 
 def _resumed_context(state: RunState, context: Any) -> tuple[RunState, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from raygents.core.envelope import Outcome
 from raygents.core.events import RunEvent
 from raygents.errors import RaygentsError
@@ -28,6 +30,8 @@ def terminal_event(outcome: Outcome, error: RaygentsError | None = None) -> RunE
     if outcome.kind == "suspended":
         return RunEvent(type="suspended", error=outcome.cause, **base)
     if outcome.kind == "interrupted":
-        pending = [p.model_dump() for p in state.pending]
-        return RunEvent(type="interrupted", data={"pending": pending}, **base)
+        data: dict[str, Any] = {"pending": [p.model_dump() for p in state.pending]}
+        if state.in_doubt:
+            data["in_doubt"] = [d.model_dump() for d in state.in_doubt]
+        return RunEvent(type="interrupted", data=data, **base)
     return RunEvent(type="error", error=str(failure_of(outcome)), **base)

@@ -30,6 +30,7 @@ __all__ = [
     "run_tool",
     "submit_tool",
     "task_body",
+    "task_options",
     "tool_error",
 ]
 
@@ -51,6 +52,17 @@ class StepResult:
     writes: list[Any] | None = None
     """The call's writes to the run context as plain data (see
     :func:`~raygents.core.contextdata.diff`), applied when its batch ends."""
+    lost: bool = False
+    """The task of an ``on_recovery="ask"`` call was lost (its worker or node died): the call
+    may or may not have had its effect, and is in doubt."""
+
+
+_LOST = (
+    ray.exceptions.WorkerCrashedError,
+    ray.exceptions.NodeDiedError,
+    ray.exceptions.ObjectLostError,
+)
+"""How a tool task that may have run is lost (its worker or node died, or its result)."""
 
 
 def tool_error(name: str, error: object) -> ToolResult:
@@ -70,6 +82,11 @@ def remote_tool(tool: Tool) -> Any:
     It takes the call packed by :func:`submit_tool` and returns its
     :class:`~raygents.runtime.worker.worker.TaskReport` packed the same way.
     """
+    return ray.remote(task_body(tool)).options(**task_options(tool))
+
+
+def task_options(tool: Tool) -> dict[str, Any]:
+    """The Ray options of ``tool``'s tasks: its name, resources and retries."""
     options: dict[str, Any] = {"name": f"tool:{tool.name}"}
     if tool.num_cpus is not None:
         options["num_cpus"] = tool.num_cpus
@@ -79,7 +96,9 @@ def remote_tool(tool: Tool) -> Any:
         options["resources"] = dict(tool.resources)
     if tool.max_retries is not None:
         options["max_retries"] = tool.max_retries
-    return ray.remote(task_body(tool)).options(**options)
+    elif tool.on_recovery == "ask":  # (a retry would run a call that may have had its effect)
+        options["max_retries"] = 0
+    return options
 
 
 def task_body(tool: Tool) -> Any:
@@ -149,7 +168,13 @@ async def run_tool(
     task = cache.get(tool.name)
     if task is None:
         task = cache[tool.name] = remote_tool(tool)
-    ref = submit_tool(task, ctx, payload)
+    return await _run_task(tool, submit_tool(task, ctx, payload))
+
+
+async def _run_task(tool: Tool, ref: Any) -> StepResult:
+    """Wait for the task of a call (``ref``), which never outlives the wait: a call no node
+    can hold, one past its timeout and one of a cancelled run cancel it. Failures become
+    error results."""
     wanted = demand(tool)
     try:
         if wanted and tool.timeout_s is None:  # (with one, it waits that long for a node)
@@ -168,10 +193,11 @@ async def run_tool(
         why = await unplaceable(wanted) if wanted else None
         waited = f"timed out after {tool.timeout_s} s"
         return StepResult(tool_error(tool.name, waited if why is None else f"{waited}: {why}"))
-    except ray.exceptions.WorkerCrashedError:
-        return StepResult(
-            tool_error(tool.name, "the worker process running it crashed (no retries left)")
-        )
+    except _LOST as exc:
+        error = "the worker process running it crashed (no retries left)"
+        if not isinstance(exc, ray.exceptions.WorkerCrashedError):
+            error = f"its task was lost: {type(exc).__name__}"
+        return StepResult(tool_error(tool.name, error), lost=tool.on_recovery == "ask")
     except ray.exceptions.RayError as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         return StepResult(tool_error(tool.name, f"{type(exc).__name__}: {first_line}"))
