@@ -124,3 +124,18 @@ def test_tools_run_on_the_nodes_that_have_what_they_reserve(scenarios: Scenarios
     overlaps = [(a, b) for a, b in itertools.pairwise(gpus) if b[0] < a[1]]
     assert overlaps == [], "one GPU at a time"
     assert gpus[0][2] == 6, "the CPU tools ran while the first GPU tool held the GPU"
+
+
+@pytest.mark.timeout(600)
+def test_a_call_in_doubt_when_its_agents_node_is_lost_is_resolved_not_run_twice(
+    scenarios: Scenarios,
+) -> None:
+    """``on_recovery="ask"``: the node of the agent actor goes while the call runs."""
+    report = scenarios.run("in_doubt_node")
+    assert report.get("error") is None
+    assert report["in_doubt"] == [["charge0", "charge"]] and report["status"] == "in_doubt"
+    assert report["starts_before"] == 1, "the call in doubt was not run again on recovery"
+    assert report["effects_before"] <= 1
+    assert report["output"] == "charged 5"
+    assert report["starts_after"] == 2, "resolved with rerun: it ran once more"
+    assert report["effects_after"] == report["effects_before"] + 1

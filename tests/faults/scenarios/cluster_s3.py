@@ -19,6 +19,8 @@ Modes:
     file_store        one run with a ``file://`` store while agent actors are on a worker.
     placement         two more nodes, one that declares a GPU and one a custom resource: where
                       the tools that reserve them run, and a fan-out that queues for the GPU.
+    in_doubt_node     the node of the agent actor is removed while an ``on_recovery="ask"``
+                      tool runs (then replaced): the run stops in doubt, and is resolved.
 """
 
 from __future__ import annotations
@@ -165,6 +167,82 @@ def _placement(cluster: Cluster, proxy: FaultProxy, work: Path) -> dict[str, Any
         cluster.remove_node(special)
 
 
+def charge_tool(work: Path) -> rg.Tool:
+    """A tool whose effect must not happen twice; it notes its starts and effects in ``work``."""
+    ledger = work / "charges.jsonl"
+
+    @rg.tool(num_cpus=0.5, on_recovery="ask")
+    def charge(ctx: rg.ToolContext, amount: int) -> str:
+        """Charge a card (the other side ignores idempotency keys)."""
+        with open(ledger, "a") as f:
+            f.write(json.dumps({"event": "start", "key": ctx.idempotency_key}) + "\n")
+        time.sleep(3.0)
+        with open(ledger, "a") as f:
+            f.write(json.dumps({"event": "effect", "key": ctx.idempotency_key}) + "\n")
+        return f"charged {amount}"
+
+    return charge
+
+
+def charge_reply(request: rg.ModelRequest) -> rg.ModelResponse:
+    results = [m.text or "" for m in request.messages if m.role == "tool"]
+    if results:
+        return text(" | ".join(results))
+    return calls(call("charge", {"amount": 5}, id="charge0"))
+
+
+def _charges(work: Path, event: str) -> int:
+    ledger = work / "charges.jsonl"
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    return sum(1 for line in lines if json.loads(line)["event"] == event)
+
+
+def _in_doubt_node(
+    cluster: Cluster, workers: list[Any], proxy: FaultProxy, work: Path
+) -> dict[str, Any]:
+    """Scenario ``in_doubt_node``: ``workers`` is updated with the node that replaces the one
+    removed."""
+    rg.init(
+        namespace="cluster-doubt",
+        store=f"s3://{create_bucket(proxy.endpoint_url)}/runs",
+        heartbeat_s=0.5,
+        stale_after_s=10.0,
+        actor_options={"resources": {"agents": 0.01}},
+        handle_sigterm=False,
+    )
+    report: dict[str, Any] = {"mode": "in_doubt_node"}
+    try:
+        agent = rg.Agent(
+            "cluster_payer", tools=[charge_tool(work)], model=FunctionModel(charge_reply)
+        )
+        handle = rg.start(agent, "pay")
+        deadline = time.time() + 120
+        while _charges(work, "start") < 1 and time.time() < deadline:
+            time.sleep(0.05)
+        node = _agent_node(agent.name)
+        lost = next(w for w in workers if w.node_id == node)
+        cluster.remove_node(lost, allow_graceful=False)
+        workers[workers.index(lost)] = cluster.add_node(num_cpus=2, resources={"agents": 10})
+        try:
+            handle.result(timeout_s=180)
+            report["in_doubt"] = None
+        except rg.RunInDoubt as exc:
+            report["in_doubt"] = [[c.call_id, c.tool_name] for c in exc.calls]
+        report["status"] = handle.status()
+        time.sleep(3.5)  # (a copy of the call on a node that lives on is over by now)
+        report["starts_before"] = _charges(work, "start")
+        report["effects_before"] = _charges(work, "effect")
+        again = rg.resume(handle.run_id, agent=agent, resolutions={"charge0": "rerun"})
+        report["output"] = again.result(timeout_s=180).final_output
+        report["starts_after"] = _charges(work, "start")
+        report["effects_after"] = _charges(work, "effect")
+    except rg.RaygentsError as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        rg.shutdown()
+    return report
+
+
 def _lines(ledger: Path) -> int:
     return len(ledger.read_text().splitlines()) if ledger.exists() else 0
 
@@ -242,6 +320,8 @@ def _scenario(
     work.mkdir(parents=True, exist_ok=True)
     if mode == "placement":
         return _placement(cluster, proxy, work)
+    if mode == "in_doubt_node":
+        return _in_doubt_node(cluster, workers, proxy, work)
     ledger, first = work / "ledger.jsonl", len(proxy.records)
     crunch = crunch_tool(work)
     bucket = create_bucket(proxy.endpoint_url)
