@@ -26,7 +26,6 @@ from raygents.core.context import RunContext
 from raygents.core.contextdata import apply, assign, capture, revive, to_plain
 from raygents.core.envelope import Envelope, Outcome, RunState, SuspendRequest
 from raygents.core.messages import ModelRequest, ModelResponse
-from raygents.core.pricing import Price
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
 from raygents.records import checkpoint
@@ -410,7 +409,8 @@ class AgentActor:
         if checked is not call:
             record, call = False, checked  # (the compaction's record holds the last batch)
         hooks, request = self.agent.hooks, call.request
-        await self._check_spending(state, request)
+        settings, namespace = self.directory.cached_settings(), self.directory.namespace
+        await spending.before_call(settings, namespace, state, request, model_name(self.model()))
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
         )
@@ -463,26 +463,6 @@ class AgentActor:
         if isinstance(checked, loop.Fail):
             raise checked.error
         return state, checked
-
-    async def _check_spending(self, state: RunState, request: ModelRequest) -> None:
-        """Refuse a call that a budget in dollars cannot price, or whose tenant spent its
-        daily budget.
-
-        Raises:
-            UserError: the run has ``max_cost_usd`` and the model no price.
-            UsageLimitExceeded: the tenant reached its budget today.
-        """
-        if state.max_cost_usd is not None and self._price(self.model(), request) is None:
-            raise UserError(
-                f"run {state.run_id!r} has a budget in dollars (max_cost_usd) but agent "
-                f"{self.agent.name!r}'s model {model_name(self.model())!r} has no price: give "
-                "one with init(prices={name: Price(...)}) or ModelSettings(price=Price(...))"
-            )
-        tenant = spending.budgeted(self.directory.cached_settings(), state.tenant)
-        if tenant is not None:
-            over = await spending.check(self.directory.namespace, tenant)
-            if over is not None:
-                raise over
 
     async def _begin(
         self, envelope: Envelope, token: SuspendToken, emit: Emit
@@ -592,21 +572,8 @@ class AgentActor:
             namespace=self.directory.namespace,
             on_turn=on_turn,
         )
-        price = self._price(model, request)
-        if price is not None:
-            response = response.model_copy(update={"usage": response.usage.at_price(price)})
-        tenant = spending.budgeted(self.directory.cached_settings(), state.tenant)
-        if tenant is not None:
-            spending.charge(self.directory.namespace, tenant, response.usage)
-        return response
-
-    def _price(self, model: Model, request: ModelRequest) -> Price | None:
-        """What the model of this call charges: the agent's ``ModelSettings(price=)``, else
-        the namespace's price for its model's name, else None."""
-        if request.settings.price is not None:
-            return request.settings.price
-        name = model_name(model)
-        return self.directory.cached_settings().prices.get(name) if name else None
+        settings, namespace = self.directory.cached_settings(), self.directory.namespace
+        return spending.priced(settings, namespace, state, request, response, model_name(model))
 
     def _on_trip(self, ctx: RunContext) -> Any:
         async def on_trip(name: str, result: Any) -> None:

@@ -9,14 +9,25 @@ from typing import Any
 
 import ray
 
-from raygents.core.messages import Usage
-from raygents.errors import UsageLimitExceeded
+from raygents.core.envelope import RunState
+from raygents.core.messages import ModelRequest, ModelResponse, Usage
+from raygents.core.pricing import Price
+from raygents.errors import UsageLimitExceeded, UserError
 from raygents.ids import DEFAULT_TENANT
 from raygents.models.budgets import BudgetKeeper
 from raygents.runtime.link.coordinator_client import COORDINATOR_NAME, CoordinatorClient
 from raygents.runtime.link.settings import Settings
 
-__all__ = ["KEEPER_NAME", "budgeted", "check", "charge", "keeper"]
+__all__ = [
+    "KEEPER_NAME",
+    "before_call",
+    "budgeted",
+    "charge",
+    "check",
+    "keeper",
+    "price_of",
+    "priced",
+]
 
 log = logging.getLogger("raygents")
 
@@ -97,3 +108,53 @@ async def _charge(namespace: str, tenant: str, usage: Usage) -> None:
         await handle.charge.remote(tenant, usage.total_tokens, usage.cost_usd)
     except Exception as exc:  # a lost charge is logged, never a run's failure
         log.warning("cannot tell the budget keeper of namespace %r: %s", namespace, exc)
+
+
+def price_of(settings: Settings, request: ModelRequest, name: str | None) -> Price | None:
+    """What the model of a call charges: the agent's ``ModelSettings(price=)``, else the
+    namespace's price for the model's name (``name``), else None."""
+    if request.settings.price is not None:
+        return request.settings.price
+    return settings.prices.get(name) if name else None
+
+
+async def before_call(
+    settings: Settings, namespace: str, state: RunState, request: ModelRequest, name: str | None
+) -> None:
+    """Refuse a model call that a budget in dollars cannot price, or whose tenant spent its
+    daily budget.
+
+    Raises:
+        UserError: the run has ``max_cost_usd`` and the model (``name``) no price.
+        UsageLimitExceeded: the tenant reached its budget today.
+    """
+    if state.max_cost_usd is not None and price_of(settings, request, name) is None:
+        raise UserError(
+            f"run {state.run_id!r} has a budget in dollars (max_cost_usd) but agent "
+            f"{state.agent_name!r}'s model {name!r} has no price: give one with "
+            "init(prices={name: Price(...)}) or ModelSettings(price=Price(...))"
+        )
+    tenant = budgeted(settings, state.tenant)
+    if tenant is not None:
+        over = await check(namespace, tenant)
+        if over is not None:
+            raise over
+
+
+def priced(
+    settings: Settings,
+    namespace: str,
+    state: RunState,
+    request: ModelRequest,
+    response: ModelResponse,
+    name: str | None,
+) -> ModelResponse:
+    """``response`` with its usage priced, told to the tenant's budget keeper if it has a
+    daily budget (without waiting)."""
+    price = price_of(settings, request, name)
+    if price is not None:
+        response = response.model_copy(update={"usage": response.usage.at_price(price)})
+    tenant = budgeted(settings, state.tenant)
+    if tenant is not None:
+        charge(namespace, tenant, response.usage)
+    return response
