@@ -13,6 +13,34 @@ from machine import settle, settle_workers
 from sampling import Sampler, idle_footprint
 
 _FLOOR: dict[str, Any] = {}
+_INTENT = b"i" * 580  # (the sizes of a 2-turn run's intent record and marker, K = 4)
+_MARKER = b"m" * 724
+
+
+def _durable_puts(root: str | None) -> Callable[[str, bytes], Any]:
+    """The puts of the floor's durable twin: into a new run directory of a file store at
+    ``root``, each through the file store's own ``put`` (an unnamed file, fsynced, linked,
+    the directory fsynced) on a worker thread, as raygents' agent actor makes them; no-ops
+    without ``root``. Call it in the actor's event loop."""
+    import uuid
+
+    from raygents.stores.file import FileStore
+
+    if not root:
+
+        async def nothing(name: str, data: bytes) -> None:
+            pass
+
+        return nothing
+    store, run_dir = FileStore(root), f"runs/floor-{uuid.uuid4().hex}"
+    # (the run's directory is made beside its first model call, as raygents makes it)
+    made = asyncio.ensure_future(asyncio.to_thread(store.make_dir, f"{run_dir}/"))
+
+    async def put(name: str, data: bytes) -> None:
+        await made
+        await asyncio.to_thread(store.put, f"{run_dir}/{name}", data)
+
+    return put
 
 
 async def marked_turns(bare_task: Any, latency_s: float, k: int) -> list[tuple[str, float]]:
@@ -58,14 +86,22 @@ def floor() -> dict[str, Any]:
         async def ping(self) -> int:
             return 0
 
-        async def tools_turns(self, latency_s: float, k: int, turns: int, local: bool) -> str:
+        async def tools_turns(
+            self, latency_s: float, k: int, turns: int, local: bool, durable: str | None = None
+        ) -> str:
+            """``durable``: a ``file://`` store's root; each tool turn then puts a record
+            before its tasks start and the run puts a marker at its end, the fsynced puts
+            ``sync`` durability makes on a run's path (:func:`durable_twin`)."""
+            put = _durable_puts(durable)
             for turn in range(turns):
                 await asyncio.sleep(latency_s)
+                await put(f"{turn + 1:010d}.1.ckpt", _INTENT)
                 if local:
                     [noop(turn * k + j) for j in range(k)]
                 else:
                     await asyncio.gather(*(bare_task.remote(turn * k + j) for j in range(k)))
             await asyncio.sleep(latency_s)
+            await put("done.1", _MARKER)
             return "done"
 
         async def child(self, latency_s: float, tool: str) -> str:

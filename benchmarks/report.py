@@ -86,6 +86,16 @@ def overhead(w: dict[str, Any]) -> list[str]:
             tail.append(f"| {side} | " + " | ".join(_f(v[n], 2) for n in names) + " |")
     else:
         tail = []
+    dur = w.get("durability_per_turn_ms")
+    if dur:
+        tail = [
+            "",
+            "What durability costs per turn (K=4, model latency 100 ms, p50): the floor's "
+            f"durable twin (its fsynced puts) {_f(dur['floor_durable_over_floor_ms'], 2)} ms "
+            f"over the floor; raygents `sync` {_f(dur['sync_over_floor_durable_ms'], 2)} ms "
+            "over the twin.",
+            *tail,
+        ]
     for r in w["rows"]:
         for side, s in r["sides"].items():
             out.append(
