@@ -142,8 +142,9 @@ class History:
         return seq if type(seq) is int and seq > newest else newest + 1
 
     def _final_state(self) -> RunState:
-        """The state a completed run's marker keeps: its final messages and agent (not the
-        agent it started on)."""
+        """The state a completed run's marker keeps: its final messages and agent, the agent
+        it started on and whether a handoff rewrote its history (a marker written before
+        they were kept names no start agent: ``start_agent`` is then ``""``)."""
         marker = self.marker or {}
         kept = keptresult.summary(marker)
         messages = tuple(kept["messages"]) if kept is not None else ()
@@ -165,6 +166,8 @@ class History:
             turns=turns if type(turns) is int and turns >= 0 else 0,
             seq=self._final_seq(),
             context=context,
+            start_agent=kept.get("start_agent", "") if kept is not None else "",
+            rewritten=kept.get("rewritten", False) if kept is not None else False,
         )
 
 

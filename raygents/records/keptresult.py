@@ -3,11 +3,12 @@ result fitted into one checkpoint frame, and read back.
 
 The marker holds the run's entry (agent, turns, seq, end time; when it started and its
 agent-as-tool parent, where known: markers written before they were kept lack them) and its
-result: the whole
-output, the usage, the input count and the final history. A result whose frame would pass
-the codec's cap keeps the newest messages that fit (``messages_dropped`` counts the oldest
-left out); an output that does not fit alone keeps its first part (``output_chars`` is its
-whole length), and no history.
+result: the whole output, the usage, the input count, the final history, the agent the run
+started on and whether a handoff's input filter rewrote its history (``start_agent`` and
+``rewritten``: older markers lack them, and read as naming no start agent and no rewrite).
+A result whose frame would pass the codec's cap keeps the newest messages that fit
+(``messages_dropped`` counts the oldest left out); an output that does not fit alone keeps
+its first part (``output_chars`` is its whole length), and no history.
 """
 
 from __future__ import annotations
@@ -117,6 +118,11 @@ def done_marker(info: RunInfo, epoch: int, result: RunSummary | None = None) -> 
     if isinstance(usage, Usage):
         done["usage"] = usage.model_dump(mode="json")
     done["input_count"] = result.get("input_count", 0)
+    start_agent = result.get("start_agent")
+    if isinstance(start_agent, str) and start_agent:
+        done["start_agent"] = start_agent
+    if result.get("rewritten") is True:
+        done["rewritten"] = True
     context = result.get("context")
     if context is not None and codec.packed_size(context) <= _CONTEXT_KEPT:
         done["context"] = context
@@ -207,4 +213,9 @@ def summary(marker: Mapping[str, Any]) -> RunSummary | None:
     context = marker.get("context")
     if isinstance(context, dict):
         found["context"] = context
+    start_agent = marker.get("start_agent")
+    if isinstance(start_agent, str) and start_agent:
+        found["start_agent"] = start_agent
+    if marker.get("rewritten") is True:
+        found["rewritten"] = True
     return found

@@ -103,6 +103,10 @@ class RunSummary(TypedDict):
     context: NotRequired[dict[str, Any]]
     """The run's final context, as its state keeps it (a ``StoredContext`` as JSON), when it
     has a durable one."""
+    start_agent: NotRequired[str]
+    """The agent the run started on (``agent_name`` is the one it ended on)."""
+    rewritten: NotRequired[bool]
+    """A handoff's input filter rewrote the run's history."""
 
 
 _STATUS_OF: dict[str, RunStatus] = {
@@ -132,6 +136,8 @@ def run_summary(outcome: Outcome) -> RunSummary:
         "turns": state.turns,
         "agent_name": state.agent_name,
         "input_count": state.input_len,
+        "start_agent": state.start_agent,
+        "rewritten": state.rewritten,
     }
     if state.context is not None:
         summary["context"] = state.context.model_dump(mode="json")

@@ -15,9 +15,11 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from raygents.errors import RaygentsError
-from raygents.serve import auth
+from raygents.serve import auth, history
 from raygents.serve.body import (
     ApprovalsRequest,
+    ForkRequest,
+    ReplayRequest,
     ResolutionsRequest,
     RunRequest,
     ThreadRunRequest,
@@ -110,6 +112,7 @@ def build_api(service: Service) -> FastAPI:
 
     _run_routes(api, service, guarded)
     _control_routes(api, service, guarded)
+    _history_routes(api, service, guarded)
     _thread_routes(api, service, guarded)
     return api
 
@@ -240,6 +243,46 @@ def _control_routes(api: FastAPI, service: Service, guarded: list[Any]) -> None:
     async def resume(run_id: str) -> dict[str, Any]:
         """Resume a suspended run."""
         return await service.resume(run_id)
+
+
+def _history_routes(api: FastAPI, service: Service, guarded: list[Any]) -> None:
+    @api.get(
+        "/v1/runs/{run_id}/history",
+        dependencies=guarded,
+        tags=["history"],
+        responses=_errors(404, 422),
+    )
+    async def get_history(run_id: str) -> dict[str, Any]:
+        """A run's durable checkpoints, oldest first (``seq`` is what a fork starts from)."""
+        return await history.history(service, run_id)
+
+    @api.post(
+        "/v1/runs/{run_id}/fork",
+        status_code=201,
+        dependencies=guarded,
+        tags=["history"],
+        openapi_extra=_body_doc(ForkRequest),
+        responses=_errors(400, 404, 409, 413, 422, 429),
+    )
+    async def fork_run(request: Request, run_id: str) -> JSONResponse:
+        """Start a new run from the run's checkpoint ``at`` (default: its newest), with
+        ``input`` appended: 201 with its info, or with ``wait``, its outcome."""
+        body = await _json_body(request, ForkRequest)
+        status, doc = await history.fork(service, run_id, body)
+        return JSONResponse(doc, status_code=status)
+
+    @api.post(
+        "/v1/runs/{run_id}/replay",
+        dependencies=guarded,
+        tags=["history"],
+        openapi_extra=_body_doc(ReplayRequest),
+        responses=_errors(400, 404, 422),
+    )
+    async def replay_run(request: Request, run_id: str) -> dict[str, Any]:
+        """Check a served agent's graph against the run's recorded decisions, calling no
+        model and no tool: ``ok``, and at the first divergence ``turn``, ``expected`` and
+        ``got``."""
+        return await history.replay(service, run_id, await _json_body(request, ReplayRequest))
 
 
 def _thread_routes(api: FastAPI, service: Service, guarded: list[Any]) -> None:

@@ -15,8 +15,10 @@ from raygents.serve.problems import Problem
 
 __all__ = [
     "ApprovalsRequest",
+    "ForkRequest",
     "MAX_BODY_BYTES",
     "MAX_DEPTH",
+    "ReplayRequest",
     "RunRequest",
     "ThreadRunRequest",
     "parse_json",
@@ -75,6 +77,52 @@ class RunRequest(_Body):
     )
     if_busy: Literal["reject", "enqueue", "interrupt"] = Field(
         default="reject", description="with thread_id: what a message to a busy thread does"
+    )
+
+
+class ForkRequest(_Body):
+    """``POST /v1/runs/{run_id}/fork``: a new run from the run's checkpoint ``at``."""
+
+    agent: str = Field(
+        strict=True,
+        min_length=1,
+        max_length=128,
+        description="the served agent whose graph holds the agent active at the checkpoint",
+    )
+    at: int | None = Field(
+        strict=True,
+        default=None,
+        ge=1,
+        description="the seq of the checkpoint to fork from (see history; default: the newest)",
+    )
+    input: str | list[dict[str, Any]] | None = Field(
+        default=None, description="new user input appended to the conversation"
+    )
+    run_id: str | None = Field(
+        default=None, strict=True, description="the fork's run id (default: a new one)"
+    )
+    context: Any = Field(default=None, description="the fork's context (default: the source's)")
+    max_turns: int | None = Field(strict=True, default=None, ge=1, le=1_000_000)
+    max_tokens: int | None = Field(strict=True, default=None, ge=1, le=10**15)
+    timeout_s: float | None = Field(
+        strict=True, default=None, gt=0, le=10 * 365 * 86400, allow_inf_nan=False
+    )
+    webhook: str | None = Field(
+        default=None,
+        max_length=2048,
+        strict=True,
+        description="where the fork's outcome is POSTed when it ends",
+    )
+    wait: bool = Field(
+        strict=True, default=False, description="answer when the fork stops, with its outcome"
+    )
+
+
+class ReplayRequest(_Body):
+    """``POST /v1/runs/{run_id}/replay``: the agent graph to check the run's decisions with."""
+
+    agent: str = Field(
+        strict=True, min_length=1, max_length=128, description="the served agent to replay with"
     )
 
 

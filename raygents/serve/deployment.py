@@ -151,8 +151,9 @@ def start(
 
 def stop() -> None:
     """Stop the app :func:`start` served (its runs go on: the coordinator has them), and its
-    keeper (queued thread messages and webhook deliveries under way are dropped). Serve
-    itself stays up; ``ray.serve.shutdown()`` stops it."""
+    keeper. Queued thread messages and webhook deliveries not made stay in the store: an
+    app started again with the same route prefix, namespace and store goes on with them.
+    Serve itself stays up; ``ray.serve.shutdown()`` stops it."""
     import ray
 
     global _served

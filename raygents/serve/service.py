@@ -94,7 +94,7 @@ class Service:
         self._check(request)
         if request.thread_id is not None:
             return await self._start_in_thread(request.thread_id, request)
-        if request.run_id is not None and await self._known(request.run_id):
+        if request.run_id is not None and await self.known(request.run_id):
             raise Problem(409, "RunExists", f"run id {request.run_id!r} is already in use")
         agent = self.agents[request.agent]
         try:
@@ -103,13 +103,20 @@ class Service:
             )
         except RaygentsError as exc:
             raise problem_of(exc) from None
-        if not request.wait or request.webhook is not None:
+        return await self.answer(handle, wait=request.wait, webhook=request.webhook)
+
+    async def answer(
+        self, handle: rg.RunHandle, *, wait: bool, webhook: str | None
+    ) -> tuple[int, dict[str, Any]]:
+        """201 and a run just started's info (its outcome with ``wait``), its webhook
+        watched."""
+        if not wait or webhook is not None:
             await _wait_claimed(handle.run_id)  # (the answer, and the keeper, read its entry)
-        if request.webhook is not None:
-            await self.keeper.watch.remote(handle.run_id, request.webhook)
+        if webhook is not None:
+            await self.keeper.watch.remote(handle.run_id, webhook)
         error: BaseException | None = None
         result: RunResult | None = None
-        if request.wait:
+        if wait:
             try:
                 result = await handle
             except RaygentsError as exc:
@@ -117,14 +124,14 @@ class Service:
         doc = await run_document(handle.run_id, self.agents, error=error, result=result)
         doc["thread_id"] = None
         doc["webhook"] = None
-        if request.webhook is not None:
+        if webhook is not None:
             doc["webhook"] = await self.keeper.delivery.remote(handle.run_id)
         return 201, doc
 
     async def _start_in_thread(
         self, thread_id: str, request: RunRequest
     ) -> tuple[int, dict[str, Any]]:
-        if request.run_id is not None and await self._known(request.run_id):
+        if request.run_id is not None and await self.known(request.run_id):
             raise Problem(409, "RunExists", f"run id {request.run_id!r} is already in use")
         body = request.model_dump(exclude={"wait", "if_busy", "webhook", "thread_id"})
         answer = await self.keeper.post.remote(thread_id, body, request.if_busy)
@@ -148,7 +155,8 @@ class Service:
             await _wait_claimed(run_id)
         return 201, await self._document(run_id)
 
-    async def _known(self, run_id: str) -> bool:
+    async def known(self, run_id: str) -> bool:
+        """Whether a run of this id is in the run table."""
         return await ask(rg_client().get_run(run_id)) is not None
 
     async def _document(

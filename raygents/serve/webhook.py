@@ -20,7 +20,7 @@ import httpx
 
 from raygents.serve.problems import Problem
 
-__all__ = ["Delivery", "SIGNATURE_HEADER", "check_url", "deliver", "sign"]
+__all__ = ["Delivery", "SIGNATURE_HEADER", "body_of", "check_url", "deliver", "sign"]
 
 SIGNATURE_HEADER = "X-Raygents-Signature"
 _METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "metadata.azure.com"})
@@ -145,19 +145,25 @@ def _pinned(url: str, address: str) -> tuple[str, dict[str, str], dict[str, Any]
     return urlunsplit(parts._replace(netloc=netloc)), {"Host": shown}, extensions
 
 
+def body_of(payload: dict[str, Any]) -> bytes:
+    """The bytes a webhook sends for ``payload`` (compact UTF-8 JSON)."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 async def deliver(
     delivery: Delivery,
-    payload: dict[str, Any],
+    payload: dict[str, Any] | bytes,
     secret: str | None,
     networks: Sequence[str],
     *,
     attempts: int = _ATTEMPTS,
     backoff_s: float = 1.0,
 ) -> Delivery:
-    """POST ``payload`` to the delivery's URL until a 2xx answer, up to ``attempts`` times,
-    waiting ``backoff_s``, then twice as long, between tries; redirects are not followed
-    (they could lead anywhere). Updates and returns ``delivery``."""
-    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    """POST ``payload`` (or the bytes of a body made before: :func:`body_of`) to the
+    delivery's URL until a 2xx answer, up to ``attempts`` times, waiting ``backoff_s``, then
+    twice as long, between tries; redirects are not followed (they could lead anywhere).
+    Updates and returns ``delivery``."""
+    body = payload if isinstance(payload, bytes) else body_of(payload)
     headers = {"Content-Type": "application/json", "User-Agent": "raygents-webhook"}
     signature = sign(body, secret)
     if signature:

@@ -91,6 +91,27 @@ def test_a_completed_run_has_a_final_checkpoint_from_its_marker() -> None:
     assert kept.checkpoints()[-1].seq == 7  # (after the newest record)
 
 
+def test_a_kept_result_names_its_start_agent_and_a_rewrite() -> None:
+    info = RunInfo("r1", "completed", "b", 2, seq=6)
+    result = {
+        "final_output": "sunny",
+        "messages": (USER, Message("assistant", "sunny")),
+        "input_count": 1,
+        "start_agent": "a",
+        "rewritten": True,
+    }
+    marker = keptresult.done_marker(info, 1, result)  # type: ignore[arg-type]
+    state = load("r1", [], codec.encode(marker), key=None).state_at(None)
+    assert (state.agent_name, state.start_agent, state.rewritten) == ("b", "a", True)
+    plain = keptresult.done_marker(info, 1, {**result, "rewritten": False})  # type: ignore[arg-type]
+    assert "rewritten" not in plain and plain["start_agent"] == "a"
+    # a marker written before kept results named them still reads: no start agent, no rewrite
+    old = {k: v for k, v in marker.items() if k not in ("start_agent", "rewritten")}
+    state = load("r1", [], codec.encode(old), key=None).state_at(None)
+    assert (state.agent_name, state.start_agent, state.rewritten) == ("b", "", False)
+    assert state.messages[-1].content == "sunny"
+
+
 def test_nothing_kept_is_run_not_found() -> None:
     with pytest.raises(RunNotFound, match="no checkpoint of run 'gone'"):
         load("gone", [], None, key=None)

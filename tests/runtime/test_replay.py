@@ -125,3 +125,29 @@ def test_a_run_awaiting_approval_is_checked_before_new_code_resumes_it(store: st
     fewer = rg.Agent("rp_trip", tools=[look], model=FunctionModel(_never))
     report = rg.replay(handle.run_id, agent=fewer, store=store)
     assert not report.ok and report.got is not None and "unknown tool 'book'" in report.got
+
+
+def test_a_completed_run_replays_from_the_agent_it_started_on(store: str, tmp_path: Path) -> None:
+    run_id = _recorded(tmp_path).run_id
+    # a graph that starts elsewhere but holds the run's agents: the replay starts on the run's
+    # start agent (its kept result names it), not on the graph's
+    hub = rg.Agent("rp_hub", handoffs=[_triage(_expert())], model=FunctionModel(_never))
+    report = rg.replay(run_id, agent=hub)
+    assert report.ok, report
+    assert rg.replay(run_id, agent=hub, store=store) == report
+
+
+def _input_only(data: rg.HandoffInputData) -> list[rg.Message]:
+    return list(data.input_history)
+
+
+def test_a_completed_run_whose_handoff_rewrote_its_history_is_refused(store: str) -> None:
+    expert = rg.Agent("rp_expert", tools=[look], model=FunctionModel(_forecast))
+    triage = rg.Agent(
+        "rp_triage",
+        handoffs=[rg.handoff(expert, input_filter=_input_only)],
+        model=FunctionModel(_handoff_then_forecast),
+    )
+    run_id = rg.run(triage, "weather in Paris?").run_id
+    with pytest.raises(rg.UserError, match="input filter rewrote its history"):
+        rg.replay(run_id, agent=triage)

@@ -166,7 +166,8 @@ def test_what_models_and_tools_wrote_is_shown_as_text(served: Served, browser: A
     wait_for(lambda: output.text == HOSTILE)
     messages = wait_for(lambda: browser.find_element(By.ID, "messages").text)
     assert messages.count("window.__pwned=2") == 3  # (the input, the tool's result, the output)
-    for area in ("output", "messages", "events", "runs"):
+    wait_for(lambda: "final" in browser.find_element(By.ID, "history").text)
+    for area in ("output", "messages", "events", "runs", "history"):
         inside = browser.find_element(By.ID, area)
         assert inside.find_elements(By.TAG_NAME, "img") == []
         assert inside.find_elements(By.TAG_NAME, "script") == []
@@ -176,3 +177,25 @@ def test_what_models_and_tools_wrote_is_shown_as_text(served: Served, browser: A
     assert browser.execute_script("return window.__pwned === undefined") is True
     logs = browser.get_log("browser")
     assert not [e for e in logs if "__pwned" in e.get("message", "")], logs
+
+
+def test_the_detail_shows_a_runs_history(served: Served, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    run = served.post("/v1/runs", {"agent": "deployer", "input": "ship", "wait": True}).json()
+    assert run["status"] == "awaiting_approval"
+    expected = served.get(f"/v1/runs/{run['run_id']}/history").json()["checkpoints"]
+    assert [c["reason"] for c in expected][-1] == "interrupt"
+    open_page(browser, served)
+    click(lambda: row(browser, run["run_id"]))
+
+    def shown() -> list[tuple[int, str]]:
+        items = browser.find_elements(By.CSS_SELECTOR, "#history li[data-seq]")
+        return [
+            (int(i.get_attribute("data-seq")), i.find_element(By.CLASS_NAME, "role").text)
+            for i in items
+        ]
+
+    wait_for(lambda: shown() == [(c["seq"], c["reason"]) for c in expected])
+    text = browser.find_element(By.ID, "history").text
+    assert "deployer" in text and "calls deploy" in text  # (the agent, the newest message)

@@ -68,7 +68,8 @@ def replay(run_id: str, *, agent: Agent, store: str | None = None) -> ReplayRepo
             run_id=run_id,
         )
     graph = agent_graph(agent)
-    start_agent = state.start_agent or agent.name  # (a kept result does not name it)
+    # (a completed run's kept result names its start agent; one kept before it did, not)
+    start_agent = state.start_agent or agent.name
     missing = sorted({start_agent, state.agent_name} - set(graph))
     if missing:
         raise UserError(

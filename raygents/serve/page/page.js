@@ -115,6 +115,8 @@ async function refreshDetail() {
   document.getElementById("output").textContent = shown(run.output !== null ? run.output : (run.error && run.error.message));
   showTree(run, messages.messages);
   showMessages(messages.messages);
+  const version = runId + " " + run.status + " " + run.updated_at;
+  if (state.historyOf !== version) { state.historyOf = version; showHistory(runId); }
   document.getElementById("suspend").disabled = run.status !== "running";
   document.getElementById("cancel").disabled = run.status !== "running";
   document.getElementById("resume").disabled = run.status !== "suspended";
@@ -196,6 +198,23 @@ function showMessages(messages) {
     for (const c of m.tool_calls || []) { li.append(el("div", "call " + c.function.name + " " + c.function.arguments, "text")); }
     return li;
   }));
+}
+
+async function showHistory(runId) {
+  // A run's durable checkpoints (a run queued in a thread has none yet: "none"), read again
+  // only when the run changed.
+  let doc;
+  try { doc = await api("GET", "v1/runs/" + encodeURIComponent(runId) + "/history"); } catch (e) { doc = { checkpoints: [] }; }
+  if (runId !== state.selected) { return; }
+  const items = doc.checkpoints.map((c) => {
+    const li = el("li");
+    li.dataset.seq = c.seq;
+    li.append(el("span", c.reason, "role"),
+              el("span", "seq " + c.seq + " · turn " + c.turn + " · " + c.agent_name + " · " + c.messages + " messages · " + c.at, "muted"),
+              el("div", shown(c.last), "text"));
+    return li;
+  });
+  document.getElementById("history").replaceChildren(...(items.length ? items : [el("li", "none", "muted")]));
 }
 
 // --- live events (fetch, not EventSource: the token goes in a header, never the URL) ------
