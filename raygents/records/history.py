@@ -17,7 +17,13 @@ from typing import Any
 from raygents.core.contextdata import StoredContext
 from raygents.core.envelope import RunState
 from raygents.core.messages import Message
-from raygents.errors import CheckpointCorrupt, CheckpointNotFound, RunNotFound, excerpt
+from raygents.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointNotFound,
+    RunNotFound,
+    excerpt,
+)
 from raygents.records import checkpoint, keptresult
 
 __all__ = ["Checkpoint", "History", "checkpoints", "load", "reason_of"]
@@ -198,7 +204,26 @@ def load(
                 run_id=run_id,
                 reason="misplaced",
             ) from None
+    if done is not None and records and not _replays(records, run_id):
+        records = []
     return History(run_id, records, done)
+
+
+def _replays(records: Sequence[checkpoint.Record], run_id: str) -> bool:
+    """Whether a completed run's records still form its chain. Its clean-up deletes them
+    once its marker is stored, and a read in between finds part of them: its history is then
+    its marker's final state, as after the clean-up.
+
+    Raises:
+        CheckpointCorrupt: a record is damaged.
+    """
+    try:
+        checkpoint.replay(records, run_id=run_id)
+    except CheckpointCorrupt:
+        raise
+    except CheckpointError:
+        return False
+    return True
 
 
 def checkpoints(history: History) -> list[Checkpoint]:

@@ -9,7 +9,7 @@ import pytest
 
 from raygents.core.envelope import RunState
 from raygents.core.messages import Message, ToolCall, ToolResult
-from raygents.errors import CheckpointNotFound, RunNotFound
+from raygents.errors import CheckpointError, CheckpointNotFound, RunNotFound
 from raygents.records import checkpoint, codec, keptresult
 from raygents.records.history import History, load
 from raygents.records.runinfo import RunInfo
@@ -134,3 +134,16 @@ def test_the_state_after_each_record_is_the_replay_of_its_prefix() -> None:
     assert {r["kind"] for r in records} == {"full", "delta"}
     each = [s for s, _ in checkpoint.states(records, run_id="r2")]
     assert each == [checkpoint.replay(records[: i + 1], run_id="r2")[0] for i in range(120)]
+
+
+def test_a_completed_run_read_while_its_records_are_deleted_is_its_final_state() -> None:
+    """A completed run's clean-up deletes its records oldest first: a history read in between
+    finds a chain without its first (full) record, and shows the marker's final state."""
+    info = RunInfo("r1", "completed", "b", 2, seq=6)
+    result = {"final_output": "sunny", "messages": (USER, Message("assistant", "sunny"))}
+    marker = codec.encode(keptresult.done_marker(info, 1, result))  # type: ignore[arg-type]
+    rest = [checkpoint.encode(r) for r, _ in _steps()[2:]]  # (records 1 and 2 are gone)
+    (final,) = load("r1", rest, marker, key=None).checkpoints()
+    assert (final.reason, final.messages, final.last) == ("final", 2, "assistant: sunny")
+    with pytest.raises(CheckpointError, match="no full checkpoint record"):
+        load("r1", rest, None, key=None).checkpoints()  # (a run not completed: an error)
