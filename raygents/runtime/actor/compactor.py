@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,9 +13,11 @@ from raygents.agents.agent import Agent
 from raygents.core import compaction as policies
 from raygents.core.envelope import RunState
 from raygents.core.messages import Message, ModelRequest, Usage
-from raygents.models.base import Model, resolve_model
+from raygents.models.base import Model, ModelSettings, resolve_model
 from raygents.models.tokens import counter, messages_counter, request_tokens
+from raygents.runtime.actor import spending
 from raygents.runtime.actor.modelcall import call_model, model_name
+from raygents.runtime.link.settings import Settings
 
 __all__ = ["Compacted", "Compactor"]
 
@@ -43,13 +46,18 @@ class Compactor:
     Args:
         agent: the agent (its ``compaction``, ``context_window`` and model).
         model: resolves the agent's model in this process.
-        namespace: the actor's namespace (the summariser's calls wait at its rate limiter).
+        namespace: the actor's namespace (the summariser's calls wait at its rate limiter
+            and are told to its budget keeper).
+        settings: the namespace's settings as last fetched (prices and tenant budgets).
     """
 
-    def __init__(self, agent: Agent, model: Any, namespace: str | None) -> None:
+    def __init__(
+        self, agent: Agent, model: Any, namespace: str, settings: Callable[[], Settings]
+    ) -> None:
         self.agent = agent
         self._model = model
         self.namespace = namespace
+        self._settings = settings
         self._summarizer: tuple[Model, str | None, Any] | None = None
 
     def tokens(self, state: RunState, request: ModelRequest) -> int:
@@ -64,7 +72,14 @@ class Compactor:
         self, state: RunState, request: ModelRequest
     ) -> tuple[RunState, Compacted | None]:
         """The run's state with its history compacted if its policy says so now, and what
-        was done (None: nothing). The summariser's usage counts in the run's."""
+        was done (None: nothing). The summariser's call is a model call of the run: it is
+        priced and counted in the run's usage, asks the tenant's budget first and is told to
+        it after (see :mod:`~raygents.runtime.actor.spending`).
+
+        Raises:
+            UserError: the run has a budget in dollars and the summariser's model no price.
+            UsageLimitExceeded: the run's tenant reached its daily budget.
+        """
         policy = self.agent.compaction
         if policy is None:
             return state, None
@@ -126,7 +141,10 @@ class Compactor:
         request = policies.summary_request(self.agent.name, older, instructions)
         if settings is not None:
             request = request.model_copy(update={"settings": settings})
-        response = await call_model(model, self.agent.name, request, None, namespace=self.namespace)
+        name, namespace = model_name(model), self.namespace
+        await spending.before_call(self._settings(), namespace, state, request, name)
+        response = await call_model(model, self.agent.name, request, None, namespace=namespace)
+        response = spending.priced(self._settings(), namespace, state, request, response, name)
         return response.message.text, response.usage
 
     def _summarizer_for(self, policy: policies.Compaction) -> tuple[Model, str | None, Any]:
@@ -142,8 +160,10 @@ class Compactor:
                 )
             elif chosen is not None:
                 self._summarizer = (chosen, policy.instructions, None)
-            else:
-                self._summarizer = (self._model(), policy.instructions, None)
+            else:  # (the agent's own model, at the agent's price)
+                price = self.agent.model_settings.price
+                own = None if price is None else ModelSettings(price=price).to_data()
+                self._summarizer = (self._model(), policy.instructions, own)
         return self._summarizer
 
 
