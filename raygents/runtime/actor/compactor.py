@@ -162,8 +162,8 @@ class Compactor:
                 self._summarizer = (chosen, policy.instructions, None)
             else:  # (the agent's own model, at the agent's price)
                 price = self.agent.model_settings.price
-                own = None if price is None else ModelSettings(price=price).to_data()
-                self._summarizer = (self._model(), policy.instructions, own)
+                priced = None if price is None else ModelSettings(price=price).to_data()
+                self._summarizer = (self._model(), policy.instructions, priced)
         return self._summarizer
 
 
@@ -171,17 +171,23 @@ def rewrite(state: RunState, messages: tuple[Message, ...]) -> RunState:
     """``state`` with a compacted history: its next record keeps only the messages before
     the first one that changed (a summary at the start: a full record; a trimmed tool result:
     a delta from it), the provider's last count no longer applies, and a session saves the
-    run's history in place of the conversation (what the run loaded from it may have been
-    compacted)."""
+    compaction as one (see :func:`~raygents.core.compaction.summary_span`): the part of the
+    history it loaded that the new first messages stand for, unless an ``input_filter``
+    rewrote the history before (then the session's conversation is replaced)."""
     same = next(
         (i for i, (a, b) in enumerate(zip(state.messages, messages, strict=False)) if a != b),
         min(len(state.messages), len(messages)),
     )
+    span = None
+    if state.loaded_len is not None and (state.session_summary or not state.rewritten):
+        before = state.session_summary or (0, 0)
+        span = policies.summary_span(state.messages, messages, state.loaded_len, before)
     return state.evolve(
         messages=messages,
         recorded=min(state.recorded, same),
         input_len=min(state.input_len, len(messages)),
         rewritten=True,
+        session_summary=span,
         prompt_tokens=None,
         prompt_len=0,
     )

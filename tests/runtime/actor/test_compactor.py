@@ -13,6 +13,7 @@ from raygents.core.envelope import RunState
 from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from raygents.records import checkpoint
 from raygents.runtime.actor.compactor import Compactor, rewrite
+from raygents.runtime.link.settings import Settings
 
 
 class Fixed:
@@ -39,7 +40,7 @@ def compact(
 ) -> tuple[RunState, object]:
     state = RunState(run_id="r", agent_name=agent.name, messages=messages, recorded=len(messages))
     request = loop.build_request(state, loop.AgentView(name=agent.name))
-    compactor = Compactor(agent, lambda: model, None)
+    compactor = Compactor(agent, lambda: model, "test", Settings)
     return asyncio.run(compactor.compact(state, request))
 
 
