@@ -353,3 +353,49 @@ def test_a_save_that_others_built_on_and_cleaned_up_after_is_not_saved_twice(
         "y",
         *("o0", "x", "o1", "x", "o2", "x"),
     ]
+
+
+# --- a compacted run's save records its compaction -------------------------------------------
+
+LOADED = [Message("user", f"old {i}") for i in range(4)]
+SUMMARY = Message("user", "summary of old 0..2", summary=True)
+
+
+def test_save_compacted_keeps_what_another_run_saved_since(session: Any) -> None:
+    session.save("s", LOADED)
+    loaded = session.load("s")
+    session.save_run("s", [*loaded, *turn("from b", "b")], input_len=5)
+    mine = [SUMMARY, loaded[3], *turn("from a", "a")]
+    session.save_compacted("s", mine, compacted=(4, 3, 1))
+    assert texts(session.load("s")) == [SUMMARY.text, "old 3", "from b", "b", "from a", "a"]
+    assert session.load("s")[0].summary
+    # a later run that loaded the compacted conversation saves after it as usual
+    later = session.load("s")
+    session.save_run("s", [*later, *turn("from c", "c")], input_len=len(later) + 1)
+    assert texts(session.load("s"))[-4:] == ["from a", "a", "from c", "c"]
+
+
+def test_save_compacted_where_the_history_it_loaded_is_gone_appends(session: Any) -> None:
+    """The conversation was replaced since the run loaded it: nothing is lost, the run's own
+    messages are appended (after its summary, where it stands for all the run loaded)."""
+    session.save("s", LOADED)
+    session.save("s", [Message("user", "replaced")])
+    session.save_compacted("s", [SUMMARY, LOADED[3], *turn("a", "b")], compacted=(4, 3, 1))
+    assert texts(session.load("s")) == ["replaced", "a", "b"]
+    session.save("s", [Message("user", "again")])
+    session.save_compacted("s", [SUMMARY, *turn("a", "b")], compacted=(4, 4, 1))
+    assert texts(session.load("s")) == ["again", SUMMARY.text, "a", "b"]
+
+
+@pytest.mark.parametrize("bad", [(4, 5, 1), (4, 3), (4, 3, -1), [4, 3, 1], (4, 0, 9), None])
+def test_save_compacted_refuses_a_bad_span(session: Any, bad: Any) -> None:
+    session.save("s", LOADED)
+    with pytest.raises(UserError, match="compacted"):
+        session.save_compacted("s", [SUMMARY, *turn("a", "b")], compacted=bad)
+    assert session.load("s") == LOADED
+
+
+async def test_the_runtime_helper_saves_a_compaction_through_save_compacted(session: Any) -> None:
+    session.save("s", LOADED)
+    await save_session(session, "s", [SUMMARY, LOADED[3]], compacted=(4, 3, 1))
+    assert texts(await load_session(session, "s")) == [SUMMARY.text, "old 3"]

@@ -444,6 +444,21 @@ def test_store_session_loads_and_extends_a_session_of_whole_records(
     assert session.load("old") == CONVERSATION
 
 
+def test_store_session_records_a_compaction_as_what_it_replaces(
+    recording: RecordingStore,
+) -> None:
+    session = StoreSession("memory://ignored")
+    session.save("s", CONVERSATION)
+    summary = Message("user", "the sum and the weather", summary=True)
+    run = [summary, CONVERSATION[5], Message("user", "thanks"), Message("assistant", "np")]
+    session.save_compacted("s", run, compacted=(6, 5, 1))
+    _, record = records(recording, "s")[-1]
+    assert (record["kind"], record["upto"]) == ("compact", 5)
+    assert [m["content"] for m in record["summary"]] == [summary.content]
+    assert [m["content"] for m in record["messages"]] == ["thanks", "np"]
+    assert session.load("s") == run
+
+
 @pytest.mark.parametrize("keep", [1, 3])
 def test_store_session_keeps_versions(
     tmp_path: Path, keep: int, monkeypatch: pytest.MonkeyPatch
