@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raygents.core.messages import Message
-from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
+from raygents.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointTooLarge,
+    RaygentsError,
+    UserError,
+)
 from raygents.records import codec, storekey
 from raygents.sessions.base import (
     build_messages,
@@ -169,9 +175,8 @@ class StoreSession:
             )
             if log is None:
                 continue  # a record went while we read it: newer ones exist
-            payload = self._record(session_id, log, data, input_len, compacted)
+            payload, frame = self._frame(session_id, log, data, input_len, compacted)
             key = _key(session_id, log.seq + 1)
-            frame = codec.encode(payload, key=self._key(), source=f"sessions/{session_id}")
             try:
                 store.put(key, frame)
             except CheckpointError:
@@ -202,6 +207,31 @@ class StoreSession:
                 raise
             return _Log(seq=_seq(keys[-1]), readable=False)
 
+    def _frame(
+        self,
+        session_id: str,
+        log: _Log,
+        data: list[dict[str, Any]],
+        input_len: int | None,
+        compacted: tuple[int, int, int] | None,
+    ) -> tuple[dict[str, Any], bytes]:
+        """The record of a save on ``log`` and its frame: a conversation too large for one
+        record gets no snapshot (its loads read the records since the last one that fit).
+
+        Raises:
+            CheckpointTooLarge: what the save adds does not fit in one record.
+        """
+        delta, snapshot = self._record(session_id, log, data, input_len, compacted)
+        source = f"sessions/{session_id}"
+        if snapshot is not None:
+            try:
+                return snapshot, codec.encode(snapshot, key=self._key(), source=source)
+            except CheckpointTooLarge:
+                if delta is None:
+                    raise
+        assert delta is not None  # (one of the two is always given)
+        return delta, codec.encode(delta, key=self._key(), source=source)
+
     def _record(
         self,
         session_id: str,
@@ -209,8 +239,10 @@ class StoreSession:
         data: list[dict[str, Any]],
         input_len: int | None,
         compacted: tuple[int, int, int] | None,
-    ) -> dict[str, Any]:
-        """The record of a save on ``log``: what it changes, or a snapshot of the result."""
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The records a save on ``log`` may write: ``(delta, snapshot)``, what it changes
+        and the whole result; the delta is None where there is nothing to build it on, the
+        snapshot None where the delta is enough (see :data:`_SNAPSHOT_EVERY`)."""
         current, marks = log.messages, log.marks
         edit = None if compacted is None else compacted_edit(current, marks, data, compacted)
         body: dict[str, Any]
@@ -230,10 +262,14 @@ class StoreSession:
             head["base"] = log.newest
         delta = {**head, **body}
         size = len(codec.encode(delta))
-        small = log.since_bytes + size < log.snapshot_bytes
-        if log.readable and log.seq and log.since + 1 < _SNAPSHOT_EVERY and small:
-            return delta
-        return {
+        on_log = bool(log.readable and log.seq)
+        if (
+            on_log
+            and log.since + 1 < _SNAPSHOT_EVERY
+            and log.since_bytes + size < log.snapshot_bytes
+        ):
+            return delta, None
+        return delta if on_log else None, {
             **head,
             "kind": "snapshot",
             "messages": new,

@@ -17,7 +17,7 @@ import pytest
 from ray import cloudpickle
 
 from raygents.core.messages import Message, ToolCall
-from raygents.errors import CheckpointCorrupt, RaygentsError, UserError
+from raygents.errors import CheckpointCorrupt, CheckpointTooLarge, RaygentsError, UserError
 from raygents.records import codec
 from raygents.sessions import (
     MemorySession,
@@ -457,6 +457,34 @@ def test_store_session_records_a_compaction_as_what_it_replaces(
     assert [m["content"] for m in record["summary"]] == [summary.content]
     assert [m["content"] for m in record["messages"]] == ["thanks", "np"]
     assert session.load("s") == run
+
+
+def test_store_session_grows_past_the_largest_record(
+    recording: RecordingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation over the record limit (here 4,000 bytes) gets no more snapshots: its
+    saves go on, as records of what they add, and it loads whole."""
+    encode = codec.encode
+
+    def small_records(value: Any, **kwargs: Any) -> bytes:
+        frame = encode(value, **kwargs)
+        if len(frame) > 4000:
+            raise CheckpointTooLarge("over 4000 bytes", size=len(frame), limit=4000)
+        return frame
+
+    monkeypatch.setattr(store_sessions.codec, "encode", small_records)
+    session = StoreSession("memory://ignored")
+    history: list[Message] = []
+    for n in range(40):
+        history.append(Message("user", f"message {n}: " + "words " * 30))
+        session.save("s", history)
+    assert len(encode({"m": [m.model_dump(mode="json") for m in history]})) > 8000
+    assert session.load("s") == history
+    kinds = [value["kind"] for _, value in records(recording, "s")]
+    assert kinds[-1] == "save" and "snapshot" in kinds
+    with pytest.raises(CheckpointTooLarge):  # what a save adds must fit
+        session.save("s", [*history, Message("user", "x" * 5000)])
+    assert session.load("s") == history
 
 
 @pytest.mark.parametrize("keep", [1, 3])
