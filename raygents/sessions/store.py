@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from raygents.core.messages import Message
@@ -43,6 +45,7 @@ _SNAPSHOT_EVERY = 32
 (a load reads them all), or once they are as large as it."""
 _LINEAGE = 256  # ids of the records a snapshot was built on that it records, newest last
 _SNAPSHOTS = 16  # numbers of the earlier snapshots a snapshot records
+_KNOWN = 128  # sessions whose conversation a StoreSession keeps, as it last read or wrote it
 
 
 @dataclass
@@ -107,6 +110,10 @@ class StoreSession:
         self.key = key
         self.keep_versions = keep_versions
         self._store: Store | None = None
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, _Log] = OrderedDict()
+        """What this object last read or wrote of a few sessions (their records since are
+        all a read needs)."""
         if url is not None:
             self._open()  # a malformed URL fails here, in the caller's process
 
@@ -116,6 +123,8 @@ class StoreSession:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url, self.key, self.keep_versions = state["url"], state["key"], state["keep_versions"]
         self._store = None
+        self._lock = threading.Lock()
+        self._known = OrderedDict()
 
     def __repr__(self) -> str:
         return f"StoreSession({self.url!r})"
@@ -187,6 +196,13 @@ class StoreSession:
             if self._landed(store, session_id, log.seq + 1, payload["id"]):
                 if payload["kind"] == "snapshot":
                     self._clean(store, session_id, [*log.snapshots, log.seq + 1])
+                    self._remember(
+                        session_id, self._start(session_id, log.seq + 1, payload, len(frame))
+                    )
+                else:
+                    self._remember(
+                        session_id, self._apply(session_id, log, log.seq + 1, payload, len(frame))
+                    )
                 return
             store.delete([key])  # put where a newer save had deleted an old record: void
         raise CheckpointError(
@@ -203,6 +219,7 @@ class StoreSession:
         try:
             return self._read(store, session_id, keys)
         except RaygentsError:
+            self._forget(session_id)
             if not plain:
                 raise
             return _Log(seq=_seq(keys[-1]), readable=False)
@@ -280,14 +297,19 @@ class StoreSession:
 
     def _read(self, store: Store, session_id: str, keys: list[str]) -> _Log | None:
         """The conversation the records ``keys`` (a listing, oldest first) leave: the newest
-        snapshot, then each record after it; None if one went while it was read.
+        snapshot, then each record after it; or, where this object read or wrote the session
+        before, what it had then and the records since. None if one went while it was read.
 
         Raises:
             CheckpointCorrupt: a record is not a session record of ``session_id``, or one
                 between the newest snapshot and the newest record is missing.
         """
+        with self._lock:
+            known = self._known.get(session_id)
         chain: list[tuple[int, dict[str, Any], int]] = []
         for key in reversed(keys):
+            if known is not None and _seq(key) == known.seq:
+                break  # (records are never rewritten: what was read then still stands)
             data = store.get(key)
             if data is None:
                 return None
@@ -295,56 +317,92 @@ class StoreSession:
             chain.append((_seq(key), value, len(data)))
             if _kind(value) == "snapshot":
                 break
-        if not chain:
-            return _Log()
+        chain.reverse()
         numbers = [seq for seq, _, _ in chain]
-        if _kind(chain[-1][1]) != "snapshot" or numbers != list(
-            range(numbers[0], numbers[0] - len(numbers), -1)
-        ):
-            raise CheckpointCorrupt(
-                f"session {session_id!r} in {self.url} lacks records before {keys[-1]!r} "
-                f"(its records: {numbers[::-1]!r}, the first of them no snapshot)",
-                key=keys[-1],
-                reason="bad session",
-            )
-        return self._fold(session_id, chain[::-1])
+        first = numbers[0] if chain else (known.seq + 1 if known is not None else 1)
+        if numbers != list(range(first, first + len(numbers))):
+            raise self._gap(session_id, numbers)
+        if chain and _kind(chain[0][1]) == "snapshot":
+            log = self._start(session_id, *chain[0])
+            chain = chain[1:]
+        elif known is not None and keys and (not chain or chain[0][1].get("base") == known.newest):
+            log = known
+        elif keys:
+            if known is not None:  # (not built on what was known: read it all)
+                self._forget(session_id)
+                return self._read(store, session_id, keys)
+            raise self._gap(session_id, numbers)
+        else:
+            log = _Log()
+        for seq, value, size in chain:
+            log = self._apply(session_id, log, seq, value, size)
+        self._remember(session_id, log)
+        return log
 
-    def _fold(self, session_id: str, chain: list[tuple[int, dict[str, Any], int]]) -> _Log:
-        """The conversation a snapshot and the records after it (oldest first) leave."""
-        seq, snapshot, size = chain[0]
-        where = f"session {session_id!r} in {self.url}"
-        log = _Log(
-            messages=_canonical(snapshot["messages"], where),
+    def _gap(self, session_id: str, numbers: list[int]) -> CheckpointCorrupt:
+        return CheckpointCorrupt(
+            f"session {session_id!r} in {self.url} lacks records: those read, {numbers!r}, do "
+            "not follow each other back to a whole conversation",
+            key=f"sessions/{session_id}/",
+            reason="bad session",
+        )
+
+    def _start(self, session_id: str, seq: int, snapshot: dict[str, Any], size: int) -> _Log:
+        """The conversation a snapshot holds."""
+        newest = _text(snapshot.get("id"))
+        lineage = [i for i in _list(snapshot.get("lineage")) if isinstance(i, str)]
+        return _Log(
+            messages=_canonical(snapshot["messages"], f"session {session_id!r} in {self.url}"),
             marks=_ints(snapshot.get("marks")),
             seq=seq,
-            newest=_text(snapshot.get("id")),
-            lineage=[i for i in _list(snapshot.get("lineage")) if isinstance(i, str)],
+            newest=newest,
+            lineage=lineage if newest is None else [*lineage, newest],
             snapshots=[*_ints(snapshot.get("snapshots")), seq],
             snapshot_bytes=size,
         )
-        if log.newest is not None:
-            log.lineage.append(log.newest)
-        for seq, value, size in chain[1:]:
-            messages = _canonical(value["messages"], where)
-            if value.get("keep", value.get("upto", 0)) > len(log.messages):
-                raise CheckpointCorrupt(
-                    f"{_key(session_id, seq)!r} in {self.url} keeps more messages than the "
-                    f"{len(log.messages)} before it",
-                    key=_key(session_id, seq),
-                    reason="bad session",
-                )
-            if value["kind"] == "compact":
-                summary = _canonical(value["summary"], where)
-                log.messages, log.marks = recompact(
-                    log.messages, log.marks, value["upto"], summary, messages
-                )
-            else:
-                log.messages, log.marks = splice(log.messages, log.marks, value["keep"], messages)
-            log.seq, log.newest = seq, _text(value.get("id"))
-            log.since, log.since_bytes = log.since + 1, log.since_bytes + size
-            if log.newest is not None:
-                log.lineage.append(log.newest)
-        return log
+
+    def _apply(
+        self, session_id: str, log: _Log, seq: int, value: dict[str, Any], size: int
+    ) -> _Log:
+        """The conversation after record ``seq`` (not a snapshot), a new :class:`_Log`."""
+        where = f"session {session_id!r} in {self.url}"
+        messages = _canonical(value["messages"], where)
+        if value.get("keep", value.get("upto", 0)) > len(log.messages):
+            raise CheckpointCorrupt(
+                f"{_key(session_id, seq)!r} in {self.url} keeps more messages than the "
+                f"{len(log.messages)} before it",
+                key=_key(session_id, seq),
+                reason="bad session",
+            )
+        if value["kind"] == "compact":
+            summary = _canonical(value["summary"], where)
+            new, marks = recompact(log.messages, log.marks, value["upto"], summary, messages)
+        else:
+            new, marks = splice(log.messages, log.marks, value["keep"], messages)
+        newest = _text(value.get("id"))
+        lineage = log.lineage if newest is None else [*log.lineage, newest][-2 * _LINEAGE :]
+        return replace(
+            log,
+            messages=new,
+            marks=marks,
+            seq=seq,
+            newest=newest,
+            lineage=lineage,
+            since=log.since + 1,
+            since_bytes=log.since_bytes + size,
+        )
+
+    def _remember(self, session_id: str, log: _Log) -> None:
+        """Keep ``log`` as what this object last knew of the session (a few sessions)."""
+        with self._lock:
+            self._known.pop(session_id, None)
+            self._known[session_id] = log
+            while len(self._known) > _KNOWN:
+                self._known.popitem(last=False)
+
+    def _forget(self, session_id: str) -> None:
+        with self._lock:
+            self._known.pop(session_id, None)
 
     def _landed(self, store: Store, session_id: str, seq: int, record_id: str) -> bool:
         """Whether record ``seq`` (id ``record_id``), just put, is in the conversation: no

@@ -487,6 +487,25 @@ def test_store_session_grows_past_the_largest_record(
     assert session.load("s") == history
 
 
+def test_store_session_reads_only_the_records_since_it_last_knew_the_session(
+    recording: RecordingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine, other = StoreSession("memory://ignored"), StoreSession("memory://ignored")
+    history: list[Message] = []
+    for n in range(10):
+        history.append(Message("user", f"message {n}"))
+        mine.save_run("s", history, input_len=len(history))
+    gets: list[str] = []
+    get = recording.get
+    monkeypatch.setattr(recording, "get", lambda k, **kw: gets.append(k) or get(k, **kw))
+    assert mine.load("s") == history and gets == []  # (it wrote the newest record)
+    other.save_run("s", [*other.load("s"), Message("user", "theirs")], input_len=11)
+    assert gets and key("s", 10) in gets  # a fresh object reads back to a snapshot
+    gets.clear()
+    assert mine.load("s") == [*history, Message("user", "theirs")]
+    assert gets == [key("s", 11)]
+
+
 @pytest.mark.parametrize("keep", [1, 3])
 def test_store_session_keeps_versions(
     tmp_path: Path, keep: int, monkeypatch: pytest.MonkeyPatch
