@@ -90,7 +90,7 @@ def test_the_next_run_from_to_input_list_sends_the_reasoning_back(
     assert items[-1]["reasoning"][0]["data"]["encrypted_content"] == "enc-kept"
     second = rg.run(agent, [*items, {"role": "user", "content": "sure?"}])
     assert second.final_output == "Still 5."
-    assert _kinds(server.requests[1]) == ["user", "reasoning", "assistant", "user"]
+    assert _kinds(server.requests[1]) == ["user", "reasoning", "message", "user"]
     assert _sent_reasoning(server.requests[1]) == ["enc-kept"]
 
 
