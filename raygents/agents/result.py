@@ -68,8 +68,19 @@ class RunResult:
         return run_items(self.messages[self.input_count :], start, self.last_agent)
 
     def to_input_list(self) -> list[dict[str, Any]]:
-        """The conversation as Chat Completions dicts, ready to be the next run's input."""
-        return [m.to_openai() for m in self.messages]
+        """The conversation as Chat Completions dicts, ready to be the next run's input.
+
+        An assistant message's reasoning items (:attr:`Message.reasoning`) come along under
+        the key ``"reasoning"`` (plain JSON), so the next run sends them back to the API that
+        produced them; raygents' adapters never send that key itself to a provider.
+        """
+        out = []
+        for message in self.messages:
+            item = message.to_openai()
+            if message.reasoning:
+                item["reasoning"] = [r.model_dump(mode="json") for r in message.reasoning]
+            out.append(item)
+        return out
 
     def final_output_as(self, cls: type[T], raise_if_incorrect_type: bool = False) -> T:
         """The final output as ``cls``.

@@ -32,6 +32,7 @@ __all__ = [
     "compacted",
     "split_for_summary",
     "summary_request",
+    "summary_span",
     "transcript",
     "trim_oldest",
     "trim_tool_outputs",
@@ -253,3 +254,26 @@ def compacted(
     (marked ``summary=True``), then the part kept verbatim."""
     note = Message("user", SUMMARY_PREFIX + summary.strip(), summary=True)
     return (*system, note, *kept)
+
+
+def summary_span(
+    old: Sequence[Message], new: Sequence[Message], loaded: int, before: tuple[int, int]
+) -> tuple[int, int]:
+    """Where a compaction leaves the history a run loaded from its session.
+
+    ``old`` begins with ``before[1]`` messages standing for the first ``before[0]`` of the
+    ``loaded`` messages loaded (``(0, 0)``: none), then the rest of those verbatim, then the
+    run's own; ``new`` is ``old`` with a prefix replaced (every policy replaces one). The
+    answer is the same pair for ``new``: ``(upto, summary_len)``, ``upto`` at most
+    ``loaded`` (a summary of the run's own messages too stands for all that it loaded).
+    """
+    upto, length = before
+    same = 0
+    for a, b in zip(reversed(old), reversed(new), strict=False):
+        if a != b:
+            break
+        same += 1
+    cut, made = len(old) - same, len(new) - same  # new == new[:made] + old[cut:]
+    if cut <= length:  # only messages that stood for earlier ones were replaced
+        return upto, made + length - cut
+    return min(loaded, upto + cut - length), made

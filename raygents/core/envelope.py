@@ -144,8 +144,18 @@ class RunState(BaseModel):
     """Whose quota of runs in flight the run counts against (``max_concurrent_runs``); None
     is the default tenant's."""
     rewritten: bool = False
-    """A handoff's ``input_filter`` rewrote the history: the session save replaces the
-    conversation with the run's instead of appending the run's new messages to it."""
+    """A handoff's ``input_filter`` or a compaction rewrote the history: the session save
+    replaces the conversation with the run's instead of appending the run's new messages to
+    it, unless ``session_summary`` says how a compaction rewrote it."""
+    loaded_len: int | None = None
+    """How many leading messages the run loaded from its session (None: no session, or a
+    record from before it was kept)."""
+    session_summary: tuple[int, int] | None = None
+    """``(upto, summary_len)``: compactions rewrote the history, and its first
+    ``summary_len`` messages stand for the first ``upto`` of the ``loaded_len`` it loaded
+    from its session (the next ``loaded_len - upto`` are the rest of those, verbatim): the
+    session save records the compaction, keeping what other runs saved meanwhile. None: no
+    compaction, or an ``input_filter`` rewrote the history too."""
     started_at: float | None = None
     """When the run started (``time.time()`` where it was made); a record without it (from
     before) reads as None."""

@@ -538,6 +538,7 @@ def apply_handoff(
             input_len=min(state.input_len, len(messages)),
             recorded=0,
             rewritten=True,
+            session_summary=None,  # (what it stood for in the session is unknown now)
         )
     return state.evolve(
         agent_name=target, tool_used_in_run=False, turn_limit=None, prompt_tokens=None, prompt_len=0

@@ -12,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationError,
     field_validator,
     model_serializer,
 )
@@ -331,15 +332,30 @@ class ModelResponse(_Frozen):
 
 
 def to_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> tuple[Message, ...]:
-    """Normalise a run input (a string, or messages and OpenAI-style dicts) to messages."""
+    """Normalise a run input (a string, or messages and OpenAI-style dicts) to messages; a
+    dict's ``"reasoning"`` (as ``RunResult.to_input_list`` writes it) is kept."""
     if isinstance(value, str):
         return (Message("user", value),)
     out = []
-    for item in value:
+    for index, item in enumerate(value):
         if isinstance(item, Message):
             out.append(item)
         elif isinstance(item, Mapping):
-            out.append(Message.from_openai(item))
+            out.append(_with_reasoning(Message.from_openai(item), item.get("reasoning"), index))
         else:
             raise TypeError(f"input items must be Message or dict, got {type(item).__name__!r}")
     return tuple(out)
+
+
+def _with_reasoning(message: Message, reasoning: Any, index: int) -> Message:
+    """``message`` with the reasoning items of its input dict (None: none)."""
+    if not reasoning:
+        return message
+    try:
+        items = tuple(ReasoningItem.model_validate(item) for item in reasoning)
+    except (ValidationError, TypeError) as exc:
+        raise UserError(
+            f"input item #{index}: 'reasoning' must be a list of reasoning items as "
+            f"RunResult.to_input_list writes them ({exc})"
+        ) from None
+    return message.model_copy(update={"reasoning": items})

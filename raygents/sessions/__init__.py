@@ -6,11 +6,14 @@ takes it again), so runs on one conversation take turns. When a run completes, i
 conversation is saved: through ``save_run`` where the session has it, which stores the
 conversation as it is now followed by the run's messages after the history it loaded (a run
 that suspended keeps what another run saved meanwhile; see :class:`Session`), else through
-``save``, which replaces the conversation. Three implementations ship, each with ``save_run``:
+``save``, which replaces the conversation. A run whose history a compaction shortened saves
+through ``save_compacted``, which puts its summary in place of what it stands for and keeps
+what other runs saved meanwhile. Three implementations ship, each with both:
 
 - :class:`MemorySession`: shared by every process of the Ray cluster, gone with the cluster;
-- :class:`SQLiteSession`: durable on one machine (a SQLite file);
-- :class:`StoreSession`: durable in a checkpoint store (``file://``, ``s3://``).
+- :class:`SQLiteSession`: durable on one machine (a SQLite file, a row per message);
+- :class:`StoreSession`: durable in a checkpoint store (``file://``, ``s3://``), a record per
+  save of what it changes.
 
 Messages are stored as JSON-mode dicts (``Message.model_dump(mode="json")``), checked to load
 back as :class:`~raygents.core.messages.Message` before they are stored; text that is not valid

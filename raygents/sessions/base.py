@@ -19,12 +19,19 @@ from raygents.ids import validate_id
 __all__ = [
     "Session",
     "build_messages",
+    "check_compacted",
     "check_input_len",
+    "compacted_edit",
+    "fallback_tail",
     "dump_messages",
     "load_session",
+    "merge_compacted",
     "merge_save",
     "plain_messages",
+    "recompact",
+    "save_edit",
     "save_session",
+    "splice",
     "validate_session_id",
 ]
 
@@ -51,6 +58,17 @@ class Session(Protocol):
     atomic step, so that a run that suspended and resumed keeps what another run on the
     session saved in between (the shipped sessions do). Without it the runtime calls
     ``save``, which replaces the conversation.
+
+    A session may also have ``save_compacted(session_id, messages, *, compacted)``, which
+    the runtime uses for a run whose history a compaction policy shortened:
+    ``compacted`` is ``(loaded, upto, summary_len)``: the run loaded ``loaded`` messages, and
+    the first ``summary_len`` of ``messages`` stand for the first ``upto`` of those; the next
+    ``loaded - upto`` are the rest of them, verbatim, and the others are the run's own. It
+    must, in one atomic step, replace the first ``upto`` messages of the conversation with
+    the summary and append the run's own messages, keeping those other runs saved since
+    (where the conversation no longer holds what the run loaded, it appends the run's own
+    messages, with the summary if that stands for all it loaded: nothing is lost). Without
+    it the runtime calls ``save``.
     """
 
     def load(self, session_id: str) -> list[Message] | Awaitable[list[Message]]:
@@ -107,19 +125,27 @@ async def load_session(session: Session, session_id: str) -> list[Message]:
 
 
 async def save_session(
-    session: Session, session_id: str, messages: Sequence[Message], *, input_len: int | None = None
+    session: Session,
+    session_id: str,
+    messages: Sequence[Message],
+    *,
+    input_len: int | None = None,
+    compacted: tuple[int, int, int] | None = None,
 ) -> None:
     """Save a conversation through any session, sync or async (for the runtime).
 
     With ``input_len`` (a completed run's: its first ``input_len`` messages were its input,
     loaded history included), through the session's ``save_run`` if it has one (see
-    :class:`Session`), which keeps what other runs saved since; else through ``save``.
+    :class:`Session`), which keeps what other runs saved since; with ``compacted`` (a
+    compacted run's), through its ``save_compacted`` if it has one; else through ``save``.
 
     Raises:
         RaygentsError: the session failed; other errors are wrapped, naming the session and id.
     """
     validate_session_id(session_id)
-    if input_len is not None and callable(getattr(session, "save_run", None)):
+    if compacted is not None and callable(getattr(session, "save_compacted", None)):
+        await _call(session, "save_compacted", session_id, list(messages), compacted=compacted)
+    elif input_len is not None and callable(getattr(session, "save_run", None)):
         await _call(session, "save_run", session_id, list(messages), input_len=input_len)
     else:
         await _call(session, "save", session_id, list(messages))
@@ -243,17 +269,113 @@ def merge_save(
     within its input. Marks, not the longest common prefix, because another run may have
     begun with the same input (two runs that both asked "continue").
     """
+    keep, tail = save_edit(current, marks, messages, input_len)
+    return splice(current, marks, keep, tail)
+
+
+def save_edit(
+    current: Sequence[_T], marks: Sequence[int], messages: list[_T], input_len: int | None
+) -> tuple[int, list[_T]]:
+    """What a save does to the conversation (see :func:`merge_save`), as ``(keep, tail)``:
+    keep its first ``keep`` messages and add ``tail`` (for :func:`splice`)."""
     common = common_prefix(current, messages)
     if input_len is None:
-        new, kept = messages, common
-    else:
-        limit = min(common, input_len)
-        loaded = max(b for b in (0, len(current), *marks) if b <= limit)
-        new, kept = current + messages[loaded:], len(current)
-    out = {b for b in (*marks, len(current)) if 0 < b <= kept}
+        return common, messages[common:]
+    limit = min(common, input_len)
+    loaded = max(b for b in (0, len(current), *marks) if b <= limit)
+    return len(current), messages[loaded:]
+
+
+def splice(
+    current: Sequence[_T], marks: Sequence[int], keep: int, tail: Sequence[_T]
+) -> tuple[list[_T], list[int]]:
+    """The conversation's first ``keep`` messages followed by ``tail``, and its marks: those
+    of the kept part (the whole conversation before the save is one), and its new length."""
+    new = [*current[:keep], *tail]
+    out = {b for b in (*marks, len(current)) if 0 < b <= keep}
     if new:
         out.add(len(new))
     return new, sorted(out)
+
+
+def recompact(
+    current: Sequence[_T],
+    marks: Sequence[int],
+    upto: int,
+    summary: Sequence[_T],
+    tail: Sequence[_T],
+) -> tuple[list[_T], list[int]]:
+    """The conversation with its first ``upto`` messages replaced by ``summary`` (a
+    compaction: what follows them, other runs' messages included, stays), then ``tail``; the
+    marks past ``upto`` move with the messages they end at."""
+    new = [*summary, *current[upto:], *tail]
+    moved = {b - upto + len(summary) for b in (*marks, len(current)) if b >= upto}
+    out = {b for b in moved if b > 0}
+    if new:
+        out.add(len(new))
+    return new, sorted(out)
+
+
+def compacted_edit(
+    current: Sequence[_T],
+    marks: Sequence[int],
+    messages: Sequence[_T],
+    compacted: tuple[int, int, int],
+) -> tuple[int, list[_T], list[_T]] | None:
+    """What a compacted run's save does (see :class:`Session`): ``(upto, summary, tail)``
+    for :func:`recompact`, or None when the conversation no longer holds the history the run
+    loaded where it was (it was replaced or compacted since): then the run's save appends
+    what it adds, its summary included if it stands for the whole history it loaded."""
+    loaded, upto, summary_len = check_compacted(compacted, len(messages))
+    verbatim = list(messages[summary_len : summary_len + loaded - upto])
+    tail = list(messages[summary_len + loaded - upto :])
+    holds = loaded <= len(current) and (loaded in (0, len(current)) or loaded in marks)
+    if holds and list(current[upto:loaded]) == verbatim:
+        return upto, list(messages[:summary_len]), tail
+    return None
+
+
+def merge_compacted(
+    current: list[_T], marks: Sequence[int], messages: list[_T], compacted: tuple[int, int, int]
+) -> tuple[list[_T], list[int]]:
+    """The conversation a compacted run's save leaves, and its marks (see
+    :func:`compacted_edit`)."""
+    edit = compacted_edit(current, marks, messages, compacted)
+    if edit is not None:
+        return recompact(current, marks, *edit)
+    return splice(current, marks, len(current), fallback_tail(messages, compacted))
+
+
+def fallback_tail(messages: Sequence[_T], compacted: tuple[int, int, int]) -> list[_T]:
+    """What a compacted run's save appends where its compaction no longer applies: its own
+    messages, after its summary where that stands for all the history it loaded."""
+    loaded, upto, summary_len = compacted
+    tail = list(messages[summary_len + loaded - upto :])
+    return [*messages[:summary_len], *tail] if upto == loaded else tail
+
+
+def check_compacted(compacted: Any, length: int) -> tuple[int, int, int]:
+    """Check a compacted run's ``(loaded, upto, summary_len)`` against its ``length``
+    messages and return it.
+
+    Raises:
+        UserError: not three ints with ``0 <= upto <= loaded`` and ``summary_len +
+            loaded - upto <= length``.
+    """
+    ok = (
+        isinstance(compacted, tuple)
+        and len(compacted) == 3
+        and all(type(n) is int and n >= 0 for n in compacted)
+    )
+    if ok:
+        loaded, upto, summary_len = compacted
+        ok = upto <= loaded and summary_len + loaded - upto <= length
+    if not ok:
+        raise UserError(
+            "compacted must be (loaded, upto, summary_len): ints >= 0, upto <= loaded, and "
+            f"no more than the run's {length} messages in all; got {compacted!r}"
+        )
+    return compacted  # type: ignore[no-any-return]
 
 
 def common_prefix(one: Sequence[Any], two: Sequence[Any]) -> int:

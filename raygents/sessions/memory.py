@@ -10,8 +10,10 @@ from typing import Any
 from raygents.core.messages import Message
 from raygents.sessions.base import (
     build_messages,
+    check_compacted,
     check_input_len,
     dump_messages,
+    merge_compacted,
     merge_save,
     validate_session_id,
 )
@@ -37,10 +39,20 @@ class _ConversationTable:
     def save(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         self.write(session_id, messages, None)
 
-    def write(self, session_id: str, messages: list[dict[str, Any]], input_len: int | None) -> None:
-        """Save (``input_len`` None) or save a run's conversation (see :func:`merge_save`)."""
-        current = self.data.get(session_id, [])
-        new, marks = merge_save(current, self.marks.get(session_id, ()), messages, input_len)
+    def write(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        input_len: int | None,
+        compacted: tuple[int, int, int] | None = None,
+    ) -> None:
+        """Save (``input_len`` None), save a run's conversation (see :func:`merge_save`) or
+        a compacted run's (``compacted``, see :func:`merge_compacted`)."""
+        current, marks = self.data.get(session_id, []), self.marks.get(session_id, [])
+        if compacted is not None:
+            new, marks = merge_compacted(current, marks, messages, compacted)
+        else:
+            new, marks = merge_save(current, marks, messages, input_len)
         self.data[session_id], self.marks[session_id] = new, marks
 
     def merge(
@@ -109,7 +121,20 @@ class MemorySession:
         :class:`Session`)."""
         self._write(session_id, messages, check_input_len(input_len))
 
-    def _write(self, session_id: str, messages: Sequence[Message], input_len: int | None) -> None:
+    def save_compacted(
+        self, session_id: str, messages: Sequence[Message], *, compacted: tuple[int, int, int]
+    ) -> None:
+        """Save a compacted run's conversation: its summary in place of what it stands for,
+        keeping what other runs saved since (see :class:`Session`)."""
+        self._write(session_id, messages, None, check_compacted(compacted, len(messages)))
+
+    def _write(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        input_len: int | None,
+        compacted: tuple[int, int, int] | None = None,
+    ) -> None:
         validate_session_id(session_id)
         data = dump_messages(messages)
         actor = self._table()
@@ -118,11 +143,11 @@ class MemorySession:
                 table = _ConversationTable(
                     _LOCAL.setdefault(self.name, {}), _LOCAL_MARKS.setdefault(self.name, {})
                 )
-                table.write(session_id, data, input_len)
+                table.write(session_id, data, input_len, compacted)
         else:
             import ray
 
-            ray.get(actor.write.remote(session_id, data, input_len))
+            ray.get(actor.write.remote(session_id, data, input_len, compacted))
 
     def close(self) -> None:
         """Forget every conversation and stop the backing actor (a later use starts afresh)."""

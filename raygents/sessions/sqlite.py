@@ -18,8 +18,10 @@ from raygents.core.messages import Message
 from raygents.errors import RaygentsError, UserError
 from raygents.sessions.base import (
     build_messages,
+    check_compacted,
     check_input_len,
     common_prefix,
+    merge_compacted,
     merge_save,
     plain_messages,
     validate_session_id,
@@ -99,13 +101,26 @@ class SQLiteSession:
         :class:`Session`), in one transaction."""
         self._write(session_id, messages, check_input_len(input_len))
 
-    def _write(self, session_id: str, messages: Sequence[Message], input_len: int | None) -> None:
+    def save_compacted(
+        self, session_id: str, messages: Sequence[Message], *, compacted: tuple[int, int, int]
+    ) -> None:
+        """Save a compacted run's conversation: its summary in place of what it stands for,
+        keeping what other runs saved since (see :class:`Session`), in one transaction."""
+        self._write(session_id, messages, None, check_compacted(compacted, len(messages)))
+
+    def _write(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        input_len: int | None,
+        compacted: tuple[int, int, int] | None = None,
+    ) -> None:
         validate_session_id(session_id)
         plain = plain_messages(messages)
         with self._connect("save", session_id) as db:
             db.execute("BEGIN IMMEDIATE")
             try:
-                self._replace(db, session_id, plain, input_len)
+                self._replace(db, session_id, plain, input_len, compacted)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -117,6 +132,7 @@ class SQLiteSession:
         session_id: str,
         messages: list[Message],
         input_len: int | None,
+        compacted: tuple[int, int, int] | None,
     ) -> None:
         """Write the conversation a save leaves (inside the caller's transaction): only the
         rows that change."""
@@ -124,7 +140,7 @@ class SQLiteSession:
         try:
             current: list[Message] | None = self._parse(rows, session_id)
         except RaygentsError:
-            if input_len is not None:  # a run's save adds to what is there: it must read it
+            if input_len is not None or compacted is not None:  # (it adds to what is there)
                 raise
             current = None  # a plain save replaces what cannot be read
         marks = [
@@ -133,7 +149,10 @@ class SQLiteSession:
                 "SELECT length FROM raygents_session_marks WHERE session_id = ?", (session_id,)
             )
         ]
-        new, new_marks = merge_save(current or [], marks, messages, input_len)
+        if compacted is not None:
+            new, new_marks = merge_compacted(current or [], marks, messages, compacted)
+        else:
+            new, new_marks = merge_save(current or [], marks, messages, input_len)
         keep = common_prefix(current, new) if current is not None else 0
         start = rows[keep - 1][0] + 1 if keep else 0  # (rows written by hand may skip a seq)
         if keep < len(rows):

@@ -1,20 +1,34 @@
-"""StoreSession: conversations in a raygents checkpoint store."""
+"""StoreSession: conversations in a raygents checkpoint store, one record per save."""
 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from raygents.core.messages import Message
-from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
+from raygents.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointTooLarge,
+    RaygentsError,
+    UserError,
+)
 from raygents.records import codec, storekey
 from raygents.sessions.base import (
     build_messages,
+    check_compacted,
     check_input_len,
+    compacted_edit,
     dump_messages,
-    merge_save,
+    fallback_tail,
+    recompact,
+    save_edit,
+    splice,
     validate_session_id,
 )
 from raygents.stores.base import Store
@@ -26,18 +40,52 @@ _FORMAT = "raygents.session"
 _SUFFIX = ".sess"
 _KEY_ENV = storekey.KEY_ENV
 _MAX_WRITE_ATTEMPTS = 64
-_LINEAGE = 64  # ids of the versions a version was built on that it records, newest last
+_SNAPSHOT_EVERY = 32
+"""A save writes the whole conversation once this many records follow the newest snapshot
+(a load reads them all), or once they are as large as it."""
+_LINEAGE = 256  # ids of the records a snapshot was built on that it records, newest last
+_SNAPSHOTS = 16  # numbers of the earlier snapshots a snapshot records
+_KNOWN = 128  # sessions whose conversation a StoreSession keeps, as it last read or wrote it
+
+
+@dataclass
+class _Log:
+    """A conversation as its records since the newest snapshot leave it."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """Canonical JSON-mode messages (as :func:`dump_messages` makes them)."""
+    marks: list[int] = field(default_factory=list)
+    seq: int = 0
+    """The newest record's number (0: none)."""
+    newest: str | None = None
+    """The newest record's id."""
+    lineage: list[str] = field(default_factory=list)
+    """The ids of the records the conversation was built on, oldest first."""
+    snapshots: list[int] = field(default_factory=list)
+    """The numbers of the snapshots, oldest first: the newest is the one read."""
+    since: int = 0
+    """Records after the newest snapshot."""
+    since_bytes: int = 0
+    snapshot_bytes: int = 0
+    readable: bool = True
 
 
 class StoreSession:
     """Conversations in a raygents checkpoint store (``memory://``, ``file://``, ``s3://``).
 
-    Each save writes a new, never-overwritten key ``sessions/<session_id>/<seq:010d>.sess``
-    (the codec's checked msgpack frame); a load reads the newest. After a successful save,
-    versions beyond the newest ``keep_versions`` are deleted. A save is computed from the
-    newest version and written as the next; when another save took that number first, it is
-    computed again from the newer one, so concurrent saves never clobber each other's keys,
-    and concurrent runs' saves (``save_run``) all keep their messages.
+    Each save writes one new, never-overwritten record ``sessions/<session_id>/<seq:010d>.sess``
+    (the codec's checked msgpack frame) holding what it changes: the messages it adds after
+    the ones it keeps (a run's save keeps them all), or a compaction's summary in place of the
+    messages it stands for. Now and then (after 32 records, or records as large as the
+    conversation) a save writes the whole conversation instead, a snapshot; a load reads the
+    newest snapshot and the records after it. So a save costs what it adds, the whole
+    conversation only once in a while, and a conversation may grow past the largest record.
+    A record is written as the one after the newest; when another save took that number
+    first, it is computed again from the newer one, so concurrent saves never clobber each
+    other, and concurrent runs' saves (``save_run``) all keep their messages, each run's in
+    one piece. After a snapshot, the records before the ``keep_versions``-th newest snapshot
+    are deleted. Sessions written by raygents before records (one whole conversation per
+    record) load, and are saved on, as they are.
 
     Args:
         url: the store; ``$RAYGENTS_STORE`` or :func:`~raygents.stores.open.default_store_url` by
@@ -47,7 +95,8 @@ class StoreSession:
             default, else a checksum; a shared store (``s3://``, or a marked ``file://``
             directory: :mod:`raygents.records.storekey`) refuses to work without one, unless
             ``$RAYGENTS_UNSIGNED_OK=1``.
-        keep_versions: how many versions of a conversation to keep (at least 1).
+        keep_versions: how many snapshots of a conversation to keep, with the records after
+            them (at least 1).
     """
 
     def __init__(
@@ -61,6 +110,10 @@ class StoreSession:
         self.key = key
         self.keep_versions = keep_versions
         self._store: Store | None = None
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, _Log] = OrderedDict()
+        """What this object last read or wrote of a few sessions (their records since are
+        all a read needs)."""
         if url is not None:
             self._open()  # a malformed URL fails here, in the caller's process
 
@@ -70,127 +123,322 @@ class StoreSession:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url, self.key, self.keep_versions = state["url"], state["key"], state["keep_versions"]
         self._store = None
+        self._lock = threading.Lock()
+        self._known = OrderedDict()
 
     def __repr__(self) -> str:
         return f"StoreSession({self.url!r})"
 
     def load(self, session_id: str) -> list[Message]:
-        """The newest stored conversation, or ``[]`` for an unknown id."""
+        """The stored conversation, or ``[]`` for an unknown id.
+
+        Raises:
+            CheckpointCorrupt: a record is not a session record of this id, or one is missing.
+            CheckpointError: the store failed, or saves deleted what was being read, three
+                times over.
+        """
         validate_session_id(session_id)
         store = self._open()
         for _ in range(3):  # a concurrent save may delete what a listing showed
-            for key in reversed(self._versions(store, session_id)):
-                data = store.get(key)
-                if data is not None:
-                    value = self._decode(data, key, session_id)
-                    return build_messages(value["messages"], f"session {key!r} in {self.url}")
-        return []
+            log = self._read(store, session_id, self._records(store, session_id))
+            if log is not None:
+                return build_messages(log.messages, f"session {session_id!r} in {self.url}")
+        raise CheckpointError(
+            f"cannot load session {session_id!r} from {self.url}: other saves deleted its "
+            "records while they were read; try again"
+        )
 
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Write ``messages`` as the conversation's next version, then drop old versions."""
-        self._write(session_id, messages, None)
+        """Replace the stored conversation with ``messages`` (a record of what changes)."""
+        self._write(session_id, messages, None, None)
 
     def save_run(self, session_id: str, messages: Sequence[Message], *, input_len: int) -> None:
-        """Save a run's conversation as the next version, keeping what other runs saved since
-        it loaded (see :class:`Session`); then drop old versions."""
-        self._write(session_id, messages, check_input_len(input_len))
+        """Save a run's conversation, keeping what other runs saved since it loaded (see
+        :class:`Session`): a record of the run's new messages."""
+        self._write(session_id, messages, check_input_len(input_len), None)
 
-    def _write(self, session_id: str, messages: Sequence[Message], input_len: int | None) -> None:
+    def save_compacted(
+        self, session_id: str, messages: Sequence[Message], *, compacted: tuple[int, int, int]
+    ) -> None:
+        """Save a compacted run's conversation, keeping what other runs saved since (see
+        :class:`Session`): a record of its summary, what it stands for, and its new messages."""
+        self._write(session_id, messages, None, check_compacted(compacted, len(messages)))
+
+    def _write(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        input_len: int | None,
+        compacted: tuple[int, int, int] | None,
+    ) -> None:
+        """Put a record of what the save changes as the one after the newest, computed from
+        the conversation up to it. Keys are never overwritten: when another save took that
+        number first, start again from it."""
         validate_session_id(session_id)
         data = dump_messages(messages)
         store = self._open()
-        seq = self._put_next(store, session_id, data, input_len)
-        old = [k for k in self._versions(store, session_id) if _seq(k) <= seq - self.keep_versions]
-        store.delete(old)
-
-    def _put_next(
-        self, store: Store, session_id: str, data: list[dict[str, Any]], input_len: int | None
-    ) -> int:
-        """Put the conversation the save leaves (see :func:`merge_save`) under the version after
-        the newest, the one it was computed from; return its number. Keys are never
-        overwritten: when another save took that version first, start again from it."""
         for _ in range(_MAX_WRITE_ATTEMPTS):
-            versions = self._versions(store, session_id)
-            current, marks, seq, lineage = self._newest(store, session_id, versions, input_len)
-            if seq < 0:
-                continue  # the newest version went while we read it: a newer one exists
-            new, new_marks = merge_save(current, marks, data, input_len)
-            payload: dict[str, Any] = {"format": _FORMAT, "session_id": session_id, "messages": new}
-            if new_marks:
-                payload["marks"] = new_marks
-            payload["id"] = uuid.uuid4().hex
-            if lineage:
-                payload["base"], payload["lineage"] = lineage[-1], lineage[-_LINEAGE:]
-            key = f"sessions/{session_id}/{seq + 1:010d}{_SUFFIX}"
-            frame = codec.encode(payload, key=self._key(), source=f"sessions/{session_id}")
+            keys = self._records(store, session_id)
+            log = self._current(
+                store, session_id, keys, plain=input_len is None and compacted is None
+            )
+            if log is None:
+                continue  # a record went while we read it: newer ones exist
+            payload, frame = self._frame(session_id, log, data, input_len, compacted)
+            key = _key(session_id, log.seq + 1)
             try:
                 store.put(key, frame)
             except CheckpointError:
-                newest = self._versions(store, session_id)
-                if not newest or _seq(newest[-1]) <= seq:  # not a lost race: the store failed
+                newest = self._records(store, session_id)
+                if not newest or _seq(newest[-1]) <= log.seq:  # not a lost race: the store failed
                     raise
                 continue
-            if self._built_on(store, session_id, seq + 1, payload["id"]):
-                return seq + 1
-            store.delete([key])  # put where a newer save had deleted an old version: void
+            if self._landed(store, session_id, log.seq + 1, payload["id"]):
+                if payload["kind"] == "snapshot":
+                    self._clean(store, session_id, [*log.snapshots, log.seq + 1])
+                    self._remember(
+                        session_id, self._start(session_id, log.seq + 1, payload, len(frame))
+                    )
+                else:
+                    self._remember(
+                        session_id, self._apply(session_id, log, log.seq + 1, payload, len(frame))
+                    )
+                return
+            store.delete([key])  # put where a newer save had deleted an old record: void
         raise CheckpointError(
             f"cannot save session {session_id!r} in {self.url}: {_MAX_WRITE_ATTEMPTS} other "
-            "saves of it won the race for a new version; try again"
+            "saves of it won the race for a new record; try again"
         )
 
-    def _built_on(self, store: Store, session_id: str, seq: int, version_id: str) -> bool:
-        """Whether version ``seq`` (id ``version_id``), just put, is the newest or in the
-        lineage of the newest. Not so when its key was free only because a save far ahead
-        had deleted the version there (old versions go): newer versions, computed without
-        it, exist, and it would be lost. (Saves that built on it may have deleted it since:
-        the newest version's lineage still names it.)"""
+    def _current(
+        self, store: Store, session_id: str, keys: list[str], *, plain: bool
+    ) -> _Log | None:
+        """The conversation a save starts from; None if a record went while it was read. A
+        plain save replaces a conversation it cannot read; a run's save, which adds to it,
+        raises."""
+        try:
+            return self._read(store, session_id, keys)
+        except RaygentsError:
+            self._forget(session_id)
+            if not plain:
+                raise
+            return _Log(seq=_seq(keys[-1]), readable=False)
+
+    def _frame(
+        self,
+        session_id: str,
+        log: _Log,
+        data: list[dict[str, Any]],
+        input_len: int | None,
+        compacted: tuple[int, int, int] | None,
+    ) -> tuple[dict[str, Any], bytes]:
+        """The record of a save on ``log`` and its frame: a conversation too large for one
+        record gets no snapshot (its loads read the records since the last one that fit).
+
+        Raises:
+            CheckpointTooLarge: what the save adds does not fit in one record.
+        """
+        delta, snapshot = self._record(session_id, log, data, input_len, compacted)
+        source = f"sessions/{session_id}"
+        if snapshot is not None:
+            try:
+                return snapshot, codec.encode(snapshot, key=self._key(), source=source)
+            except CheckpointTooLarge:
+                if delta is None:
+                    raise
+        assert delta is not None  # (one of the two is always given)
+        return delta, codec.encode(delta, key=self._key(), source=source)
+
+    def _record(
+        self,
+        session_id: str,
+        log: _Log,
+        data: list[dict[str, Any]],
+        input_len: int | None,
+        compacted: tuple[int, int, int] | None,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The records a save on ``log`` may write: ``(delta, snapshot)``, what it changes
+        and the whole result; the delta is None where there is nothing to build it on, the
+        snapshot None where the delta is enough (see :data:`_SNAPSHOT_EVERY`)."""
+        current, marks = log.messages, log.marks
+        edit = None if compacted is None else compacted_edit(current, marks, data, compacted)
+        body: dict[str, Any]
+        if edit is not None:
+            upto, summary, tail = edit
+            new, new_marks = recompact(current, marks, upto, summary, tail)
+            body = {"kind": "compact", "upto": upto, "summary": summary, "messages": tail}
+        else:
+            if compacted is not None:
+                keep, tail = len(current), fallback_tail(data, compacted)
+            else:
+                keep, tail = save_edit(current, marks, data, input_len)
+            new, new_marks = splice(current, marks, keep, tail)
+            body = {"kind": "save", "keep": keep, "messages": tail}
+        head = {"format": _FORMAT, "session_id": session_id, "id": uuid.uuid4().hex[:16]}
+        if log.newest is not None:
+            head["base"] = log.newest
+        delta = {**head, **body}
+        size = len(codec.encode(delta))
+        on_log = bool(log.readable and log.seq)
+        if (
+            on_log
+            and log.since + 1 < _SNAPSHOT_EVERY
+            and log.since_bytes + size < log.snapshot_bytes
+        ):
+            return delta, None
+        return delta if on_log else None, {
+            **head,
+            "kind": "snapshot",
+            "messages": new,
+            "marks": new_marks,
+            "lineage": log.lineage[-_LINEAGE:],
+            "snapshots": log.snapshots[-_SNAPSHOTS:],
+        }
+
+    def _read(self, store: Store, session_id: str, keys: list[str]) -> _Log | None:
+        """The conversation the records ``keys`` (a listing, oldest first) leave: the newest
+        snapshot, then each record after it; or, where this object read or wrote the session
+        before, what it had then and the records since. None if one went while it was read.
+
+        Raises:
+            CheckpointCorrupt: a record is not a session record of ``session_id``, or one
+                between the newest snapshot and the newest record is missing.
+        """
+        with self._lock:
+            known = self._known.get(session_id)
+        chain: list[tuple[int, dict[str, Any], int]] = []
+        for key in reversed(keys):
+            if known is not None and _seq(key) == known.seq:
+                break  # (records are never rewritten: what was read then still stands)
+            data = store.get(key)
+            if data is None:
+                return None
+            value = self._decode(data, key, session_id)
+            chain.append((_seq(key), value, len(data)))
+            if _kind(value) == "snapshot":
+                break
+        chain.reverse()
+        numbers = [seq for seq, _, _ in chain]
+        first = numbers[0] if chain else (known.seq + 1 if known is not None else 1)
+        if numbers != list(range(first, first + len(numbers))):
+            raise self._gap(session_id, numbers)
+        if chain and _kind(chain[0][1]) == "snapshot":
+            log = self._start(session_id, *chain[0])
+            chain = chain[1:]
+        elif known is not None and keys and (not chain or chain[0][1].get("base") == known.newest):
+            log = known
+        elif keys:
+            if known is not None:  # (not built on what was known: read it all)
+                self._forget(session_id)
+                return self._read(store, session_id, keys)
+            raise self._gap(session_id, numbers)
+        else:
+            log = _Log()
+        for seq, value, size in chain:
+            log = self._apply(session_id, log, seq, value, size)
+        self._remember(session_id, log)
+        return log
+
+    def _gap(self, session_id: str, numbers: list[int]) -> CheckpointCorrupt:
+        return CheckpointCorrupt(
+            f"session {session_id!r} in {self.url} lacks records: those read, {numbers!r}, do "
+            "not follow each other back to a whole conversation",
+            key=f"sessions/{session_id}/",
+            reason="bad session",
+        )
+
+    def _start(self, session_id: str, seq: int, snapshot: dict[str, Any], size: int) -> _Log:
+        """The conversation a snapshot holds."""
+        newest = _text(snapshot.get("id"))
+        lineage = [i for i in _list(snapshot.get("lineage")) if isinstance(i, str)]
+        return _Log(
+            messages=_canonical(snapshot["messages"], f"session {session_id!r} in {self.url}"),
+            marks=_ints(snapshot.get("marks")),
+            seq=seq,
+            newest=newest,
+            lineage=lineage if newest is None else [*lineage, newest],
+            snapshots=[*_ints(snapshot.get("snapshots")), seq],
+            snapshot_bytes=size,
+        )
+
+    def _apply(
+        self, session_id: str, log: _Log, seq: int, value: dict[str, Any], size: int
+    ) -> _Log:
+        """The conversation after record ``seq`` (not a snapshot), a new :class:`_Log`."""
+        where = f"session {session_id!r} in {self.url}"
+        messages = _canonical(value["messages"], where)
+        if value.get("keep", value.get("upto", 0)) > len(log.messages):
+            raise CheckpointCorrupt(
+                f"{_key(session_id, seq)!r} in {self.url} keeps more messages than the "
+                f"{len(log.messages)} before it",
+                key=_key(session_id, seq),
+                reason="bad session",
+            )
+        if value["kind"] == "compact":
+            summary = _canonical(value["summary"], where)
+            new, marks = recompact(log.messages, log.marks, value["upto"], summary, messages)
+        else:
+            new, marks = splice(log.messages, log.marks, value["keep"], messages)
+        newest = _text(value.get("id"))
+        lineage = log.lineage if newest is None else [*log.lineage, newest][-2 * _LINEAGE :]
+        return replace(
+            log,
+            messages=new,
+            marks=marks,
+            seq=seq,
+            newest=newest,
+            lineage=lineage,
+            since=log.since + 1,
+            since_bytes=log.since_bytes + size,
+        )
+
+    def _remember(self, session_id: str, log: _Log) -> None:
+        """Keep ``log`` as what this object last knew of the session (a few sessions)."""
+        with self._lock:
+            self._known.pop(session_id, None)
+            self._known[session_id] = log
+            while len(self._known) > _KNOWN:
+                self._known.popitem(last=False)
+
+    def _forget(self, session_id: str) -> None:
+        with self._lock:
+            self._known.pop(session_id, None)
+
+    def _landed(self, store: Store, session_id: str, seq: int, record_id: str) -> bool:
+        """Whether record ``seq`` (id ``record_id``), just put, is in the conversation: no
+        newer record, or the next one was built on it, or a newer snapshot was. Not so when
+        its key was free only because a save far ahead had deleted the record there (old
+        records go after a snapshot): newer records, computed without it, exist, and it
+        would be lost. (Saves that built on it may have deleted it since: a newer snapshot's
+        lineage still names it.)"""
         for _ in range(3):  # a concurrent save may delete what a listing showed
-            newer = [k for k in self._versions(store, session_id) if _seq(k) > seq]
+            newer = [k for k in self._records(store, session_id) if _seq(k) > seq]
             if not newer:
                 return True
-            data = store.get(newer[-1])
-            if data is None:
-                continue
-            try:
-                value = self._decode(data, newer[-1], session_id)
-            except RaygentsError:
-                return False
-            lineage = value.get("lineage")
-            if isinstance(lineage, list) and version_id in lineage:
-                return True
-            return bool(
-                _seq(newer[0]) == seq + 1
-                and newer[0] == newer[-1]
-                and value.get("base") == version_id
-            )
+            values = []
+            for key in newer:
+                data = store.get(key)
+                if data is None:
+                    break
+                try:
+                    values.append((key, self._decode(data, key, session_id)))
+                except RaygentsError:
+                    return False
+                if _seq(key) == seq + 1 and values[-1][1].get("base") == record_id:
+                    return True
+            else:
+                return any(
+                    _kind(v) == "snapshot" and record_id in _list(v.get("lineage"))
+                    for _, v in values
+                )
         return False
 
-    def _newest(
-        self, store: Store, session_id: str, versions: list[str], input_len: int | None
-    ) -> tuple[list[dict[str, Any]], list[int], int, list[str]]:
-        """The newest version's messages (canonical JSON-mode dicts), marks, number and
-        lineage (the ids of the versions it was built on, oldest first, then its own: what a
-        version built on it records); the number is -1 if that version is gone. A plain save
-        replaces a version it cannot read; a run's save, which adds to it, raises."""
-        if not versions:
-            return [], [], 0, []
-        data = store.get(versions[-1])
-        if data is None:
-            return [], [], -1, []
-        try:
-            value = self._decode(data, versions[-1], session_id)
-            messages = build_messages(value["messages"], f"session {versions[-1]!r} in {self.url}")
-        except RaygentsError:
-            if input_len is not None:
-                raise
-            return [], [], _seq(versions[-1]), []
-        raw = value.get("marks")
-        marks = [b for b in raw if type(b) is int] if isinstance(raw, list) else []
-        found, before = value.get("id"), value.get("lineage")
-        lineage = [i for i in before if isinstance(i, str)] if isinstance(before, list) else []
-        if isinstance(found, str):
-            lineage.append(found)
-        return [m.model_dump(mode="json") for m in messages], marks, _seq(versions[-1]), lineage
+    def _clean(self, store: Store, session_id: str, snapshots: list[int]) -> None:
+        """Delete the records before the ``keep_versions``-th newest snapshot."""
+        if len(snapshots) < self.keep_versions:
+            return
+        cutoff = snapshots[-self.keep_versions]
+        store.delete([k for k in self._records(store, session_id) if _seq(k) < cutoff])
 
     def _open(self) -> Store:
         if self._store is None:
@@ -214,7 +462,7 @@ class StoreSession:
         return key
 
     @staticmethod
-    def _versions(store: Store, session_id: str) -> list[str]:
+    def _records(store: Store, session_id: str) -> list[str]:
         prefix = f"sessions/{session_id}/"
         return sorted(
             key
@@ -224,18 +472,64 @@ class StoreSession:
 
     def _decode(self, data: bytes, key: str, session_id: str) -> dict[str, Any]:
         value = codec.decode(data, key=self._key(), source=key)
-        if (
-            not isinstance(value, dict)
-            or value.get("format") != _FORMAT
-            or value.get("session_id") != session_id
-            or not isinstance(value.get("messages"), list)
+        if not (
+            isinstance(value, dict)
+            and value.get("format") == _FORMAT
+            and value.get("session_id") == session_id
+            and _well_formed(value)
         ):
             raise CheckpointCorrupt(
-                f"{key!r} in {self.url} is not a raygents session of {session_id!r}",
+                f"{key!r} in {self.url} is not a raygents session record of {session_id!r}",
                 key=key,
                 reason="bad session",
             )
         return value
+
+
+def _kind(value: dict[str, Any]) -> str:
+    """A record's kind: a record without one is a whole conversation, as raygents wrote
+    every record before records held changes (a snapshot)."""
+    kind = value.get("kind", "snapshot")
+    return kind if isinstance(kind, str) else ""
+
+
+def _well_formed(value: dict[str, Any]) -> bool:
+    """Whether a record has the fields its kind needs, of the right types."""
+    if not isinstance(value.get("messages"), list):
+        return False
+    kind = _kind(value)
+    if kind == "snapshot":
+        return True
+    if kind == "save":
+        return _count(value.get("keep"))
+    return (
+        kind == "compact" and _count(value.get("upto")) and isinstance(value.get("summary"), list)
+    )
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _ints(value: Any) -> list[int]:
+    return [b for b in _list(value) if type(b) is int]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _canonical(data: list[Any], where: str) -> list[dict[str, Any]]:
+    """Stored messages as the canonical JSON-mode dicts a save compares and writes."""
+    return [m.model_dump(mode="json") for m in build_messages(data, where)]
+
+
+def _key(session_id: str, seq: int) -> str:
+    return f"sessions/{session_id}/{seq:010d}{_SUFFIX}"
 
 
 def _seq(key: str) -> int:

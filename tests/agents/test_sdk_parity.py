@@ -18,7 +18,7 @@ from raygents.core import loop
 from raygents.core.context import RunContext
 from raygents.core.envelope import RunState
 from raygents.core.events import RunEvent
-from raygents.core.messages import Message, ToolCall, ToolSpec, to_messages
+from raygents.core.messages import Message, ReasoningItem, ToolCall, ToolSpec, to_messages
 from raygents.core.schema import parse_output, type_schema
 from raygents.errors import OutputValidationError
 from raygents.runtime.actor.toolbox import Toolbox
@@ -95,6 +95,21 @@ def test_new_items_and_to_input_list_continue_a_conversation() -> None:
     assert done.new_items == messages[1:]
     following = [*done.to_input_list(), {"role": "user", "content": "again"}]
     assert to_messages(following)[:4] == messages
+
+
+def test_to_input_list_keeps_reasoning_items_for_the_next_run() -> None:
+    thought = ReasoningItem(api="openai.responses", data={"type": "reasoning", "id": "r1"})
+    messages = (
+        Message("user", "hi"),
+        Message("assistant", "hello", reasoning=(thought,)),
+    )
+    items = result("hello", "hello", messages).to_input_list()
+    assert items[1]["reasoning"] == [{"api": "openai.responses", "data": thought.data}]
+    assert "reasoning" not in items[0]
+    assert to_messages(items) == messages
+    assert json.loads(json.dumps(items)) == items  # plain JSON, as an input list may travel
+    with pytest.raises(rg.UserError, match=r"input item #0: 'reasoning'"):
+        to_messages([{"role": "assistant", "content": "x", "reasoning": "thinking aloud"}])
 
 
 # --- the schema on every call ----------------------------------------------------------------

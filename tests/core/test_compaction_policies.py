@@ -16,6 +16,7 @@ from raygents.core.compaction import (
     compacted,
     split_for_summary,
     summary_request,
+    summary_span,
     trim_oldest,
     trim_tool_outputs,
 )
@@ -241,3 +242,34 @@ def test_handoff_boundary_stays_whole() -> None:
 def test_bad_policies_are_refused(build: object, message: str) -> None:
     with pytest.raises(UserError, match=message):
         build()  # type: ignore[operator]
+
+
+def _m(*texts: str) -> list[Message]:
+    return [Message("user", t) for t in texts]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "loaded", "before", "span"),
+    [
+        # a summary of the first 3 of 4 loaded messages
+        (_m("h0", "h1", "h2", "h3", "r0"), _m("S", "h3", "r0"), 4, (0, 0), (3, 1)),
+        # a summary of all that was loaded and of the run's first message
+        (_m("h0", "h1", "r0", "r1"), _m("S", "r1"), 2, (0, 0), (2, 1)),
+        # a second summary, of the first one and one more loaded message
+        (_m("S", "h3", "h4", "r0"), _m("T", "h4", "r0"), 5, (3, 1), (4, 1)),
+        # a trim inside what earlier summaries stand for only
+        (_m("S", "U", "h3", "r0"), _m("S2", "U", "h3", "r0"), 4, (2, 2), (2, 2)),
+        # a trimmed loaded tool result (the same count of messages)
+        (_m("h0", "h1", "h2", "r0"), _m("h0", "h1*", "h2", "r0"), 3, (0, 0), (2, 2)),
+        # a run that loaded nothing: its own messages summarised
+        (_m("r0", "r1", "r2"), _m("S", "r2"), 0, (0, 0), (0, 1)),
+    ],
+)
+def test_summary_span_says_what_the_summary_stands_for_in_the_session(
+    old: list[Message],
+    new: list[Message],
+    loaded: int,
+    before: tuple[int, int],
+    span: tuple[int, int],
+) -> None:
+    assert summary_span(old, new, loaded, before) == span

@@ -23,6 +23,7 @@ from raygents.sessions import (
     load_session,
     save_session,
 )
+from raygents.sessions import store as store_sessions
 
 __all__ = ["session"]  # the fixture, shared with test_sessions.py
 
@@ -294,49 +295,57 @@ async def test_a_users_session_that_loads_a_broken_message_fails_clearly() -> No
         await load_session(Returns([Message("user", "hi"), broken]), "s")  # type: ignore[arg-type]
 
 
-def test_store_session_save_where_an_old_version_was_deleted_is_not_lost(tmp_path: Path) -> None:
-    """A slow save reads version 1; meanwhile three others write versions 2 to 4 and delete
-    the old ones, version 2 included: the slow save's put of version 2 succeeds, yet nothing
-    newer is built on it. It must notice and save again on top of version 4."""
+@pytest.fixture
+def snapshot_every_save(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every StoreSession record a snapshot, so that a save deletes the records before it."""
+    monkeypatch.setattr(store_sessions, "_SNAPSHOT_EVERY", 1)
+
+
+@pytest.mark.usefixtures("snapshot_every_save")
+def test_store_session_save_where_an_old_record_was_deleted_is_not_lost(tmp_path: Path) -> None:
+    """A slow save reads record 1; meanwhile three others write records 2 to 4 and delete
+    the old ones, record 2 included: the slow save's put of record 2 succeeds, yet nothing
+    newer is built on it. It must notice and save again on top of record 4."""
     url = f"file://{tmp_path}"
-    slow, other = StoreSession(url), StoreSession(url)
+    slow, other = StoreSession(url), StoreSession(url, keep_versions=1)
     slow.save("s", HISTORY)
-    real = slow._newest
+    real = slow._current
     raced: list[int] = []
 
-    def newest_then_three_saves(*args: Any) -> Any:
-        found = real(*args)
+    def current_then_three_saves(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)
         while len(raced) < 3:
             loaded = other.load("s")
             other.save_run("s", [*loaded, *turn(f"o{len(raced)}", "x")], input_len=len(loaded) + 1)
             raced.append(1)
         return found
 
-    slow._newest = newest_then_three_saves  # type: ignore[method-assign]
+    slow._current = current_then_three_saves  # type: ignore[method-assign]
     slow.save_run("s", [*HISTORY, *turn("mine", "y")], input_len=3)
     assert texts(other.load("s")) == [*texts(HISTORY), "o0", "x", "o1", "x", "o2", "x", "mine", "y"]
 
 
+@pytest.mark.usefixtures("snapshot_every_save")
 def test_a_save_that_others_built_on_and_cleaned_up_after_is_not_saved_twice(
     tmp_path: Path,
 ) -> None:
-    """A save puts version 2; before it checks that version, three other saves build on it
-    (versions 3 to 5) and their clean-up deletes versions 2 and 3. The first save's turn is
-    in version 5 already: it must not be saved again."""
+    """A save puts record 2; before it checks that record, three other saves build on it
+    (records 3 to 5) and their clean-up deletes records 2 to 4. The first save's turn is in
+    record 5 already: it must not be saved again."""
     url = f"file://{tmp_path}"
-    mine, other = StoreSession(url), StoreSession(url)
+    mine, other = StoreSession(url), StoreSession(url, keep_versions=1)
     mine.save("s", HISTORY)
-    real = mine._built_on
+    real = mine._landed
     raced: list[int] = []
 
-    def two_saves_then_check(*args: Any) -> Any:
+    def three_saves_then_check(*args: Any) -> Any:
         while len(raced) < 3:
             loaded = other.load("s")
             other.save_run("s", [*loaded, *turn(f"o{len(raced)}", "x")], input_len=len(loaded) + 1)
             raced.append(1)
         return real(*args)
 
-    mine._built_on = two_saves_then_check  # type: ignore[method-assign]
+    mine._landed = three_saves_then_check  # type: ignore[method-assign]
     mine.save_run("s", [*HISTORY, *turn("mine", "y")], input_len=3)
     assert texts(other.load("s")) == [
         *texts(HISTORY),
@@ -344,3 +353,49 @@ def test_a_save_that_others_built_on_and_cleaned_up_after_is_not_saved_twice(
         "y",
         *("o0", "x", "o1", "x", "o2", "x"),
     ]
+
+
+# --- a compacted run's save records its compaction -------------------------------------------
+
+LOADED = [Message("user", f"old {i}") for i in range(4)]
+SUMMARY = Message("user", "summary of old 0..2", summary=True)
+
+
+def test_save_compacted_keeps_what_another_run_saved_since(session: Any) -> None:
+    session.save("s", LOADED)
+    loaded = session.load("s")
+    session.save_run("s", [*loaded, *turn("from b", "b")], input_len=5)
+    mine = [SUMMARY, loaded[3], *turn("from a", "a")]
+    session.save_compacted("s", mine, compacted=(4, 3, 1))
+    assert texts(session.load("s")) == [SUMMARY.text, "old 3", "from b", "b", "from a", "a"]
+    assert session.load("s")[0].summary
+    # a later run that loaded the compacted conversation saves after it as usual
+    later = session.load("s")
+    session.save_run("s", [*later, *turn("from c", "c")], input_len=len(later) + 1)
+    assert texts(session.load("s"))[-4:] == ["from a", "a", "from c", "c"]
+
+
+def test_save_compacted_where_the_history_it_loaded_is_gone_appends(session: Any) -> None:
+    """The conversation was replaced since the run loaded it: nothing is lost, the run's own
+    messages are appended (after its summary, where it stands for all the run loaded)."""
+    session.save("s", LOADED)
+    session.save("s", [Message("user", "replaced")])
+    session.save_compacted("s", [SUMMARY, LOADED[3], *turn("a", "b")], compacted=(4, 3, 1))
+    assert texts(session.load("s")) == ["replaced", "a", "b"]
+    session.save("s", [Message("user", "again")])
+    session.save_compacted("s", [SUMMARY, *turn("a", "b")], compacted=(4, 4, 1))
+    assert texts(session.load("s")) == ["again", SUMMARY.text, "a", "b"]
+
+
+@pytest.mark.parametrize("bad", [(4, 5, 1), (4, 3), (4, 3, -1), [4, 3, 1], (4, 0, 9), None])
+def test_save_compacted_refuses_a_bad_span(session: Any, bad: Any) -> None:
+    session.save("s", LOADED)
+    with pytest.raises(UserError, match="compacted"):
+        session.save_compacted("s", [SUMMARY, *turn("a", "b")], compacted=bad)
+    assert session.load("s") == LOADED
+
+
+async def test_the_runtime_helper_saves_a_compaction_through_save_compacted(session: Any) -> None:
+    session.save("s", LOADED)
+    await save_session(session, "s", [SUMMARY, LOADED[3]], compacted=(4, 3, 1))
+    assert texts(await load_session(session, "s")) == [SUMMARY.text, "old 3"]

@@ -76,6 +76,24 @@ def test_a_tool_calling_run_streams_and_counts_reasoning_tokens(
     assert second["input"][3] == {"type": "function_call_output", "call_id": "c1", "output": "5"}
 
 
+def test_the_next_run_from_to_input_list_sends_the_reasoning_back(
+    rt: None, server: FakeResponsesServer
+) -> None:
+    server.push(
+        RReply(reasoning=(reasoning_item("enc-kept"),), text="It is 5."),
+        RReply(text="Still 5."),
+    )
+    model = rg.OpenAIResponsesModel("fake-reasoner", base_url=server.url)
+    agent = rg.Agent("responses_chat", instructions="Answer.", model=model)
+    first = rg.run(agent, "2+3?")
+    items = first.to_input_list()
+    assert items[-1]["reasoning"][0]["data"]["encrypted_content"] == "enc-kept"
+    second = rg.run(agent, [*items, {"role": "user", "content": "sure?"}])
+    assert second.final_output == "Still 5."
+    assert _kinds(server.requests[1]) == ["user", "reasoning", "message", "user"]
+    assert _sent_reasoning(server.requests[1]) == ["enc-kept"]
+
+
 class Answer(BaseModel):
     n: int
 

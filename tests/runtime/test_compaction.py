@@ -211,3 +211,67 @@ def test_the_summarisers_usage_is_spent_from_the_runs_token_budget() -> None:
     with pytest.raises(rg.UsageLimitExceeded) as info:
         rg.run(agent, "go", max_tokens=500_000, timeout_s=120)
     assert info.value.used is not None and info.value.used > 10**6  # stopped before the call
+
+
+DOLLAR = rg.Price(input_per_mtok=1000.0, output_per_mtok=0.0)  # 1,000 input tokens: $1
+
+
+class DollarSummariser:
+    """A summariser whose every call reads 1,000 tokens: $1 at :data:`DOLLAR`."""
+
+    async def respond(self, request: rg.ModelRequest) -> rg.ModelResponse:
+        return rg.ModelResponse(rg.Message("assistant", "steps 0..0 done"), usage=rg.Usage(1000))
+
+
+def test_the_summarisers_cost_counts_in_the_runs_cost() -> None:
+    """The agent's own model summarises, at the agent's price: every call of the run, the
+    summaries included, is priced alike."""
+    price = rg.Price(input_per_mtok=2.0, output_per_mtok=10.0)
+    agent = rg.Agent(
+        "priced_summary",
+        tools=[step],
+        model=WindowModel(60),
+        max_turns=70,
+        model_settings=rg.ModelSettings(price=price),
+        compaction=rg.Compaction(2000, keep_last_turns=2),
+    )
+    handle = rg.start(agent, "go")
+    usage = handle.result(timeout_s=120).usage
+    assert any(e.type == "compacted" for e in handle.events())
+    expected = (usage.input_tokens * 2.0 + usage.output_tokens * 10.0) / 1e6
+    assert usage.cost_usd == pytest.approx(expected)
+
+
+def test_a_summary_that_reaches_the_runs_dollar_budget_stops_it_before_its_next_call() -> None:
+    agent = rg.Agent(
+        "dollar_summary",
+        tools=[step],
+        model=NoCallAfterSummary(60),
+        max_turns=70,
+        model_settings=rg.ModelSettings(price=rg.Price(input_per_mtok=0.0, output_per_mtok=0.0)),
+        compaction=rg.Compaction(
+            2000,
+            summarizer=rg.Agent(
+                "dollar_summariser",
+                model=DollarSummariser(),
+                model_settings=rg.ModelSettings(price=DOLLAR),
+            ),
+        ),
+    )
+    with pytest.raises(rg.UsageLimitExceeded) as info:
+        rg.run(agent, "go", max_cost_usd=0.5, timeout_s=120)
+    assert info.value.limit == "max_cost_usd"
+    assert info.value.used == pytest.approx(1.0)  # the summary's dollar, and nothing after it
+
+
+def test_a_dollar_budget_refuses_a_summariser_without_a_price() -> None:
+    agent = rg.Agent(
+        "unpriced_summary",
+        tools=[step],
+        model=NoCallAfterSummary(60),
+        max_turns=70,
+        model_settings=rg.ModelSettings(price=rg.Price(input_per_mtok=0.0, output_per_mtok=0.0)),
+        compaction=rg.Compaction(2000, summarizer=DollarSummariser()),
+    )
+    with pytest.raises(rg.UserError, match=r"max_cost_usd.*no price"):
+        rg.run(agent, "go", max_cost_usd=5.0, timeout_s=120)

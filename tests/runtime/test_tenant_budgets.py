@@ -16,11 +16,17 @@ import ray
 import raygents as rg
 from raygents.runtime.actor.spending import KEEPER_NAME
 from raygents.runtime.link.coordinator_client import COORDINATOR_NAME
-from raygents.testing import FunctionModel, text
+from raygents.testing import FunctionModel, call, calls, text
 
 pytestmark = pytest.mark.timeout(240)
 
 BUDGET = 300  # tokens a day for tenant "acme"; every run below uses 15 (one model call)
+
+
+@rg.tool(remote=False)
+def pad(n: int) -> str:
+    """Pad the history."""
+    return f"pad {n}: " + "words " * 60
 
 
 def _reply(request: rg.ModelRequest) -> rg.ModelResponse:
@@ -122,3 +128,40 @@ def test_raygents_budgets_shows_what_each_tenant_spent_today(budgeted: tuple[str
     assert shown["tenants"][0]["tokens"] == 15
     with pytest.raises(CommandFailed, match="tenant 'nobody' has no budget"):
         budgets(tenant="nobody")
+
+
+def test_a_summarisers_tokens_count_in_the_tenants_budget(budgeted: tuple[str, str]) -> None:
+    """The run's own calls report no usage; its summariser reads 1,000 tokens, over acme's
+    300 a day: the run stops before its next call (if the charge is there by then), and the
+    next run of acme is refused."""
+    namespace, _ = budgeted
+
+    def researcher(request: rg.ModelRequest) -> rg.ModelResponse:
+        done = sum(1 for m in request.messages if m.role == "tool")
+        reply = text("done") if done >= 6 else calls(call("pad", {"n": done}, id=f"p{done}"))
+        return reply.model_copy(update={"usage": rg.Usage()})
+
+    def summariser(request: rg.ModelRequest) -> rg.ModelResponse:
+        return text("the pads so far", input_tokens=1000, output_tokens=0)
+
+    agent = rg.Agent(
+        "budget-summarised",
+        tools=[pad],
+        max_turns=20,
+        model=FunctionModel(researcher),
+        compaction=rg.Compaction(300, keep_last_turns=1, summarizer=FunctionModel(summariser)),
+    )
+    handle = rg.start(agent, "go", tenant="acme")
+    try:  # the summary's charge may reach the keeper before the run's next call, or after
+        assert handle.result(timeout_s=60).final_output == "done"
+    except rg.UsageLimitExceeded as exc:
+        assert exc.limit == "tenant_tokens_per_day" and exc.used == 1000
+    assert any(e.type == "compacted" for e in handle.events())
+    keeper = ray.get_actor(KEEPER_NAME, namespace=namespace)
+    deadline = time.monotonic() + 30  # (a call is told to the keeper without waiting)
+    while ray.get(keeper.check.remote("acme")) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with pytest.raises(rg.UsageLimitExceeded) as info:
+        rg.run(rg.Agent("budget-after", model=FunctionModel(_reply)), "q", tenant="acme")
+    assert info.value.limit == "tenant_tokens_per_day"
+    assert info.value.used is not None and info.value.used >= 1000

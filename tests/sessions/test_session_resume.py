@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import raygents as rg
 from raygents.core.messages import ModelRequest, ModelResponse
-from raygents.sessions import SQLiteSession
+from raygents.sessions import MemorySession, SQLiteSession, StoreSession
 from raygents.testing import FunctionModel, calls, text
 
 pytestmark = pytest.mark.usefixtures("rt")
@@ -151,3 +152,54 @@ def test_a_run_approved_after_another_run_keeps_both_runs(tmp_path: Path) -> Non
     assert done.final_output == "a done"
     stored = [m.text for m in session.load("S")]
     assert stored == ["b", "b done", "a", "", "sent to bob", "a done"]
+
+
+LONG_HISTORY = [
+    m
+    for i in range(6)
+    for m in (rg.Message("user", f"old {i}"), rg.Message("assistant", f"old answer {i} " * 40))
+]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "store", "memory"])
+def test_a_run_that_compacted_and_waited_keeps_the_messages_of_a_run_that_ran_meanwhile(
+    tmp_path: Path, kind: str
+) -> None:
+    """Run A compacts the history it loaded (a summary of all but the last answer), then waits
+    for an approval; run B adds a turn; A completes: the session holds A's summary in place of
+    what it stands for, the last answer, B's turn, then A's."""
+    session: Any = {
+        "sqlite": lambda: SQLiteSession(tmp_path / "s.db"),
+        "store": lambda: StoreSession(f"file://{tmp_path}/store"),
+        "memory": MemorySession,
+    }[kind]()
+    session.save("S", LONG_HISTORY)
+    gist = FunctionModel(lambda request: text("the old questions, answered"))
+    policy = rg.Compaction(300, keep_last_turns=1, summarizer=gist)
+    agent = rg.Agent(
+        f"compacter_{kind}",
+        model=FunctionModel(approve_first),
+        tools=[send],
+        session=session,
+        compaction=policy,
+    )
+    try:
+        a = rg.start(agent, "a", session_id="S")
+        with pytest.raises(rg.RunInterrupted) as info:
+            a.result(timeout_s=60)
+        assert any(e.type == "compacted" for e in a.events())
+        plain = agent.clone(name=f"plain_{kind}", compaction=None)
+        assert rg.run(plain, "b", session_id="S").final_output == "b done"
+        decisions = {p.call_id: True for p in info.value.pending}
+        done = rg.resume(a.run_id, agent=agent, approvals=decisions).result(timeout_s=60)
+        assert done.final_output == "a done"
+        stored = session.load("S")
+        assert stored[0].summary and stored[0].text.endswith("the old questions, answered")
+        assert [m.text for m in stored[1:]] == [
+            LONG_HISTORY[-1].text,
+            *("b", "b done"),
+            *("a", "", "sent to bob", "a done"),
+        ]
+    finally:
+        if isinstance(session, MemorySession):
+            session.close()

@@ -17,7 +17,7 @@ import pytest
 from ray import cloudpickle
 
 from raygents.core.messages import Message, ToolCall
-from raygents.errors import CheckpointCorrupt, RaygentsError, UserError
+from raygents.errors import CheckpointCorrupt, CheckpointTooLarge, RaygentsError, UserError
 from raygents.records import codec
 from raygents.sessions import (
     MemorySession,
@@ -387,24 +387,141 @@ def test_store_session_never_overwrites(recording: RecordingStore) -> None:
         session.save("s1", CONVERSATION[:n])
     session.save("s2", CONVERSATION)
     assert recording.puts == [key("s1", n) for n in range(1, 5)] + [key("s2", 1)]
-    assert recording.list("sessions/") == [key("s1", 3), key("s1", 4), key("s2", 1)]
+    assert key("s1", 4) in recording.list("sessions/")
     assert session.load("s1") == CONVERSATION[:4]
 
 
+def records(store: Store, session_id: str) -> list[tuple[int, dict[str, Any]]]:
+    """The session's records in the store, decoded, oldest first."""
+    out = []
+    for k in store.list(f"sessions/{session_id}/"):
+        data = store.get(k)
+        assert data is not None
+        out.append((int(k.rpartition("/")[2][:10]), codec.decode(data)))
+    return out
+
+
+def test_store_session_writes_what_a_save_adds(recording: RecordingStore) -> None:
+    """A 200-message conversation, one turn (2 messages) a save: each save's record holds
+    that turn (a snapshot now and then), never the whole history each time."""
+    session = StoreSession("memory://ignored")
+    sizes: dict[str, int] = {}
+    history: list[Message] = []
+    for n in range(100):
+        history += [Message("user", f"question {n} " * 10), Message("assistant", f"a{n} " * 20)]
+        before = len(recording.puts)
+        session.save_run("s", history, input_len=len(history) - 1)
+        (put,) = recording.puts[before:]
+        sizes[put] = len(recording.get(put) or b"")
+    assert session.load("s") == history
+    whole = len(codec.encode({"messages": [m.model_dump(mode="json") for m in history]}))
+    kinds = {key("s", seq): value["kind"] for seq, value in records(recording, "s")}
+    deltas = [size for put, size in sizes.items() if kinds.get(put) == "save"]
+    assert len(deltas) > 20 and max(deltas) < whole / 50  # a turn, not the history
+    assert sum(sizes.values()) < 8 * whole  # (a whole history a save: 50 times)
+
+
+def test_store_session_loads_and_extends_a_session_of_whole_records(
+    recording: RecordingStore,
+) -> None:
+    """Sessions written before records held changes: one whole conversation per record."""
+    for seq, n in ((4, 2), (5, 3)):
+        payload = {
+            "format": "raygents.session",
+            "session_id": "old",
+            "messages": [m.model_dump(mode="json") for m in CONVERSATION[:n]],
+            "marks": [n],
+            "id": f"version-{seq}",
+            "lineage": [f"version-{seq - 1}"],
+        }
+        recording.put(key("old", seq), codec.encode(payload))
+    session = StoreSession("memory://ignored")
+    assert session.load("old") == CONVERSATION[:3]
+    session.save_run("old", CONVERSATION, input_len=4)
+    _, added = records(recording, "old")[-1]
+    assert added["kind"] == "save" and added["keep"] == 3 and added["base"] == "version-5"
+    assert len(added["messages"]) == 3
+    assert session.load("old") == CONVERSATION
+
+
+def test_store_session_records_a_compaction_as_what_it_replaces(
+    recording: RecordingStore,
+) -> None:
+    session = StoreSession("memory://ignored")
+    session.save("s", CONVERSATION)
+    summary = Message("user", "the sum and the weather", summary=True)
+    run = [summary, CONVERSATION[5], Message("user", "thanks"), Message("assistant", "np")]
+    session.save_compacted("s", run, compacted=(6, 5, 1))
+    _, record = records(recording, "s")[-1]
+    assert (record["kind"], record["upto"]) == ("compact", 5)
+    assert [m["content"] for m in record["summary"]] == [summary.content]
+    assert [m["content"] for m in record["messages"]] == ["thanks", "np"]
+    assert session.load("s") == run
+
+
+def test_store_session_grows_past_the_largest_record(
+    recording: RecordingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation over the record limit (here 4,000 bytes) gets no more snapshots: its
+    saves go on, as records of what they add, and it loads whole."""
+    encode = codec.encode
+
+    def small_records(value: Any, **kwargs: Any) -> bytes:
+        frame = encode(value, **kwargs)
+        if len(frame) > 4000:
+            raise CheckpointTooLarge("over 4000 bytes", size=len(frame), limit=4000)
+        return frame
+
+    monkeypatch.setattr(store_sessions.codec, "encode", small_records)
+    session = StoreSession("memory://ignored")
+    history: list[Message] = []
+    for n in range(40):
+        history.append(Message("user", f"message {n}: " + "words " * 30))
+        session.save("s", history)
+    assert len(encode({"m": [m.model_dump(mode="json") for m in history]})) > 8000
+    assert session.load("s") == history
+    kinds = [value["kind"] for _, value in records(recording, "s")]
+    assert kinds[-1] == "save" and "snapshot" in kinds
+    with pytest.raises(CheckpointTooLarge):  # what a save adds must fit
+        session.save("s", [*history, Message("user", "x" * 5000)])
+    assert session.load("s") == history
+
+
+def test_store_session_reads_only_the_records_since_it_last_knew_the_session(
+    recording: RecordingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine, other = StoreSession("memory://ignored"), StoreSession("memory://ignored")
+    history: list[Message] = []
+    for n in range(10):
+        history.append(Message("user", f"message {n}"))
+        mine.save_run("s", history, input_len=len(history))
+    gets: list[str] = []
+    get = recording.get
+    monkeypatch.setattr(recording, "get", lambda k, **kw: gets.append(k) or get(k, **kw))
+    assert mine.load("s") == history and gets == []  # (it wrote the newest record)
+    other.save_run("s", [*other.load("s"), Message("user", "theirs")], input_len=11)
+    assert gets and key("s", 10) in gets  # a fresh object reads back to a snapshot
+    gets.clear()
+    assert mine.load("s") == [*history, Message("user", "theirs")]
+    assert gets == [key("s", 11)]
+
+
 @pytest.mark.parametrize("keep", [1, 3])
-def test_store_session_keeps_versions(tmp_path: Path, keep: int) -> None:
+def test_store_session_keeps_versions(
+    tmp_path: Path, keep: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_sessions, "_SNAPSHOT_EVERY", 4)
     session = StoreSession(f"file://{tmp_path}", keep_versions=keep)
     store = open_store(f"file://{tmp_path}")
-    for n in range(1, 6):
-        before = set(store.list())
-        session.save("s1", CONVERSATION[:n])
-        assert key("s1", n) not in before
-    assert store.list() == [key("s1", n) for n in range(6 - keep, 6)]
-    oldest = store.get(key("s1", 6 - keep))
-    assert oldest is not None
-    assert codec.decode(oldest)["messages"] == [
-        m.model_dump(mode="json") for m in CONVERSATION[: 6 - keep]
-    ]
+    history: list[Message] = []
+    for n in range(40):
+        history.append(Message("user", f"message {n}"))
+        session.save("s1", history)
+    stored = records(store, "s1")
+    snapshots = [seq for seq, value in stored if value["kind"] == "snapshot"]
+    assert len(snapshots) == keep and stored[0][0] == snapshots[0]  # older ones went
+    assert [seq for seq, _ in stored] == list(range(stored[0][0], 41))
+    assert session.load("s1") == history
 
 
 def test_store_session_survives_a_lost_race(tmp_path: Path) -> None:
@@ -424,7 +541,7 @@ def test_store_session_survives_a_lost_race(tmp_path: Path) -> None:
     session._store.list = stale_list  # type: ignore[union-attr,method-assign]
     session.save("s1", CONVERSATION[:3])
     assert stale == []  # the stale listing was used, and the save lost one race
-    assert listed("sessions/") == [key("s1", 2), key("s1", 3)]
+    assert key("s1", 3) in listed("sessions/")
     assert StoreSession(url).load("s1") == CONVERSATION[:3]
 
 

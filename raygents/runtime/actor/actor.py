@@ -111,7 +111,9 @@ class AgentActor:
             self.agent, self.toolbox, self.directory, self.writer, self._emit, self._children
         )
         self.task_cache = self.calls.task_cache
-        self.compactor = Compactor(self.agent, self.model, namespace)
+        self.compactor = Compactor(
+            self.agent, self.model, namespace, self.directory.cached_settings
+        )
         self._active: dict[str, _Active] = {}
         self._early: dict[str, tuple[str, float, int | None]] = {}
         """Requests for runs not here: ``(cause, when, epoch)`` by run id (see :meth:`suspend`)."""

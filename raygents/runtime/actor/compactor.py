@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,9 +13,11 @@ from raygents.agents.agent import Agent
 from raygents.core import compaction as policies
 from raygents.core.envelope import RunState
 from raygents.core.messages import Message, ModelRequest, Usage
-from raygents.models.base import Model, resolve_model
+from raygents.models.base import Model, ModelSettings, resolve_model
 from raygents.models.tokens import counter, messages_counter, request_tokens
+from raygents.runtime.actor import spending
 from raygents.runtime.actor.modelcall import call_model, model_name
+from raygents.runtime.link.settings import Settings
 
 __all__ = ["Compacted", "Compactor"]
 
@@ -43,13 +46,18 @@ class Compactor:
     Args:
         agent: the agent (its ``compaction``, ``context_window`` and model).
         model: resolves the agent's model in this process.
-        namespace: the actor's namespace (the summariser's calls wait at its rate limiter).
+        namespace: the actor's namespace (the summariser's calls wait at its rate limiter
+            and are told to its budget keeper).
+        settings: the namespace's settings as last fetched (prices and tenant budgets).
     """
 
-    def __init__(self, agent: Agent, model: Any, namespace: str | None) -> None:
+    def __init__(
+        self, agent: Agent, model: Any, namespace: str, settings: Callable[[], Settings]
+    ) -> None:
         self.agent = agent
         self._model = model
         self.namespace = namespace
+        self._settings = settings
         self._summarizer: tuple[Model, str | None, Any] | None = None
 
     def tokens(self, state: RunState, request: ModelRequest) -> int:
@@ -64,7 +72,14 @@ class Compactor:
         self, state: RunState, request: ModelRequest
     ) -> tuple[RunState, Compacted | None]:
         """The run's state with its history compacted if its policy says so now, and what
-        was done (None: nothing). The summariser's usage counts in the run's."""
+        was done (None: nothing). The summariser's call is a model call of the run: it is
+        priced and counted in the run's usage, asks the tenant's budget first and is told to
+        it after (see :mod:`~raygents.runtime.actor.spending`).
+
+        Raises:
+            UserError: the run has a budget in dollars and the summariser's model no price.
+            UsageLimitExceeded: the run's tenant reached its daily budget.
+        """
         policy = self.agent.compaction
         if policy is None:
             return state, None
@@ -126,7 +141,10 @@ class Compactor:
         request = policies.summary_request(self.agent.name, older, instructions)
         if settings is not None:
             request = request.model_copy(update={"settings": settings})
-        response = await call_model(model, self.agent.name, request, None, namespace=self.namespace)
+        name, namespace = model_name(model), self.namespace
+        await spending.before_call(self._settings(), namespace, state, request, name)
+        response = await call_model(model, self.agent.name, request, None, namespace=namespace)
+        response = spending.priced(self._settings(), namespace, state, request, response, name)
         return response.message.text, response.usage
 
     def _summarizer_for(self, policy: policies.Compaction) -> tuple[Model, str | None, Any]:
@@ -142,8 +160,10 @@ class Compactor:
                 )
             elif chosen is not None:
                 self._summarizer = (chosen, policy.instructions, None)
-            else:
-                self._summarizer = (self._model(), policy.instructions, None)
+            else:  # (the agent's own model, at the agent's price)
+                price = self.agent.model_settings.price
+                priced = None if price is None else ModelSettings(price=price).to_data()
+                self._summarizer = (self._model(), policy.instructions, priced)
         return self._summarizer
 
 
@@ -151,17 +171,23 @@ def rewrite(state: RunState, messages: tuple[Message, ...]) -> RunState:
     """``state`` with a compacted history: its next record keeps only the messages before
     the first one that changed (a summary at the start: a full record; a trimmed tool result:
     a delta from it), the provider's last count no longer applies, and a session saves the
-    run's history in place of the conversation (what the run loaded from it may have been
-    compacted)."""
+    compaction as one (see :func:`~raygents.core.compaction.summary_span`): the part of the
+    history it loaded that the new first messages stand for, unless an ``input_filter``
+    rewrote the history before (then the session's conversation is replaced)."""
     same = next(
         (i for i, (a, b) in enumerate(zip(state.messages, messages, strict=False)) if a != b),
         min(len(state.messages), len(messages)),
     )
+    span = None
+    if state.loaded_len is not None and (state.session_summary or not state.rewritten):
+        before = state.session_summary or (0, 0)
+        span = policies.summary_span(state.messages, messages, state.loaded_len, before)
     return state.evolve(
         messages=messages,
         recorded=min(state.recorded, same),
         input_len=min(state.input_len, len(messages)),
         rewritten=True,
+        session_summary=span,
         prompt_tokens=None,
         prompt_len=0,
     )

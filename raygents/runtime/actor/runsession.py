@@ -34,7 +34,9 @@ async def open_session(directory: Directory, agent: Agent, state: RunState) -> R
         )
     history = await load_session(agent.session, state.session_id)
     messages = (*history, *state.messages)
-    return state.evolve(messages=messages, input_len=len(messages), recorded=0)
+    return state.evolve(
+        messages=messages, input_len=len(messages), recorded=0, loaded_len=len(history)
+    )
 
 
 async def resume_session(
@@ -70,6 +72,13 @@ async def save_run_session(start: Agent, state: RunState) -> None:
     other runs saved since this one loaded it (see :func:`~raygents.sessions.save_session`)."""
     if state.session_id is None or state.depth or start.session is None:
         return
+    messages = list(state.messages)
+    if state.session_summary is not None and state.loaded_len is not None:
+        # (a compaction: its summary takes the place of what it stands for in the session)
+        upto, summary_len = state.session_summary
+        compacted = (state.loaded_len, upto, summary_len)
+        await save_session(start.session, state.session_id, messages, compacted=compacted)
+        return
     # (a history an input_filter rewrote no longer begins with what the run loaded)
     input_len = None if state.rewritten else state.input_len
-    await save_session(start.session, state.session_id, list(state.messages), input_len=input_len)
+    await save_session(start.session, state.session_id, messages, input_len=input_len)

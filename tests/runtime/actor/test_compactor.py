@@ -13,6 +13,7 @@ from raygents.core.envelope import RunState
 from raygents.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from raygents.records import checkpoint
 from raygents.runtime.actor.compactor import Compactor, rewrite
+from raygents.runtime.link.settings import Settings
 
 
 class Fixed:
@@ -39,7 +40,7 @@ def compact(
 ) -> tuple[RunState, object]:
     state = RunState(run_id="r", agent_name=agent.name, messages=messages, recorded=len(messages))
     request = loop.build_request(state, loop.AgentView(name=agent.name))
-    compactor = Compactor(agent, lambda: model, None)
+    compactor = Compactor(agent, lambda: model, "test", Settings)
     return asyncio.run(compactor.compact(state, request))
 
 
@@ -102,3 +103,29 @@ def test_rewrite_keeps_the_unchanged_prefix_recorded() -> None:
     state = RunState(run_id="r", agent_name="a", messages=messages, recorded=len(messages))
     assert rewrite(state, messages[:4]).recorded == 4
     assert rewrite(state, (Message("user", "other"), *messages[1:])).recorded == 0
+
+
+def test_a_compaction_says_what_its_summary_stands_for_in_the_session() -> None:
+    model = Fixed()
+    agent = rg.Agent("a", model=model, compaction=rg.Compaction(1000, keep_last_turns=2))
+    messages = history(20)
+    state = RunState(run_id="r", agent_name="a", messages=messages, input_len=31, loaded_len=30)
+    request = loop.build_request(state, loop.AgentView(name="a"))
+    compactor = Compactor(agent, lambda: model, "test", Settings)
+    compacted, done = asyncio.run(compactor.compact(state, request))
+    assert done is not None
+    # the summary stands for the first 37 messages: all 30 loaded ones, and 7 of the run's
+    assert compacted.session_summary == (30, 1)
+    assert compacted.messages[1:] == messages[37:]
+    filtered = state.evolve(rewritten=True)  # an input filter rewrote the history first
+    again, _ = asyncio.run(compactor.compact(filtered, request))
+    assert again.rewritten and again.session_summary is None  # the session is replaced
+
+
+def test_a_compaction_of_part_of_the_loaded_history() -> None:
+    before = history(20)
+    after = (Message("user", "summary", summary=True), *before[21:])
+    state = RunState(run_id="r", agent_name="a", messages=before, loaded_len=30)
+    assert rewrite(state, after).session_summary == (21, 1)
+    no_session = RunState(run_id="r", agent_name="a", messages=before)
+    assert rewrite(no_session, after).session_summary is None
