@@ -5,6 +5,10 @@ A page's snippets share one script, so each page is self-contained: its first sn
 what the page uses. A snippet whose first line is ``# docs: skip`` (one that needs a cluster or
 the network) is shown and not run. DESIGN.md (the API contract, in signature notation) and
 perf-log.md (a dated log) are not manuals and are not run.
+
+The pages join one local Ray instance (``RAY_ADDRESS``, as a script joins a cluster) that
+:func:`head` starts for the module, instead of each starting one of its own: each page gets a
+store of its own, and starts once nothing of the page before is left on the instance.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from driver_process import driver_process, ready_json
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -41,15 +47,41 @@ def test_pages_have_snippets() -> None:
         assert counts[name] >= 1, counts
 
 
+class RayHead:
+    """The module's Ray instance, in the process that started it (:mod:`ray_head`), and the
+    environment that joins it."""
+
+    def __init__(self, process: subprocess.Popen[str], env: dict[str, str]) -> None:
+        self.process = process
+        self.env = env | {"RAY_ADDRESS": ready_json(process, "the Ray head")["address"]}
+
+    def reset(self) -> None:
+        """Wait until nothing a process left on the instance is alive."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("reset\n")
+        self.process.stdin.flush()
+        assert ready_json(self.process, "the Ray head") == {"ready": True}
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+    """One local Ray instance for the module's pages, with a token of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_A"))}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()}
+    cwd = tmp_path_factory.mktemp("ray_head")
+    with driver_process([str(Path(__file__).parent / "ray_head.py")], cwd=cwd, env=env) as proc:
+        yield RayHead(proc, env)
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("page", [p for p in pages() if snippets(p)], ids=lambda p: p.name)
-def test_page_snippets_run(page: Path, tmp_path: Path) -> None:
+def test_page_snippets_run(page: Path, tmp_path: Path, head: RayHead) -> None:
     script = "\n\n".join(snippets(page))
     script += "\n\nimport raygents\n\nraygents.shutdown()\nprint('DOCS OK')\n"
     path = tmp_path / f"{page.stem}_snippets.py"
     path.write_text(script)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_ADDRESS"))}
-    env["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
+    env = head.env | {"RAYGENTS_STORE": f"file://{tmp_path / 'store'}"}
+    head.reset()
     done = subprocess.run(
         [sys.executable, str(path)],
         cwd=tmp_path,
