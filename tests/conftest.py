@@ -192,18 +192,22 @@ def own_raygents(ray_session: None) -> Iterator[None]:
     raygents.shutdown()
 
 
-STORE_PREFIXES = ("runs", "sessions", "jobs", "budgets")
+STORE_PREFIXES = ("runs", "sessions", "jobs", "budgets", "serve")
 """The top-level folders raygents writes in a store (under the store URL's own prefix)."""
 
 
 def hostile_keys(keys: list[str]) -> list[str]:
     """The keys that are not where raygents writes, or that hold what an id must not:
-    ``<prefix>/runs|sessions/<id>/<record>`` with ASCII segments of ``[A-Za-z0-9._-]``, none
-    empty, ``.`` or with ``..``, no ``%`` (``%2e``), NUL or other control characters."""
+    ``<prefix>/runs|sessions|.../<id>/<record>`` (a served app's keeper:
+    ``<prefix>/serve/<app>/threads|webhooks/<id>/<record>``) with ASCII segments of
+    ``[A-Za-z0-9._-]``, none empty, ``.`` or with ``..``, no ``%`` (``%2e``), NUL or other
+    control characters."""
     import re
 
     segment = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
-    shape = re.compile(rf"(?:{segment}/)*(?:{'|'.join(STORE_PREFIXES)})/{segment}/{segment}")
+    tops = "|".join(p for p in STORE_PREFIXES if p != "serve")
+    served = rf"serve/{segment}/(?:threads|webhooks)"
+    shape = re.compile(rf"(?:{segment}/)*(?:{tops}|{served})/{segment}/{segment}")
     return [key for key in keys if not shape.fullmatch(key) or ".." in key or not key.isascii()]
 
 
