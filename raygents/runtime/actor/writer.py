@@ -179,10 +179,10 @@ class RecordWriter:
         key = checkpoint.key_for(run_id, new.seq, new.epoch)
         if store is not None and not durable:
             behind = settings.durability == "async"  # (the run does not wait for it)
-            previous = self._checked.get(run_id)
+            newest_checked = self._checked.get(run_id)
             if checked and not behind:
                 self._checked[run_id] = key
-            put = _Put(store, key, previous, new, data, info, full, checked and not behind)
+            put = _Put(store, key, newest_checked, new, data, info, full, checked and not behind)
             small = isinstance(store, FileStore)  # (a local file; network puts go to threads)
             if not behind and (tail is None or tail.done()) and small and self._put_inline():
                 write = self._put_now(put)
