@@ -426,8 +426,8 @@ class AgentActor:
             active.waiting_call = reply
         if record:
             await asyncio.sleep(0)  # the call goes out first
-            try:
-                state = await self.writer.save(state, "running", emit)
+            try:  # (unchecked: it gates nothing; the next batch's intent is checked)
+                state = await self.writer.save(state, "running", emit, checked=False)
             except BaseException:
                 reply.cancel()
                 await asyncio.wait([reply])

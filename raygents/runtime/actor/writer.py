@@ -5,6 +5,13 @@ node, a file store on its own node (reported to the coordinator in batches, see
 :mod:`~raygents.runtime.actor.reports`), on the event loop (small file puts) or in worker threads.
 With a ``memory://`` store, and for the records that stop a run, the coordinator stores them.
 A run's records chain: each is put after the run's previous one.
+
+Only a record that gates something is checked against fencing after its put (see
+:func:`_put_unless_fenced`): in ``sync`` mode the intent of a tool batch, which its tools wait
+for. A batch's result record, the journal records of its slow calls and every ``async``
+record are put alone (one request): nothing waits on their checks, a fenced copy is stopped at
+its next checked record or refused its completion marker, and the coordinator voids the
+reports of an earlier dispatch by their epoch.
 """
 
 from __future__ import annotations
@@ -67,8 +74,9 @@ class RecordWriter:
         """The run-state body of each active run's newest record, by run (for deltas)."""
         self._newest: dict[str, RunState] = {}
         """Each active run's state as its newest record wrote it (a failure record follows it)."""
-        self._keys: dict[str, str] = {}
-        """The key of each active run's newest record written here."""
+        self._checked: dict[str, str] = {}
+        """The key of each active run's newest checked record written here: the record the
+        next checked one looks for (an unchecked one may have landed after a deletion)."""
         self._tails: dict[str, asyncio.Future[Any]] = {}
         """The newest record each run wrote to the store itself, by run (writes chain)."""
         self._unsettled: dict[str, list[Any]] = {}
@@ -140,12 +148,16 @@ class RecordWriter:
         cause: str | None = None,
         error: str | None = None,
         durable: bool = False,
+        checked: bool = True,
     ) -> tuple[RunState, Any]:
         """Start writing a checkpoint record; the new state and the pending write (or None).
 
         Sequence numbers are taken here, synchronously, so concurrent writes never collide.
         In ``exit`` mode only records of runs that stop here are written, and ``durable``
-        ones (a batch's intent before its ``on_recovery="ask"`` calls start).
+        ones (a batch's intent before its ``on_recovery="ask"`` calls start). ``checked``:
+        in ``sync`` mode, a record the actor puts itself is checked against fencing after its
+        put (False: a record nothing waits on, see the module's docstring; ``async``
+        records never are).
         """
         settings = self.directory.cached_settings()
         if settings.durability == "exit" and status == "running" and not durable:
@@ -165,11 +177,12 @@ class RecordWriter:
         tail = self._tails.get(run_id)
         store = self.store()
         key = checkpoint.key_for(run_id, new.seq, new.epoch)
-        previous_key = self._keys.get(run_id)
-        self._keys[run_id] = key
         if store is not None and not durable:
-            put = _Put(store, key, previous_key, new, data, info, full)
             behind = settings.durability == "async"  # (the run does not wait for it)
+            newest_checked = self._checked.get(run_id)
+            if checked and not behind:
+                self._checked[run_id] = key
+            put = _Put(store, key, newest_checked, new, data, info, full, checked and not behind)
             small = isinstance(store, FileStore)  # (a local file; network puts go to threads)
             if not behind and (tail is None or tail.done()) and small and self._put_inline():
                 write = self._put_now(put)
@@ -192,14 +205,18 @@ class RecordWriter:
         cause: str | None = None,
         error: str | None = None,
         durable: bool = False,
+        checked: bool = True,
     ) -> RunState:
-        """Write a checkpoint record and wait until the coordinator has it.
+        """Write a checkpoint record and wait until the coordinator has it (``checked``: see
+        :meth:`write`).
 
         In ``async`` mode a record that need not be durable is not waited for: its write is
         acknowledged before the run's outcome goes out.
         """
         started = time.perf_counter()
-        new, write = self.write(state, status, cause=cause, error=error, durable=durable)
+        new, write = self.write(
+            state, status, cause=cause, error=error, durable=durable, checked=checked
+        )
         if write is None:
             return new
         if durable or self.directory.cached_settings().durability != "async":
@@ -229,7 +246,7 @@ class RecordWriter:
         """The run stopped here: drop what its next record would have followed."""
         self._bodies.pop(run_id, None)
         self._newest.pop(run_id, None)
-        self._keys.pop(run_id, None)
+        self._checked.pop(run_id, None)
 
     async def finish(self, outcome: Outcome) -> None:
         """Wait until the run's records are where its outcome needs them, before it leaves.
@@ -407,16 +424,30 @@ class _Put:
     store: Store
     key: str
     previous_key: str | None
+    """The run's newest checked record written here (what a checked put looks for)."""
     state: RunState
     data: bytes
     info: RecordEntry
     full: bool
+    checked: bool = True
+    """Whether to check this copy's fencing after the put (else: the put alone)."""
 
     def store_it(self) -> bool:
         """Put the record (blocking); True if this copy of the run turned out to be fenced."""
-        fence = checkpoint.fence_key(self.state.run_id, self.state.epoch + 1)
         first = self.state.seq == 1
+        if not self.checked:
+            return not _put_record(self.store, self.key, self.data, first)
+        fence = checkpoint.fence_key(self.state.run_id, self.state.epoch + 1)
         return _put_unless_fenced(self.store, self.key, self.data, fence, first, self.previous_key)
+
+
+def _put_record(store: Store, key: str, data: bytes, first: bool) -> bool:
+    """Put a record; False if nothing was written because the run's directory is gone (a
+    file store whose run ended elsewhere: see :meth:`Store.put_if_dir`)."""
+    if first:
+        store.put(key, data)
+        return True
+    return store.put_if_dir(key, data)
 
 
 def _put_unless_fenced(
@@ -425,14 +456,15 @@ def _put_unless_fenced(
     """Put a record; True if this copy of the run is fenced: the run's next dispatch marked
     the store, or the run's records are gone (it ended elsewhere and they were deleted).
 
-    The checks come after the put, mark first: a deletion of the run's records takes the
-    records (sorted first) before the mark, so a copy that misses the mark misses
-    ``previous`` (its own previous record). In a file store a put after the deletion finds
-    no directory; in S3 it lands, finds ``previous`` gone, and the coordinator deletes it.
+    The checks come after the put, one after the other, mark first: a deletion of the run's
+    records takes the records (sorted first) before the mark, so a copy that misses the mark
+    misses ``previous``, its newest *checked* record (which was there before any deletion
+    that came after its own check; an unchecked record may have landed after one). In a
+    file store a put after the deletion finds no directory; in S3 it lands, finds
+    ``previous`` gone, and the coordinator deletes it. Either the copy finds the mark or
+    the dispatch that marked the store finds this record when it reads the run.
     """
-    if first:
-        store.put(key, data)
-    elif not store.put_if_dir(key, data):
+    if not _put_record(store, key, data, first):
         return True
     return store.has(fence) or (previous is not None and not store.has(previous))
 
