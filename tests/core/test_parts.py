@@ -1,0 +1,100 @@
+"""Content parts: building them, the OpenAI dicts they come from, and messages made of them."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from raygents import FilePart, ImagePart, Message, TextPart, ToolResult
+from raygents.core.messages import to_messages
+from raygents.core.parts import chat_part, to_parts
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+PNG_URL = "data:image/png;base64," + base64.b64encode(PNG).decode()
+PDF = b"%PDF-1.4\n%\xe2\xe3\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"
+
+
+def test_image_by_url_bytes_and_data_url() -> None:
+    assert ImagePart(url="https://example.com/cat.png").url == "https://example.com/cat.png"
+    assert ImagePart(data=PNG, media_type="image/png").data == PNG
+    from_url = ImagePart(url=PNG_URL, detail="low")
+    assert (from_url.url, from_url.data, from_url.media_type) == (None, PNG, "image/png")
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "input_image", "image_url": PNG_URL, "detail": "high"},
+        {"type": "image_url", "image_url": {"url": PNG_URL}},
+        {"type": "image_url", "image_url": PNG_URL},
+        {"kind": "image", "data": base64.b64encode(PNG).decode(), "media_type": "image/png"},
+    ],
+)
+def test_openai_image_dicts(item: dict[str, object]) -> None:
+    (part,) = to_parts([item])
+    assert isinstance(part, ImagePart) and part.data == PNG
+
+
+def test_openai_file_dicts() -> None:
+    b64 = base64.b64encode(PDF).decode()
+    parts = to_parts(
+        [
+            {
+                "type": "input_file",
+                "filename": "a.pdf",
+                "file_data": f"data:application/pdf;base64,{b64}",
+            },
+            {"type": "file", "file": {"filename": "b.pdf", "file_data": b64}},
+            {"type": "input_file", "file_id": "file-abc123"},
+        ]
+    )
+    assert [p.data for p in parts] == [PDF, PDF, None]  # type: ignore[union-attr]
+    assert parts[2] == FilePart(file_id="file-abc123")
+
+
+def test_message_of_parts_keeps_order_and_text() -> None:
+    message = Message(
+        "user",
+        [
+            {"type": "input_text", "text": "what is "},
+            {"type": "input_image", "image_url": "https://example.com/x.png"},
+            "this?",
+        ],
+    )
+    assert message.text == "what is this?"
+    assert [p.kind for p in message.parts] == ["text", "image", "text"]
+    # all text: a plain message, as before parts existed
+    assert Message("user", [{"type": "text", "text": "hi"}]) == Message("user", "hi")
+    assert "parts" not in Message("user", "hi").model_dump()
+
+
+def test_message_round_trips_json_and_openai() -> None:
+    message = Message("user", [TextPart("see"), ImagePart(data=PNG, media_type="image/png")])
+    dumped = message.model_dump(mode="json")
+    assert dumped["parts"][1]["data"] == base64.b64encode(PNG).decode()
+    assert Message.model_validate(dumped) == message
+    assert Message.model_validate_json(message.model_dump_json()) == message
+    (again,) = to_messages([message.to_openai()])
+    assert again == message
+
+
+def test_tool_result_of_parts() -> None:
+    image = ImagePart(data=PNG, media_type="image/png")
+    result = ToolResult([TextPart("chart:"), image])
+    assert result.content == "chart:" and result.parts[1] == image
+    captioned = ToolResult("a chart", parts=(image,))
+    assert captioned.content == "a chart" and captioned.parts[0] == TextPart("a chart")
+    assert ToolResult.model_validate(captioned.model_dump(mode="json")) == captioned
+
+
+def test_chat_part_shapes() -> None:
+    image = ImagePart(url="https://example.com/x.png", detail="low")
+    assert chat_part(image) == {
+        "type": "image_url",
+        "image_url": {"url": "https://example.com/x.png", "detail": "low"},
+    }
+    pdf = FilePart(data=PDF, media_type="application/pdf", filename="a.pdf")
+    assert chat_part(pdf)["file"]["file_data"].startswith("data:application/pdf;base64,")
