@@ -63,7 +63,10 @@ class ToolResult(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _split(cls, data: Any) -> Any:
-        return _split_parts(data)
+        data = _split_parts(data)
+        if isinstance(data, dict) and data.get("content") is None and data.get("parts"):
+            data = {**data, "content": ""}  # (an image alone: a result's text is never None)
+        return data
 
     def __init__(self, content: str | Sequence[Any], is_error: bool = False, **data: Any) -> None:
         super().__init__(content=content, is_error=is_error, **data)

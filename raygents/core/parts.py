@@ -18,8 +18,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -61,6 +63,12 @@ def blob_name(digest_hex: str) -> str:
 
 class _Part(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Every dump names the part's kind, with ``exclude_defaults`` too (records use it)."""
+        data = handler(self)
+        return {"kind": getattr(self, "kind", None), **data} if isinstance(data, dict) else data
 
 
 class TextPart(_Part):

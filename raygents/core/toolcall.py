@@ -125,7 +125,7 @@ def result_parts(value: Any) -> tuple[Any, ...]:
     if tools is not None and isinstance(value, tools.ToolResult):
         return tuple(value.parts)
     some = isinstance(value, list | tuple) and any(isinstance(v, kinds[1:]) for v in value)
-    if some and all(isinstance(v, str | kinds) for v in value):
+    if some and all(isinstance(v, (str, *kinds)) for v in value):
         return tuple(module.to_parts(value))
     return ()
 

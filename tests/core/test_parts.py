@@ -98,3 +98,31 @@ def test_chat_part_shapes() -> None:
     }
     pdf = FilePart(data=PDF, media_type="application/pdf", filename="a.pdf")
     assert chat_part(pdf)["file"]["file_data"].startswith("data:application/pdf;base64,")
+
+
+def test_a_tool_result_of_an_image_alone_has_empty_text() -> None:
+    image = ImagePart(data=PNG, media_type="image/png")
+    assert ToolResult([image]).content == ""
+    assert ToolResult.model_validate(ToolResult([image]).model_dump(mode="json")).parts == (image,)
+
+
+def test_parts_dumped_without_defaults_load_back() -> None:
+    """Checkpoint records dump with ``exclude_defaults``: a part still names its kind."""
+    message = Message("user", ["see", ImagePart(data=PNG, media_type="image/png")])
+    dumped = message.model_dump(mode="json", exclude_defaults=True)
+    assert [p["kind"] for p in dumped["parts"]] == ["text", "image"]
+    assert Message.model_validate(dumped) == message
+
+
+def test_what_a_tool_returns_becomes_a_result_of_parts() -> None:
+    from raygents.agents.tools import to_tool_result
+
+    image = ImagePart(data=PNG, media_type="image/png")
+    assert to_tool_result(image).parts == (image,)
+    mixed = to_tool_result(["chart:", image])
+    assert (mixed.content, mixed.parts, mixed.is_error) == (
+        "chart:",
+        (TextPart("chart:"), image),
+        False,
+    )
+    assert to_tool_result(["a", "b"]).content == '["a", "b"]'  # (a list of text stays JSON)
