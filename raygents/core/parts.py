@@ -333,6 +333,9 @@ def image_part(value: Any, what: str = "an image") -> ImagePart:
     if isinstance(value, bytes | bytearray | memoryview):
         data = bytes(value)
         media_type = sniff_image_type(data)
+        if media_type is None and data.startswith((b"http://", b"https://", b"data:")):
+            # (Arrow stores a column of bytes and strings as binary: a URL comes as bytes)
+            return ImagePart(url=data.decode("ascii", "replace"))
         if media_type is None:
             raise UserError(f"{what} is {len(data)} bytes that are not a PNG, JPEG, GIF or WebP")
         return ImagePart(data=data, media_type=media_type)

@@ -126,3 +126,12 @@ def test_what_a_tool_returns_becomes_a_result_of_parts() -> None:
         False,
     )
     assert to_tool_result(["a", "b"]).content == '["a", "b"]'  # (a list of text stays JSON)
+
+
+def test_an_image_cell_of_a_dataset() -> None:
+    from raygents.core.parts import image_part
+
+    assert image_part(PNG).media_type == "image/png"
+    assert image_part("https://example.com/a.png").url == "https://example.com/a.png"
+    assert image_part(b"https://example.com/a.png").url == "https://example.com/a.png"
+    assert image_part({"type": "input_image", "image_url": PNG_URL}).data == PNG

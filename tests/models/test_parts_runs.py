@@ -172,7 +172,7 @@ def test_a_dataset_with_an_image_column(rt: None) -> None:
         ]
         out = rg.data.map_agent(ray.data.from_items(rows), agent, image_column="image")
         got = sorted(out.take_all(), key=lambda row: row["id"])
-    assert [r["status"] for r in got] == ["completed", "completed", "failed"]
+    assert [r["status"] for r in got] == ["completed", "completed", "failed"], got[1]["error"]
     assert [r["output"] for r in got[:2]] == ["seen 1", "seen 1"]
     assert "not a PNG, JPEG, GIF or WebP" in got[2]["error"]
     sent = sorted(u for body in server.requests for u in _chat_images(body))
