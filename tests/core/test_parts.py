@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 
@@ -135,3 +136,31 @@ def test_an_image_cell_of_a_dataset() -> None:
     assert image_part("https://example.com/a.png").url == "https://example.com/a.png"
     assert image_part(b"https://example.com/a.png").url == "https://example.com/a.png"
     assert image_part({"type": "input_image", "image_url": PNG_URL}).data == PNG
+
+
+def test_an_image_counts_as_a_fixed_number_of_tokens_not_its_bytes() -> None:
+    from raygents.models.tokens import PER_PART, estimate
+
+    big = PNG + bytes(60_000)
+    with_image = Message("user", ["hi", ImagePart(data=big, media_type="image/png")])
+    assert estimate([with_image]) - estimate([Message("user", "hi")]) == PER_PART
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "store"])
+def test_sessions_keep_messages_of_parts(kind: str, tmp_path: Any) -> None:
+    from raygents.sessions import MemorySession, SQLiteSession, StoreSession
+
+    sessions = {
+        "memory": lambda: MemorySession(),
+        "sqlite": lambda: SQLiteSession(tmp_path / "s.db"),
+        "store": lambda: StoreSession(f"file://{tmp_path / 'store'}"),
+    }
+    session = sessions[kind]()
+    kept = ImagePart(blob="sha256:" + "a" * 64, size=70_000, media_type="image/png")
+    history = [
+        Message("user", ["look", ImagePart(data=PNG, media_type="image/png")]),
+        Message("tool", ["chart", kept], tool_call_id="c1"),
+        Message("assistant", "a cat"),
+    ]
+    session.save("s1", history)
+    assert session.load("s1") == history

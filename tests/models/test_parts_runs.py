@@ -226,3 +226,16 @@ def test_a_run_with_a_large_image_resumes_on_another_driver(
     assert result.final_output == "a cat, closer"
     first, after_resume = server.requests
     assert _responses_images(first) == _responses_images(after_resume) == [_url(image)]
+
+
+def test_a_batch_job_over_items_with_images(rt: None) -> None:
+    with FakeOpenAIServer(lambda body: f"seen {len(_chat_images(body))}") as server:
+        model = rg.OpenAIChatModel("fake-vision", base_url=server.url)
+        agent = rg.Agent("parts_batch", model=model)
+        items = [
+            [rg.Message("user", [f"item {i}", rg.ImagePart(data=PNG, media_type="image/png")])]
+            for i in range(3)
+        ]
+        done = rg.run_batch(agent, items, job_id=f"parts-{os.urandom(3).hex()}")
+    assert [i.output for i in done.items] == ["seen 1"] * 3
+    assert all(_chat_images(body) == [_url(PNG)] for body in server.requests)
