@@ -164,3 +164,15 @@ def test_sessions_keep_messages_of_parts(kind: str, tmp_path: Any) -> None:
     ]
     session.save("s1", history)
     assert session.load("s1") == history
+
+
+def test_trimming_a_tool_output_of_parts_keeps_its_images_and_its_text_consistent() -> None:
+    from raygents.core.compaction import trim_tool_outputs
+
+    image = ImagePart(data=PNG, media_type="image/png")
+    old = Message("tool", ["x" * 500, image], tool_call_id="c1")
+    later = [Message("user", "next"), Message("assistant", "ok")] * 3
+    trimmed = trim_tool_outputs([old, *later], max_chars=10, keep_last_turns=1)[0]
+    assert trimmed.parts[1] == image and trimmed.text.startswith("x" * 10)
+    assert trimmed.parts[0] == TextPart(trimmed.text)
+    assert Message.model_validate(trimmed.model_dump(mode="json")) == trimmed
