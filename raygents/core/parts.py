@@ -398,8 +398,10 @@ def _from_openai(index: int, item: Mapping[str, Any]) -> Part:
                 "carry; pass the image's URL or bytes"
             )
         return ImagePart(url=item.get("image_url"), detail=item.get("detail"))
-    if kind in ("input_file", "file"):  # Responses, and Chat Completions' {"file": {...}}
-        inner = item.get("file") if kind == "file" else item
+    if kind == "image":  # the Agents SDK's tool output: {"image_url": ..., "detail": ...}
+        return _from_openai(index, {**item, "type": "input_image"})
+    if kind in ("input_file", "file"):  # Responses, Chat Completions' {"file": {...}}, the SDK
+        inner = item.get("file", item) if kind == "file" else item
         if isinstance(inner, Mapping):
             return _file_part(inner)
     raise UserError(
@@ -409,6 +411,11 @@ def _from_openai(index: int, item: Mapping[str, Any]) -> Part:
 
 
 def _file_part(item: Mapping[str, Any]) -> FilePart:
+    if item.get("file_url") is not None:
+        raise UserError(
+            "a file part by file_url is not taken (no process fetches files for a run); pass "
+            "the file's bytes (file_data) or a provider file_id"
+        )
     raw = item.get("file_data")
     if raw is None:
         return FilePart(file_id=item.get("file_id"), filename=item.get("filename"))

@@ -113,8 +113,19 @@ def result_text(value: Any) -> tuple[str, bool]:
 
 def result_parts(value: Any) -> tuple[Any, ...]:
     """The content parts of a tool's return value: a part (an image, say), a list holding
-    parts (and strings, which become text parts), or a ``ToolResult`` with parts; ``()`` for
-    any other value. Parts can only exist where :mod:`raygents.core.parts` is loaded."""
+    parts (and strings, which become text parts), a ``ToolResult`` with parts, or the OpenAI
+    Agents SDK's tool output dicts (``{"type": "image", "image_url": ...}``, ``{"type":
+    "file", "file_data": ..., "filename": ...}``, alone or in a list); ``()`` for any other
+    value. Parts objects can only exist where :mod:`raygents.core.parts` is loaded.
+
+    Raises:
+        UserError: an SDK image or file dict is not one raygents takes (bad base64, say).
+    """
+    if _sdk_output(value):
+        from raygents.core import parts as loaded  # (only for a tool that returns one)
+
+        items = value if isinstance(value, list) else [value]
+        return tuple(loaded.to_parts(items))
     module = sys.modules.get("raygents.core.parts")
     if module is None:
         return ()
@@ -128,6 +139,23 @@ def result_parts(value: Any) -> tuple[Any, ...]:
     if some and all(isinstance(v, (str, *kinds)) for v in value):
         return tuple(module.to_parts(value))
     return ()
+
+
+def _sdk_output(value: Any) -> bool:
+    """Whether ``value`` is one of the Agents SDK's image or file tool outputs, or a list of
+    them (text ones allowed beside)."""
+
+    def media(item: Any) -> bool:
+        if not isinstance(item, dict) or item.get("type") not in ("image", "file"):
+            return False
+        return any(k in item for k in ("image_url", "file_data", "file_id", "file_url"))
+
+    def text(item: Any) -> bool:
+        return isinstance(item, dict) and item.get("type") == "text" and "text" in item
+
+    if isinstance(value, list) and any(media(v) for v in value):
+        return all(media(v) or text(v) for v in value)
+    return media(value)
 
 
 def _json_default(value: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from raygents import FilePart, ImagePart, Message, TextPart, ToolResult
+from raygents import FilePart, ImagePart, Message, TextPart, ToolResult, UserError
 from raygents.core.messages import to_messages
 from raygents.core.parts import chat_part, to_parts
 
@@ -176,3 +176,20 @@ def test_trimming_a_tool_output_of_parts_keeps_its_images_and_its_text_consisten
     assert trimmed.parts[1] == image and trimmed.text.startswith("x" * 10)
     assert trimmed.parts[0] == TextPart(trimmed.text)
     assert Message.model_validate(trimmed.model_dump(mode="json")) == trimmed
+
+
+def test_the_agents_sdks_tool_outputs_become_parts() -> None:
+    from raygents.agents.tools import to_tool_result
+
+    b64 = base64.b64encode(PDF).decode()
+    image = {"type": "image", "image_url": PNG_URL, "detail": "low"}
+    result = to_tool_result([{"type": "text", "text": "here:"}, image])
+    assert result.content == "here:"
+    assert result.parts[1] == ImagePart(data=PNG, media_type="image/png", detail="low")
+    pdf = to_tool_result({"type": "file", "file_data": b64, "filename": "r.pdf"})
+    assert pdf.parts == (FilePart(data=PDF, media_type="application/pdf", filename="r.pdf"),)
+    assert (
+        to_tool_result({"type": "image", "name": "x"}).content == '{"type": "image", "name": "x"}'
+    )
+    with pytest.raises(UserError, match="file_url"):
+        to_tool_result({"type": "file", "file_url": "https://example.com/a.pdf"})
