@@ -93,6 +93,7 @@ if TYPE_CHECKING:
         ToolCall,
         Usage,
     )
+    from raygents.core.parts import FilePart, ImagePart, TextPart
     from raygents.core.pricing import Price
     from raygents.core.replay import ReplayReport
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
@@ -145,6 +146,7 @@ _HOMES = {
         "ToolCall",
         "Usage",
     ),
+    "raygents.core.parts": ("FilePart", "ImagePart", "TextPart"),
     "raygents.core.pricing": ("Price",),
     "raygents.models.base": ("Model", "ModelSettings"),
     "raygents.models.budgets": ("Budget",),
@@ -216,9 +218,11 @@ __all__ = [
     "CheckpointNotFound",
     "CheckpointTooLarge",
     "Compaction",
+    "FilePart",
     "GuardrailResult",
     "Handoff",
     "HandoffInputData",
+    "ImagePart",
     "InDoubt",
     "InputGuardrail",
     "InputGuardrailTripped",
@@ -267,6 +271,7 @@ __all__ = [
     "StopAtTools",
     "StoreSession",
     "SuspendedError",
+    "TextPart",
     "Tool",
     "TooManyRuns",
     "ToolCall",

@@ -403,7 +403,9 @@ class CheckpointCorrupt(CheckpointError):
     _fields = ("key", "reason")
 
 
-PayloadKind = Literal["model output", "tool arguments", "tool result", "checkpoint", "run input"]
+PayloadKind = Literal[
+    "model output", "tool arguments", "tool result", "checkpoint", "run input", "content part"
+]
 """What a :class:`PayloadTooLarge` was about."""
 
 MAX_PAYLOAD_BYTES: Mapping[PayloadKind, int] = MappingProxyType(
@@ -413,6 +415,7 @@ MAX_PAYLOAD_BYTES: Mapping[PayloadKind, int] = MappingProxyType(
         "tool result": 1024 * 1024,
         "run input": 4 * 1024 * 1024,
         "checkpoint": 10 * 1024 * 1024,
+        "content part": 20 * 1024 * 1024,
     }
 )
 """The size caps, in bytes of UTF-8 text, that raygents holds payloads to.
@@ -421,8 +424,11 @@ Model output is the text of one answer, tool arguments those of one call (both c
 agent actor as the answer arrives); a tool result is checked in the tool's worker before it is
 returned into Ray, and becomes an error result for the model past its cap; run input is the
 text of all input messages of a run; a checkpoint is one encoded record
-(:data:`raygents.records.codec.DEFAULT_MAX_BYTES`). 1 MiB of text is about 250,000 tokens, more than
-most models read or write in a turn, and several such payloads fit in one checkpoint.
+(:data:`raygents.records.codec.DEFAULT_MAX_BYTES`); a content part is the bytes of one image or
+file in a message (:class:`raygents.ImagePart`, :class:`raygents.FilePart`: large ones are kept
+in the store by their hash, not in the checkpoint, so it counts apart). 1 MiB of text is about
+250,000 tokens, more than most models read or write in a turn, and several such payloads fit
+in one checkpoint.
 """
 
 _ADVICE: Mapping[str, str] = {
@@ -431,6 +437,7 @@ _ADVICE: Mapping[str, str] = {
     "tool result": "return less (a summary, or a reference to where the data is kept)",
     "run input": "pass less input, or a reference to where the data is kept",
     "checkpoint": "keep tool results and the conversation shorter, or start a new run",
+    "content part": "pass a smaller image or file, or an http(s) URL or provider file id",
 }
 
 
@@ -442,7 +449,7 @@ class PayloadTooLarge(RaygentsError):
 
     Attributes:
         kind: what was too large: ``"model output"``, ``"tool arguments"``, ``"tool result"``,
-            ``"checkpoint"`` or ``"run input"``.
+            ``"checkpoint"``, ``"run input"`` or ``"content part"``.
         size: its size in bytes.
         limit: the cap it exceeded, in bytes.
     """

@@ -34,7 +34,7 @@ from raygents.core.context import IsEnabled, NeedsApproval, RunContext, is_enabl
 from raygents.core.doubt import OnRecovery
 from raygents.core.messages import ToolCall, ToolResult, ToolSpec
 from raygents.core.schema import drop_defaulted_nulls
-from raygents.core.toolcall import ToolContext, result_text, split_arguments
+from raygents.core.toolcall import ToolContext, result_parts, result_text, split_arguments
 from raygents.errors import EXCERPT, UserError, excerpt
 
 __all__ = [
@@ -276,7 +276,7 @@ def to_tool_result(value: Any) -> ToolResult:
     """Turn a tool function's return value into a :class:`ToolResult`."""
     if isinstance(value, ToolResult):
         return value
-    return ToolResult(*result_text(value))
+    return ToolResult(*result_text(value), parts=result_parts(value))
 
 
 @overload

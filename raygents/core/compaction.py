@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raygents.core.messages import Message, ModelRequest
+from raygents.core.parts import TextPart
 from raygents.errors import UserError
 
 __all__ = [
@@ -177,7 +178,10 @@ def trim_tool_outputs(
         if message.role != "tool" or len(text) <= max_chars or _STUB.search(text):
             continue
         stub = _TRIMMED.format(kept=max_chars, total=len(text))
-        out[i] = message.model_copy(update={"content": text[:max_chars] + stub})
+        cut = text[:max_chars] + stub
+        others = tuple(p for p in message.parts if p.kind != "text")  # (images stay)
+        parts = (TextPart(cut), *others) if others else ()
+        out[i] = message.model_copy(update={"content": cut, "parts": parts})
     return tuple(out)
 
 

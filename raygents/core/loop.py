@@ -479,7 +479,7 @@ def on_results(
     if len(results) != len(batch.steps):
         raise ValueError(f"expected {len(batch.steps)} results, got {len(results)}")
     tool_messages = tuple(
-        Message("tool", r.content, tool_call_id=s.call.id)
+        Message("tool", r.content, tool_call_id=s.call.id, parts=r.parts)
         for s, r in zip(batch.steps, results, strict=True)
     )
     state = state.evolve(

@@ -15,11 +15,12 @@ from pydantic import (
     ValidationError,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
+from raygents.core.parts import Part, TextPart, chat_part, join_text, to_parts
 from raygents.core.pricing import Price
 from raygents.core.toolcall import clean_text
-from raygents.errors import UserError
 
 __all__ = [
     "FinishReason",
@@ -44,16 +45,31 @@ class _Frozen(BaseModel):
 
 
 class ToolResult(BaseModel):
-    """What a tool call returns to the model. ``is_error`` is for hooks and events only."""
+    """What a tool call returns to the model. ``is_error`` is for hooks and events only.
+
+    ``content`` may be a list of parts (text, :class:`~raygents.ImagePart`,
+    :class:`~raygents.FilePart`, or OpenAI-style dicts): ``parts`` then holds them all, in
+    order, and ``content`` their text.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     content: str
     is_error: bool = False
+    parts: tuple[Part, ...] = ()
+    """The result's parts, where it has others than text (an image a tool made, say)."""
 
     _clean = field_validator("content")(clean_text)
 
-    def __init__(self, content: str, is_error: bool = False, **data: Any) -> None:
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, data: Any) -> Any:
+        data = _split_parts(data)
+        if isinstance(data, dict) and data.get("content") is None and data.get("parts"):
+            data = {**data, "content": ""}  # (an image alone: a result's text is never None)
+        return data
+
+    def __init__(self, content: str | Sequence[Any], is_error: bool = False, **data: Any) -> None:
         super().__init__(content=content, is_error=is_error, **data)
 
 
@@ -171,8 +187,16 @@ class Message(_Frozen):
     summary: bool = False
     """This message is a summary that compaction wrote in place of earlier messages (see
     :class:`raygents.Compaction`); the earlier records of the run still hold those."""
+    parts: tuple[Part, ...] = ()
+    """The message's content as parts (text, images, files), in order, where it has others
+    than text; ``content`` is then their text. Give a list as ``content`` to make them."""
 
     _clean = field_validator("content", "tool_call_id")(clean_text)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, data: Any) -> Any:
+        return _split_parts(data)
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -185,12 +209,14 @@ class Message(_Frozen):
                 data.pop("summary", None)
             if not self.reasoning:
                 data.pop("reasoning", None)
+            if not self.parts:
+                data.pop("parts", None)
         return data
 
     def __init__(
         self,
         role: Role,
-        content: str | None = None,
+        content: str | Sequence[Any] | None = None,
         tool_calls: Iterable[ToolCall] = (),
         tool_call_id: str | None = None,
         **data: Any,
@@ -211,8 +237,10 @@ class Message(_Frozen):
 
     def to_openai(self) -> dict[str, Any]:
         """The message as a Chat Completions message dict (its reasoning items left out: Chat
-        Completions has no place for them)."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        Completions has no place for them). A message of parts has them as its content (a
+        part kept in the store, as raygents' own dump of it)."""
+        content = [chat_part(p) for p in self.parts] if self.parts else self.content
+        out: dict[str, Any] = {"role": self.role, "content": content}
         if self.tool_calls:
             out["tool_calls"] = [
                 {
@@ -237,8 +265,6 @@ class Message(_Frozen):
                 args = json.dumps(args)
             calls.append(ToolCall(str(raw.get("id", "")), str(fn.get("name", "")), args))
         content = data.get("content")
-        if isinstance(content, list):
-            content = "".join(_text_part(index, part) for index, part in enumerate(content))
         return cls(
             data["role"],
             content,
@@ -247,17 +273,28 @@ class Message(_Frozen):
         )
 
 
-def _text_part(index: int, part: Any) -> str:
-    """The text of one content part; anything but text is refused, never dropped."""
-    if isinstance(part, Mapping) and part.get("type", "text") == "text":
-        text = part.get("text", "")
-        if isinstance(text, str):
-            return text
-    kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
-    raise UserError(
-        f"message content part #{index} is of type {kind!r}: raygents messages carry text "
-        "only (no images, audio or files); describe the content in text or pass a URL as text"
-    )
+def _split_parts(data: Any) -> Any:
+    """Constructor data with a list ``content`` made into ``parts`` and their text: parts
+    that are all text become plain text; others are kept, never dropped.
+
+    Raises:
+        UserError: a part is of a type raygents does not carry, or is malformed.
+    """
+    if not isinstance(data, dict):
+        return data
+    content, given = data.get("content"), data.get("parts")
+    if isinstance(content, list | tuple):
+        parts = to_parts(content)
+    elif given:
+        parts = to_parts(given)
+        if isinstance(content, str) and content and content != join_text(parts):
+            parts = (TextPart(content), *parts)  # (a caption given beside the parts)
+    else:
+        return data
+    text = join_text(parts)
+    if all(isinstance(p, TextPart) for p in parts):
+        return {**data, "content": text, "parts": ()}
+    return {**data, "content": text or None, "parts": parts}
 
 
 class ToolSpec(_Frozen):

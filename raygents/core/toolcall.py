@@ -15,7 +15,14 @@ from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
-__all__ = ["ToolContext", "clean_text", "idempotency_key", "result_text", "split_arguments"]
+__all__ = [
+    "ToolContext",
+    "clean_text",
+    "idempotency_key",
+    "result_parts",
+    "result_text",
+    "split_arguments",
+]
 
 
 _C = TypeVar("_C", default=Any)
@@ -90,6 +97,9 @@ def result_text(value: Any) -> tuple[str, bool]:
     tools = sys.modules.get("raygents.agents.tools")
     if tools is not None and isinstance(value, tools.ToolResult):
         return clean_text(value.content), value.is_error
+    parts = result_parts(value)
+    if parts:
+        return clean_text("".join(getattr(p, "text", "") for p in parts)), False
     model = _base_model()
     if model is not None and isinstance(value, model):
         return value.model_dump_json(), False
@@ -99,6 +109,53 @@ def result_text(value: Any) -> tuple[str, bool]:
         return json.dumps(value, default=_json_default), False
     except (TypeError, ValueError) as exc:
         return f"Error: tool returned a value that is not JSON: {exc}", True
+
+
+def result_parts(value: Any) -> tuple[Any, ...]:
+    """The content parts of a tool's return value: a part (an image, say), a list holding
+    parts (and strings, which become text parts), a ``ToolResult`` with parts, or the OpenAI
+    Agents SDK's tool output dicts (``{"type": "image", "image_url": ...}``, ``{"type":
+    "file", "file_data": ..., "filename": ...}``, alone or in a list); ``()`` for any other
+    value. Parts objects can only exist where :mod:`raygents.core.parts` is loaded.
+
+    Raises:
+        UserError: an SDK image or file dict is not one raygents takes (bad base64, say).
+    """
+    if _sdk_output(value):
+        from raygents.core import parts as loaded  # (only for a tool that returns one)
+
+        items = value if isinstance(value, list) else [value]
+        return tuple(loaded.to_parts(items))
+    module = sys.modules.get("raygents.core.parts")
+    if module is None:
+        return ()
+    kinds = (module.TextPart, module.ImagePart, module.FilePart)
+    if isinstance(value, kinds[1:]):
+        return (value,)
+    tools = sys.modules.get("raygents.agents.tools")
+    if tools is not None and isinstance(value, tools.ToolResult):
+        return tuple(value.parts)
+    some = isinstance(value, list | tuple) and any(isinstance(v, kinds[1:]) for v in value)
+    if some and all(isinstance(v, (str, *kinds)) for v in value):
+        return tuple(module.to_parts(value))
+    return ()
+
+
+def _sdk_output(value: Any) -> bool:
+    """Whether ``value`` is one of the Agents SDK's image or file tool outputs, or a list of
+    them (text ones allowed beside)."""
+
+    def media(item: Any) -> bool:
+        if not isinstance(item, dict) or item.get("type") not in ("image", "file"):
+            return False
+        return any(k in item for k in ("image_url", "file_data", "file_id", "file_url"))
+
+    def text(item: Any) -> bool:
+        return isinstance(item, dict) and item.get("type") == "text" and "text" in item
+
+    if isinstance(value, list) and any(media(v) for v in value):
+        return all(media(v) or text(v) for v in value)
+    return media(value)
 
 
 def _json_default(value: Any) -> Any:

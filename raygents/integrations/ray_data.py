@@ -10,7 +10,8 @@ import ray
 
 from raygents.agents.agent import Agent
 from raygents.core.jobbudget import JobBudget
-from raygents.core.messages import Usage
+from raygents.core.messages import Message, Usage
+from raygents.core.parts import TextPart, image_part
 from raygents.errors import (
     RaygentsError,
     RunInDoubt,
@@ -31,6 +32,7 @@ def map_agent(
     input_column: str = "input",
     output_column: str = "output",
     context_column: str | None = None,
+    image_column: str | None = None,
     batch_size: int = 32,
     concurrency: int = 2,
     num_cpus: float = 0.1,
@@ -61,6 +63,10 @@ def map_agent(
         input_column: the column of run inputs.
         output_column: the column for the final outputs.
         context_column: a column of run contexts, if any.
+        image_column: a column of images, if any: each row's image (bytes of a PNG, JPEG,
+            GIF or WebP, an ``http(s)`` or ``data:`` URL, or an :class:`~raygents.ImagePart`)
+            goes into its run's input, after its text in one user message (or as one more
+            user message after the row's messages). A row whose image is refused fails.
         batch_size: rows per batch (the runs an actor has in flight).
         concurrency: actors that start runs.
         num_cpus: CPUs each of those actors asks for (it only waits on runs).
@@ -92,7 +98,7 @@ def map_agent(
     joined = {"namespace": rt.namespace, "store": settings.store, "durability": settings.durability}
     options = {"max_turns": max_turns, "timeout_s": timeout_s, "tenant": tenant}
     options |= {"max_tokens": max_tokens, "max_cost_usd": max_cost_usd}
-    columns = (input_column, output_column, context_column)
+    columns = (input_column, output_column, context_column, image_column)
     tally = None
     if budget.max_tokens is not None or budget.max_cost_usd is not None:
         tally = ray.remote(_Tally).options(num_cpus=0).remote(budget)
@@ -114,7 +120,7 @@ class _Runner:
         agent: Agent,
         joined: Mapping[str, Any],
         options: Mapping[str, Any],
-        columns: tuple[str, str, str | None],
+        columns: tuple[str, str, str | None, str | None],
         tally: Any = None,
     ) -> None:
         from raygents.runtime.driver.client import init
@@ -123,7 +129,7 @@ class _Runner:
         self.tally = tally
         self.agent = agent
         self.options = dict(options)
-        self.input_column, self.output_column, self.context_column = columns
+        self.input_column, self.output_column, self.context_column, self.image_column = columns
 
     def __call__(self, batch: Any) -> Any:
         """The runs of one batch (a pandas DataFrame), as its rows with the run's columns."""
@@ -135,21 +141,19 @@ class _Runner:
                 f"(it has {list(batch.columns)!r})"
             )
         inputs = batch[self.input_column].tolist()
-        contexts = (
-            batch[self.context_column].tolist()
-            if self.context_column is not None
-            else [None] * len(inputs)
+        contexts, images = (
+            batch[c].tolist() if c is not None else [None] * len(inputs)
+            for c in (self.context_column, self.image_column)
         )
         started: list[Any] = []
         reached = self._reached()
-        for value, context in zip(inputs, contexts, strict=True):
+        for value, context, image in zip(inputs, contexts, images, strict=True):
             if reached is not None:
                 started.append(SuspendedError(f"map_agent stopped before this row: {reached}"))
                 continue
             try:
-                started.append(
-                    start(self.agent, _run_input(value), context=context, **self.options)
-                )
+                run_input = _with_image(_run_input(value), image, self.image_column)
+                started.append(start(self.agent, run_input, context=context, **self.options))
             except RaygentsError as exc:
                 started.append(exc)
         ended = self._wait(started)
@@ -213,6 +217,20 @@ def _run_input(value: Any) -> Any:
     if hasattr(value, "tolist") and not isinstance(value, str):
         return value.tolist()
     return value
+
+
+def _with_image(value: Any, image: Any, column: str | None) -> Any:
+    """A row's run input with its image (None: it has none) after its text.
+
+    Raises:
+        UserError: the image is not one raygents takes.
+    """
+    if column is None or image is None:
+        return value
+    part = image_part(image, f"the image in column {column!r}")
+    if isinstance(value, str):
+        return [Message("user", [TextPart(value), part])]
+    return [*value, Message("user", [part])]
 
 
 def _ended(

@@ -22,6 +22,7 @@ from raygents.core.messages import (
     Usage,
 )
 from raygents.errors import ModelError
+from raygents.models.content import chat_message
 from raygents.models.endpoint import (
     OpenAIEndpoint,
     count,
@@ -160,7 +161,7 @@ class OpenAIChatModel(OpenAIEndpoint):
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         """The Chat Completions parameters of a request, besides ``model`` and ``stream``."""
-        messages = [m.to_openai() for m in request.messages]
+        messages = [chat_message(m, self.model) for m in request.messages]
         if request.system:
             messages.insert(0, {"role": "system", "content": request.system})
         params: dict[str, Any] = {"messages": messages}

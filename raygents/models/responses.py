@@ -165,7 +165,7 @@ class OpenAIResponsesModel(OpenAIEndpoint):
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         """The Responses parameters of a request, besides ``model`` and ``stream``."""
         params: dict[str, Any] = {
-            "input": list(input_items(request.messages)),
+            "input": list(input_items(request.messages, self.model)),
             "store": False,
             "include": list(_INCLUDE),
         }

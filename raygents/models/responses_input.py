@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from raygents.core.messages import Message, ReasoningItem, ToolCall, ToolSpec
+from raygents.models.content import check_assistant, responses_content, responses_output
 from raygents.models.endpoint import strict_parameters
 
 __all__ = [
@@ -27,19 +28,25 @@ NEXT = "raygents:next"
 the API wants each reasoning item sent back right before that item, with its id."""
 
 
-def input_items(messages: tuple[Message, ...]) -> Iterator[dict[str, Any]]:
-    """The history as Responses input items; reasoning of other APIs is left out."""
+def input_items(messages: tuple[Message, ...], model: str = "") -> Iterator[dict[str, Any]]:
+    """The history as Responses input items; reasoning of other APIs is left out.
+
+    Raises:
+        UserError: a message holds a part the API does not take there (see
+            :mod:`raygents.models.content`).
+    """
     for message in messages:
         if message.role == "tool":
             yield {
                 "type": "function_call_output",
                 "call_id": message.tool_call_id or "",
-                "output": message.text,
+                "output": responses_output(message, model),
             }
         elif message.role == "assistant":
+            check_assistant(message, model)
             yield from _assistant_items(message)
         else:
-            yield {"role": message.role, "content": message.text}
+            yield {"role": message.role, "content": responses_content(message, model)}
 
 
 def _assistant_items(message: Message) -> Iterator[dict[str, Any]]:

@@ -20,6 +20,7 @@ from raygents.core.messages import Message, ModelRequest
 
 __all__ = [
     "CONTEXT_WINDOWS",
+    "PER_PART",
     "context_window",
     "counter",
     "estimate",
@@ -30,6 +31,9 @@ log = logging.getLogger("raygents")
 
 _PER_MESSAGE = 4
 """Tokens a message costs besides its text (its role and separators), as OpenAI counts."""
+PER_PART = 765
+"""Tokens an image or file part is counted as (what OpenAI charges for a 1024x1024 image in
+high detail); its bytes are never counted as text."""
 
 CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
     ("gpt-4.1", 1_047_576),
@@ -65,14 +69,28 @@ def context_window(model_name: str | None) -> int | None:
 
 def estimate(messages: Sequence[Message], system: str = "", tools: Sequence[Any] = ()) -> int:
     """The documented estimate: four characters a token (text, tool call names and arguments,
-    tool schemas), plus ``_PER_MESSAGE`` tokens a message."""
+    tool schemas), plus ``_PER_MESSAGE`` tokens a message and :data:`PER_PART` an image or
+    file."""
     chars = len(system) + sum(_chars(m) for m in messages)
     chars += sum(len(json.dumps(t.model_dump(mode="json"))) for t in tools)
     return chars // 4 + _PER_MESSAGE * (len(messages) + (1 if system else 0))
 
 
 def _chars(message: Message) -> int:
-    return len(message.text) + sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
+    chars = len(message.text) + sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
+    return chars + 4 * PER_PART * _others(message)
+
+
+def _others(message: Message) -> int:
+    return sum(1 for p in message.parts if p.kind != "text")
+
+
+def _counted(message: Message) -> str:
+    """A message as tiktoken counts it: its Chat Completions dict with text in place of its
+    parts (an image's base64 is not text a model reads)."""
+    if not message.parts:
+        return json.dumps(message.to_openai())
+    return json.dumps(message.model_copy(update={"parts": ()}).to_openai())
 
 
 @functools.lru_cache(maxsize=16)
@@ -100,9 +118,10 @@ def counter(model: Any, model_name: str | None) -> Callable[[ModelRequest], int]
         return lambda r: estimate(r.messages, r.system, r.tools)
 
     def tiktoken_count(request: ModelRequest) -> int:
-        texts = [request.system, *(json.dumps(m.to_openai()) for m in request.messages)]
+        texts = [request.system, *(_counted(m) for m in request.messages)]
         texts += [json.dumps(t.model_dump(mode="json")) for t in request.tools]
-        return sum(len(encoding.encode(t, disallowed_special=())) for t in texts if t)
+        parts = PER_PART * sum(_others(m) for m in request.messages)
+        return parts + sum(len(encoding.encode(t, disallowed_special=())) for t in texts if t)
 
     return tiktoken_count
 

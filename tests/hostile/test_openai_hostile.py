@@ -200,10 +200,13 @@ async def test_an_answer_with_a_refusal_part_is_a_refusal() -> None:
         await hostile_model(Server(httpx2.Response(200, json=body))).respond(request())
 
 
-def test_run_input_with_an_image_part_is_a_user_error() -> None:
+def test_run_input_with_an_image_part_is_kept_and_an_audio_part_refused() -> None:
     message = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, IMAGE]}
-    with pytest.raises(UserError, match="image_url"):
-        to_messages([message])
+    (taken,) = to_messages([message])
+    assert [p.kind for p in taken.parts] == ["text", "image"]  # (images are parts now)
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    with pytest.raises(UserError, match="input_audio"):
+        to_messages([{"role": "user", "content": [audio]}])
 
 
 async def test_an_answer_whose_json_is_malformed_is_a_model_error() -> None:

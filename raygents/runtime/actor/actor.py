@@ -38,6 +38,7 @@ from raygents.runtime.actor.stops import Emit, Stops, send_event
 from raygents.runtime.actor.toolbox import Toolbox
 from raygents.runtime.actor.toolcalls import ToolCalls
 from raygents.runtime.actor.writer import RecordWriter
+from raygents.runtime.link import blobstores
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.drive import SuspendToken
 from raygents.runtime.link.liveness import Beater, watch_coordinator
@@ -543,7 +544,8 @@ class AgentActor:
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self.stops.halt(state, "suspended", emit, cause=cause), state, batch, False
         state = self._apply_writes(state, envelope, results)
-        outputs = [r.result for r in results]
+        store = self.directory.cached_settings().store
+        outputs = await blobstores.keep_results([r.result for r in results], store)
         view = await self.toolbox.decided(view, state, envelope.context, gated, outputs)
         state, action = loop.on_results(state, view, gated, outputs)
         # (a handoff writes its own record)
@@ -566,6 +568,9 @@ class AgentActor:
                 active.waiting_call = None  # (it goes out: a suspend waits for its answer)
 
         model = self.model()
+        loaded = await blobstores.load(request.messages, self.directory.cached_settings().store)
+        if loaded is not request.messages:  # (the bytes of large parts, from the store)
+            request = request.model_copy(update={"messages": loaded})
         response = await call_model(
             model,
             self.agent.name,

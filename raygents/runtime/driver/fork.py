@@ -24,6 +24,7 @@ from raygents.runtime.driver.runchecks import RunInput, check_run_args, input_me
 from raygents.runtime.driver.runs import _claimed, _launch
 from raygents.runtime.driver.snapshot import snapshot
 from raygents.runtime.driver.tracegroup import current_workflow
+from raygents.runtime.link import blobstores
 
 __all__ = ["fork"]
 
@@ -97,6 +98,7 @@ def fork(
         run_context(context)  # (refused before anything is read)
     state = read_history(source).state_at(at)
     _check_source(state, at, added)
+    added = blobstores.keep(added, current().directory.cached_settings().store)
     graph, blob, fp, defs = snapshot(agent)
     if state.agent_name not in graph:
         raise UserError(

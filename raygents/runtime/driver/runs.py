@@ -43,6 +43,7 @@ from raygents.runtime.driver.runchecks import (
 )
 from raygents.runtime.driver.snapshot import snapshot
 from raygents.runtime.driver.tracegroup import current_workflow
+from raygents.runtime.link import blobstores
 from raygents.runtime.link.drive import SuspendToken
 from raygents.sessions import validate_session_id
 
@@ -243,6 +244,7 @@ def _prepare(
     if tenant is not None:
         validate_id(tenant, "tenant")
     rt = current()
+    messages = blobstores.keep(messages, rt.directory.cached_settings().store)
     if session_id is not None:
         rt.send_notes()  # this driver's last run on the session has released it
     value, stored = run_context(context)

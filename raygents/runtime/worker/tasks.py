@@ -202,7 +202,7 @@ async def _run_task(tool: Tool, ref: Any) -> StepResult:
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         return StepResult(tool_error(tool.name, f"{type(exc).__name__}: {first_line}"))
     report: TaskReport = wire.loads(blob)
-    result = ToolResult(report.content, is_error=report.is_error)
+    result = ToolResult(report.content, is_error=report.is_error, parts=report.parts)
     data = {"worker_pid": report.pid, "run_s": report.seconds}
     return StepResult(result, data=data, wrote=report.wrote, context=report.context)
 

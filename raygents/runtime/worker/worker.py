@@ -21,14 +21,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raygents.core.toolcall import result_text, split_arguments
+from raygents.core.toolcall import result_parts, result_text, split_arguments
 from raygents.runtime.link import wire
 from raygents.telemetry import tracing
 
 __all__ = ["TaskReport", "describe", "error_text", "function_task", "tool_task"]
 
-Call = Callable[[Any, Any], tuple[str, bool]]
-"""One call of a tool: (context, payload) to the result's text and whether it is an error."""
+Call = Callable[[Any, Any], tuple[str, bool, tuple[Any, ...]]]
+"""One call of a tool: (context, payload) to the result's text, whether it is an error, and
+its content parts (images, files; ``()`` for text only)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class TaskReport:
     context: Any = None
     """The run context as the call left it, when the call wrote to it (``wrote``)."""
     wrote: bool = False
+    parts: tuple[Any, ...] = ()
+    """The result's content parts, where it has others than text (an image, say)."""
 
 
 def error_text(name: str, error: object) -> str:
@@ -62,12 +65,12 @@ def function_task(
     arguments (those named in ``positional``, its positional-only parameters, by position;
     the others by keyword), sync or async."""
 
-    def call(ctx: Any, kwargs: dict[str, Any]) -> tuple[str, bool]:
+    def call(ctx: Any, kwargs: dict[str, Any]) -> tuple[str, bool, tuple[Any, ...]]:
         args, keywords = split_arguments(kwargs, positional)
         out = fn(ctx, *args, **keywords) if takes_context else fn(*args, **keywords)
         if inspect.isawaitable(out):
             out = asyncio.run(_awaited(out))
-        return result_text(out)
+        return (*result_text(out), result_parts(out))
 
     return _task(name, call)
 
@@ -75,14 +78,14 @@ def function_task(
 def tool_task(tool: Any) -> Callable[..., bytes]:
     """A task that runs a custom tool's ``execute`` with the model's JSON arguments."""
 
-    def call(ctx: Any, arguments: str) -> tuple[str, bool]:
+    def call(ctx: Any, arguments: str) -> tuple[str, bool, tuple[Any, ...]]:
         from raygents.agents.tools import ToolResult  # loaded with the tool's class
 
         result = asyncio.run(tool.execute(ctx, arguments))
         if not isinstance(result, ToolResult):
             kind = type(result).__name__
-            return error_text(tool.name, f"execute() returned {kind}, not ToolResult"), True
-        return result.content, result.is_error
+            return error_text(tool.name, f"execute() returned {kind}, not ToolResult"), True, ()
+        return result.content, result.is_error, tuple(result.parts)
 
     return _task(tool.name, call)
 
@@ -98,14 +101,14 @@ def _task(name: str, call: Call) -> Callable[..., bytes]:
         before = None if ctx.context is None else wire.dumps(ctx.context)
         with tracing.worker_span(parent[0] if parent else None, name, ctx.call_id) as span:
             try:
-                content, is_error = call(ctx, payload)
+                content, is_error, parts = call(ctx, payload)
             except Exception as exc:  # a tool's failure is the model's business, not the run's
-                content, is_error = error_text(name, describe(exc)), True
+                content, is_error, parts = error_text(name, describe(exc)), True, ()
             tracing.tool_done(span, is_error, content)
         seconds = time.perf_counter() - started
-        report = TaskReport(content, is_error, seconds, os.getpid())
+        report = TaskReport(content, is_error, seconds, os.getpid(), parts=parts)
         if before is not None and _changed(ctx.context, before):  # the agent actor applies it
-            wrote = TaskReport(content, is_error, seconds, report.pid, ctx.context, True)
+            wrote = TaskReport(content, is_error, seconds, report.pid, ctx.context, True, parts)
             try:
                 return wire.dumps(wrote)
             except Exception as exc:
