@@ -192,7 +192,7 @@ def own_raygents(ray_session: None) -> Iterator[None]:
     raygents.shutdown()
 
 
-STORE_PREFIXES = ("runs", "sessions", "jobs", "budgets", "serve")
+STORE_PREFIXES = ("runs", "sessions", "jobs", "budgets", "blobs", "serve")
 """The top-level folders raygents writes in a store (under the store URL's own prefix)."""
 
 
