@@ -21,6 +21,7 @@ from pydantic import (
 from raygents.core.parts import Part, TextPart, chat_part, join_text, to_parts
 from raygents.core.pricing import Price
 from raygents.core.toolcall import clean_text
+from raygents.errors import UserError
 
 __all__ = [
     "FinishReason",
