@@ -45,7 +45,7 @@ class RunAffinityRouter(RequestRouter):
     two replicas picked at random, as Serve's default router does.
 
     Set it with :func:`affinity_router_config`, or directly:
-    ``RequestRouterConfig(request_router_class=RunAffinityRouter)``, with
+    ``RequestRouterConfig(request_router_class="raygents.RunAffinityRouter")``, with
     ``request_router_kwargs={"max_runs": ...}``: how many runs to remember (default
     100,000; the least recently used are forgotten and routed by their hash again).
     """
@@ -135,6 +135,8 @@ def affinity_router_config(*, max_runs: int = DEFAULT_MAX_RUNS) -> RequestRouter
     """
     if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
         raise UserError(f"max_runs must be an int >= 1, got {max_runs!r}")
-    return RequestRouterConfig(
-        request_router_class=RunAffinityRouter, request_router_kwargs={"max_runs": max_runs}
-    )
+    options: dict[str, Any] = {  # (Ray's stubs mistype the fields; the values are right)
+        "request_router_class": f"{__name__}.RunAffinityRouter",
+        "request_router_kwargs": {"max_runs": max_runs},
+    }
+    return RequestRouterConfig(**options)

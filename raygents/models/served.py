@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -21,7 +21,7 @@ from raygents.models.openai import OpenAIChatModel, _StreamAccumulator
 from raygents.telemetry import logs
 
 if TYPE_CHECKING:
-    from ray.serve.handle import DeploymentHandle
+    from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 __all__ = ["ServeModel"]
 
@@ -154,8 +154,9 @@ class ServeModel:
         handle = await self._deployment_handle()
         run_id = logs.bound_run()
         options = handle.options(stream=True, session_id=run_id or "")
+        items = cast("DeploymentResponseGenerator[Any]", options.chat.remote(self._request(body)))
         try:
-            async for item in options.chat.remote(self._request(body)):
+            async for item in items:
                 yield item
         except (
             RayActorError,
