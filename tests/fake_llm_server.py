@@ -14,8 +14,8 @@ replica tells the :class:`Ledger` actor which run (the request's Serve ``session
 Serve LLM's ``OpenAiIngress`` is: it calls the same deployment through its handle.
 """
 
-from __future__ import annotations
-
+# (no ``from __future__ import annotations``: FastAPI reads the ingress's annotations in the
+# replica, where a function pickled by value has only the globals its code names)
 import asyncio
 import json
 import time
@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import ray
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from raygents.models.affinity import affinity_router_config
@@ -122,9 +124,6 @@ def deployment(ledger: Any, *, num_replicas: int = 2, http: bool = False) -> Any
 def ingress() -> Any:
     """The OpenAI HTTP route in front of the fake (``POST /v1/chat/completions``), calling it
     through its handle as Serve LLM's ``OpenAiIngress`` does."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
-
     api = FastAPI()
 
     @serve.deployment(name="FakeIngress", ray_actor_options={"num_cpus": 0})
