@@ -7,8 +7,9 @@ deterministic: a user message ``weather <city> [<n>]`` (or ``nap ...``) is answe
 call to that tool (``n`` turns in a row, one by default) and, once the tool's results are in,
 with ``In <city>: <result>``; any other text with ``echo: <text> (turn <n>)``; a message
 holding ``slow`` streams its first chunks, then waits for the :class:`Gate` to open (for a
-replica to be killed mid-answer); ``fail <code>`` answers with an ``ErrorResponse``. Each
-replica tells the :class:`Ledger` actor which run (the request's Serve ``session_id``) it served.
+replica to be killed mid-answer); ``fail <code>`` answers with an ``ErrorResponse``; ``crash``
+raises. Each replica tells the :class:`Ledger` actor which run (the request's Serve
+``session_id``) it served.
 
 ``FakeIngress`` is the OpenAI HTTP route in front of it (``POST /v1/chat/completions``), as
 Serve LLM's ``OpenAiIngress`` is: it calls the same deployment through its handle.
@@ -93,6 +94,8 @@ class FakeLLMServer:
         from ray.serve.context import _get_serve_request_context
 
         run_id = _get_serve_request_context().session_id
+        if _text(body["messages"][-1].get("content")) == "crash":
+            raise RuntimeError("the fake crashed")
         stream = bool(body.get("stream"))
         users = [m for m in body["messages"] if m["role"] == "user"]
         first = _text(users[0]["content"]) if users else ""

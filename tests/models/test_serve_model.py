@@ -168,6 +168,13 @@ def test_an_error_response_is_a_model_error_with_its_status(book: Any) -> None:
     assert not info.value.retryable
 
 
+def test_an_exception_in_the_deployment_is_a_model_error_naming_it(book: Any) -> None:
+    with pytest.raises(ModelError, match="RuntimeError: the fake crashed") as info:
+        asyncio.run(_model().respond(_request("crash")))
+    assert "Serve deployment 'FakeLLMServer' of application 'fake-llm-app'" in str(info.value)
+    assert not info.value.retryable
+
+
 def test_a_missing_deployment_is_a_user_error_naming_it(book: Any) -> None:
     model = ServeModel("NoSuchDeployment", app_name=APP)
     with pytest.raises(UserError, match="'NoSuchDeployment' of application 'fake-llm-app'"):
