@@ -43,6 +43,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, bool, str]] = []
+        self.cancelled: list[str] = []
 
     def record(self, replica: str, run_id: str, stream: bool, first: str) -> None:
         self.calls.append((replica, run_id, stream, first))
@@ -52,6 +53,14 @@ class Ledger:
 
     def clear(self) -> None:
         self.calls.clear()
+        self.cancelled.clear()
+
+    def cancel(self, first: str) -> None:
+        self.cancelled.append(first)
+
+    def cancels(self) -> list[str]:
+        """The first user messages of the calls cancelled at the replica."""
+        return list(self.cancelled)
 
 
 GATE = "fake-llm-gate"
@@ -100,7 +109,16 @@ class FakeLLMServer:
         users = [m for m in body["messages"] if m["role"] == "user"]
         first = _text(users[0]["content"]) if users else ""
         await self.ledger.record.remote(self.name, run_id, stream, first)
-        return _answer(body, stream)
+        return self._watched(_answer(body, stream), first)
+
+    async def _watched(self, answer: AsyncIterator[Any], first: str) -> AsyncIterator[Any]:
+        """``answer``, its cancellation told to the ledger."""
+        try:
+            async for item in answer:
+                yield item
+        except asyncio.CancelledError:
+            self.ledger.cancel.remote(first)
+            raise
 
     def replica_name(self) -> str:
         return self.name

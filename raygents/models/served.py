@@ -143,7 +143,9 @@ class ServeModel:
     # -- the call -----------------------------------------------------------------------
 
     async def _chat_items(self, body: dict[str, Any]) -> AsyncIterator[Any]:
-        """What the deployment's ``chat`` yields for ``body``, sent with the run's id."""
+        """What the deployment's ``chat`` yields for ``body``, sent with the run's id. A call
+        left early (cancelled, or an error here) is cancelled at the replica too."""
+        handle = await self._deployment_handle()
         from ray.exceptions import RayActorError, RayTaskError
         from ray.serve.exceptions import (
             BackPressureError,
@@ -151,13 +153,14 @@ class ServeModel:
             ReplicaUnavailableError,
         )
 
-        handle = await self._deployment_handle()
         run_id = logs.bound_run()
         options = handle.options(stream=True, session_id=run_id or "")
         items = cast("DeploymentResponseGenerator[Any]", options.chat.remote(self._request(body)))
+        finished = False
         try:
             async for item in items:
                 yield item
+            finished = True
         except (
             RayActorError,
             ReplicaUnavailableError,
@@ -171,6 +174,9 @@ class ServeModel:
                 f"{self._where()} failed for model {self.model!r}: "
                 f"{type(cause).__name__}: {_short(cause)}"
             ) from None
+        finally:
+            if not finished:
+                items.cancel()  # type: ignore[no-untyped-call]  # (Ray leaves it untyped)
 
     async def _deployment_handle(self) -> DeploymentHandle[Any]:
         if self._handle is None:

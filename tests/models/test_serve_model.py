@@ -175,6 +175,26 @@ def test_an_exception_in_the_deployment_is_a_model_error_naming_it(book: Any) ->
     assert not info.value.retryable
 
 
+def test_a_call_left_early_is_cancelled_at_the_replica(book: Any) -> None:
+    gate = Gate.options(name=fake_llm_server.GATE, namespace=fake_llm_server.GATE_NAMESPACE)
+    gate = gate.remote()
+
+    async def leave_early() -> None:
+        stream = _model().stream(_request("slow goodbye", stream=True))
+        assert await stream.__anext__() == "echo:"  # (then the replica waits at the gate)
+        rest = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.2)
+        rest.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await rest
+
+    try:
+        asyncio.run(leave_early())
+        _until(lambda: ray.get(book.cancels.remote()) == ["slow goodbye"], timeout_s=30)
+    finally:
+        ray.kill(gate)
+
+
 def test_a_missing_deployment_is_a_user_error_naming_it(book: Any) -> None:
     model = ServeModel("NoSuchDeployment", app_name=APP)
     with pytest.raises(UserError, match="'NoSuchDeployment' of application 'fake-llm-app'"):
