@@ -81,6 +81,9 @@ class Gate:
     def open(self) -> None:
         self.opened.set()
 
+    def close(self) -> None:
+        self.opened.clear()
+
 
 async def wait_at_gate() -> None:
     """Wait until the :class:`Gate` opens (at once where there is none)."""
