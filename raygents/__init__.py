@@ -97,11 +97,13 @@ if TYPE_CHECKING:
     from raygents.core.pricing import Price
     from raygents.core.replay import ReplayReport
     from raygents.integrations.mcp import MCPServerStdio, MCPServerStreamableHTTP
+    from raygents.models.affinity import RunAffinityRouter, affinity_router_config
     from raygents.models.base import Model, ModelSettings
     from raygents.models.budgets import Budget
     from raygents.models.openai import OpenAIChatModel
     from raygents.models.ratelimit import RateLimit
     from raygents.models.responses import OpenAIResponsesModel
+    from raygents.models.served import ServeModel
     from raygents.records.history import Checkpoint
     from raygents.records.runinfo import RunInfo, RunStatus
     from raygents.runtime.driver.attach import attach, cancel, runs
@@ -152,6 +154,8 @@ _HOMES = {
     "raygents.models.budgets": ("Budget",),
     "raygents.models.openai": ("OpenAIChatModel",),
     "raygents.models.responses": ("OpenAIResponsesModel",),
+    "raygents.models.served": ("ServeModel",),
+    "raygents.models.affinity": ("RunAffinityRouter", "affinity_router_config"),
     "raygents.models.ratelimit": ("RateLimit",),
     "raygents.agents.result": ("RunResult", "TypedResult"),
     "raygents.agents.runstate": ("RunState",),
@@ -263,10 +267,12 @@ __all__ = [
     "RunInterrupted",
     "RunNotFound",
     "RunItem",
+    "RunAffinityRouter",
     "RunResult",
     "RunState",
     "RunStatus",
     "SQLiteSession",
+    "ServeModel",
     "Session",
     "StopAtTools",
     "StoreSession",
@@ -292,6 +298,7 @@ __all__ = [
     "Usage",
     "UsageLimitExceeded",
     "UserError",
+    "affinity_router_config",
     "attach",
     "cancel",
     "fork",

@@ -70,6 +70,8 @@ THIRD_PARTY: dict[str, frozenset[str]] = {
             "serve",
             "sessions.memory",
             "telemetry.metrics",
+            "models.affinity",  # a Serve request router (Serve's extension point)
+            "models.served",  # a model served on the cluster, called through its handle
         }
     ),
     "openai": frozenset({"models"}),

@@ -14,4 +14,5 @@ NAMES = (
     "serve",
     "context",
     "cluster",
+    "models",
 )

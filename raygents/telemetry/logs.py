@@ -22,7 +22,16 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["FORMAT_ENV", "JsonFormatter", "RunFilter", "TextFormatter", "bind", "reset", "setup"]
+__all__ = [
+    "FORMAT_ENV",
+    "JsonFormatter",
+    "RunFilter",
+    "TextFormatter",
+    "bind",
+    "bound_run",
+    "reset",
+    "setup",
+]
 
 FORMAT_ENV = "RAYGENTS_LOG_FORMAT"
 LOGGER = "raygents"
@@ -39,6 +48,13 @@ def bind(run_id: str, agent: str) -> None:
     """Name ``run_id`` on ``agent`` in the log records of the current task and of the tasks
     it starts from now on (an asyncio task has its own copy of the context)."""
     _run.set((run_id, agent))
+
+
+def bound_run() -> str | None:
+    """The id of the run the current task drives (:func:`bind`), or None outside a run; what
+    a model served on the cluster routes a run's turns by."""
+    bound = _run.get()
+    return bound[0] if bound is not None else None
 
 
 class RunFilter(logging.Filter):
