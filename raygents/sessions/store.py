@@ -359,15 +359,16 @@ class StoreSession:
         """The records a read needs, oldest first, each ``(seq, value, size)``: back from the
         newest to the newest snapshot, or to the record ``known`` ended on. The ones the
         listing shows to be needed (from the newest marked snapshot, or all those after
-        ``known``) are read at once, the rest (older, unmarked sessions) one at a time. None
-        if one went while it was read."""
+        ``known`` in a marked session) are read at once, the rest (sessions written before
+        marks, where each record may be a whole conversation) one at a time. None if one
+        went while it was read."""
         stop = known.seq if known is not None and known.seq in listing.seqs else 0
         pending = [k for k in reversed(listing.keys) if _seq(k) > stop]
         marked = [s for s in listing.snapshots if s > stop and s in listing.seqs]
         if marked:
             batch = [k for k in pending if _seq(k) >= max(marked)]
         else:
-            batch = pending if stop else pending[:1]
+            batch = pending if stop and listing.snapshots else pending[:1]
         chain: list[tuple[int, dict[str, Any], int]] = []
         while batch:
             for key, data in zip(batch, self._get_all(store, batch), strict=True):

@@ -166,3 +166,17 @@ def test_a_load_whose_records_go_while_it_reads_them_reads_again(
     with pytest.raises(CheckpointError, match=r"other saves deleted its records"):
         StoreSession("memory://ignored").load("s")
     assert len(races) == 4  # (one a load, three loads)
+
+
+def test_an_unmarked_session_is_read_back_one_record_at_a_time(store: CountingStore) -> None:
+    """Records of a session written before marks may each be a whole conversation: a load
+    reads back from the newest only to the first snapshot, also after what it knew."""
+    reader = StoreSession("memory://ignored")
+    for seq in range(1, 4):
+        store.put(key("old", seq), old_record(seq, {"messages": dump(turn(seq))}, None))
+    assert reader.load("old") == turn(3)
+    for seq in range(4, 8):  # (written by an older raygents meanwhile)
+        store.put(key("old", seq), old_record(seq, {"messages": dump(turn(seq))}, None))
+    store.gets.clear()
+    assert reader.load("old") == turn(7)
+    assert store.gets == [key("old", 7)]
