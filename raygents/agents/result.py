@@ -72,13 +72,18 @@ class RunResult:
 
         An assistant message's reasoning items (:attr:`Message.reasoning`) come along under
         the key ``"reasoning"`` (plain JSON), so the next run sends them back to the API that
-        produced them; raygents' adapters never send that key itself to a provider.
+        produced them; raygents' adapters never send that key itself to a provider. A
+        compaction's summary (:attr:`Message.summary`) comes with ``"summary": True``, so the
+        next run keeps it a summary (a later compaction summarises it again, and sessions
+        record it as one) rather than a user's message.
         """
         out = []
         for message in self.messages:
             item = message.to_openai()
             if message.reasoning:
                 item["reasoning"] = [r.model_dump(mode="json") for r in message.reasoning]
+            if message.summary:
+                item["summary"] = True
             out.append(item)
         return out
 

@@ -371,7 +371,8 @@ class ModelResponse(_Frozen):
 
 def to_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> tuple[Message, ...]:
     """Normalise a run input (a string, or messages and OpenAI-style dicts) to messages; a
-    dict's ``"reasoning"`` (as ``RunResult.to_input_list`` writes it) is kept."""
+    dict's ``"reasoning"`` and ``"summary"`` (as ``RunResult.to_input_list`` writes them) are
+    kept."""
     if isinstance(value, str):
         return (Message("user", value),)
     out = []
@@ -379,7 +380,8 @@ def to_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> tuple[Mes
         if isinstance(item, Message):
             out.append(item)
         elif isinstance(item, Mapping):
-            out.append(_with_reasoning(Message.from_openai(item), item.get("reasoning"), index))
+            message = _with_reasoning(Message.from_openai(item), item.get("reasoning"), index)
+            out.append(_with_summary(message, item.get("summary", False), index))
         else:
             raise TypeError(f"input items must be Message or dict, got {type(item).__name__!r}")
     return tuple(out)
@@ -397,3 +399,13 @@ def _with_reasoning(message: Message, reasoning: Any, index: int) -> Message:
             f"RunResult.to_input_list writes them ({exc})"
         ) from None
     return message.model_copy(update={"reasoning": items})
+
+
+def _with_summary(message: Message, summary: Any, index: int) -> Message:
+    """``message`` marked as a compaction summary where its input dict says so."""
+    if type(summary) is not bool:
+        raise UserError(
+            f"input item #{index}: 'summary' must be true or false (a compaction summary, as "
+            f"RunResult.to_input_list writes it), got {type(summary).__name__}"
+        )
+    return message.model_copy(update={"summary": True}) if summary else message

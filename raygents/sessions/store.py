@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,6 +40,11 @@ __all__ = ["StoreSession"]
 
 _FORMAT = "raygents.session"
 _SUFFIX = ".sess"
+_MARK = ".snap"
+"""An empty key ``<seq:010d>.snap`` beside a snapshot's record says it is one, so that a
+load finds the newest snapshot in the listing and reads it and the records after it at once.
+A hint: a load checks the record, and reads back one record at a time where there is none."""
+_READERS = 16  # the records a load reads at once
 _KEY_ENV = storekey.KEY_ENV
 _MAX_WRITE_ATTEMPTS = 64
 _SNAPSHOT_EVERY = 32
@@ -46,6 +53,18 @@ _SNAPSHOT_EVERY = 32
 _LINEAGE = 256  # ids of the records a snapshot was built on that it records, newest last
 _SNAPSHOTS = 16  # numbers of the earlier snapshots a snapshot records
 _KNOWN = 128  # sessions whose conversation a StoreSession keeps, as it last read or wrote it
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """A session's keys in the store."""
+
+    keys: list[str]
+    """Its records, oldest first."""
+    seqs: frozenset[int]
+    """Their numbers."""
+    snapshots: list[int]
+    """The numbers the snapshot marks name, oldest first (a record may be gone)."""
 
 
 @dataclass
@@ -77,9 +96,11 @@ class StoreSession:
     (the codec's checked msgpack frame) holding what it changes: the messages it adds after
     the ones it keeps (a run's save keeps them all), or a compaction's summary in place of the
     messages it stands for. Now and then (after 32 records, or records as large as the
-    conversation) a save writes the whole conversation instead, a snapshot; a load reads the
-    newest snapshot and the records after it. So a save costs what it adds, the whole
-    conversation only once in a while, and a conversation may grow past the largest record.
+    conversation) a save writes the whole conversation instead, a snapshot, and marks it with
+    an empty key ``<seq:010d>.snap`` beside it; a load lists the session, then reads the
+    newest snapshot and the records after it at once (a few threads). So a save costs what it
+    adds, the whole conversation only once in a while, a load about two round trips, and a
+    conversation may grow past the largest record.
     A record is written as the one after the newest; when another save took that number
     first, it is computed again from the newer one, so concurrent saves never clobber each
     other, and concurrent runs' saves (``save_run``) all keep their messages, each run's in
@@ -140,7 +161,7 @@ class StoreSession:
         validate_session_id(session_id)
         store = self._open()
         for _ in range(3):  # a concurrent save may delete what a listing showed
-            log = self._read(store, session_id, self._records(store, session_id))
+            log = self._read(store, session_id, self._listing(store, session_id))
             if log is not None:
                 return build_messages(log.messages, f"session {session_id!r} in {self.url}")
         raise CheckpointError(
@@ -178,9 +199,9 @@ class StoreSession:
         data = dump_messages(messages)
         store = self._open()
         for _ in range(_MAX_WRITE_ATTEMPTS):
-            keys = self._records(store, session_id)
+            listing = self._listing(store, session_id)
             log = self._current(
-                store, session_id, keys, plain=input_len is None and compacted is None
+                store, session_id, listing, plain=input_len is None and compacted is None
             )
             if log is None:
                 continue  # a record went while we read it: newer ones exist
@@ -189,12 +210,13 @@ class StoreSession:
             try:
                 store.put(key, frame)
             except CheckpointError:
-                newest = self._records(store, session_id)
+                newest = self._listing(store, session_id).keys
                 if not newest or _seq(newest[-1]) <= log.seq:  # not a lost race: the store failed
                     raise
                 continue
             if self._landed(store, session_id, log.seq + 1, payload["id"]):
                 if payload["kind"] == "snapshot":
+                    self._mark(store, session_id, log.seq + 1)
                     self._clean(store, session_id, [*log.snapshots, log.seq + 1])
                     self._remember(
                         session_id, self._start(session_id, log.seq + 1, payload, len(frame))
@@ -211,18 +233,18 @@ class StoreSession:
         )
 
     def _current(
-        self, store: Store, session_id: str, keys: list[str], *, plain: bool
+        self, store: Store, session_id: str, listing: _Listing, *, plain: bool
     ) -> _Log | None:
         """The conversation a save starts from; None if a record went while it was read. A
         plain save replaces a conversation it cannot read; a run's save, which adds to it,
         raises."""
         try:
-            return self._read(store, session_id, keys)
+            return self._read(store, session_id, listing)
         except RaygentsError:
             self._forget(session_id)
             if not plain:
                 raise
-            return _Log(seq=_seq(keys[-1]), readable=False)
+            return _Log(seq=_seq(listing.keys[-1]), readable=False)
 
     def _frame(
         self,
@@ -295,29 +317,21 @@ class StoreSession:
             "snapshots": log.snapshots[-_SNAPSHOTS:],
         }
 
-    def _read(self, store: Store, session_id: str, keys: list[str]) -> _Log | None:
-        """The conversation the records ``keys`` (a listing, oldest first) leave: the newest
-        snapshot, then each record after it; or, where this object read or wrote the session
-        before, what it had then and the records since. None if one went while it was read.
+    def _read(self, store: Store, session_id: str, listing: _Listing) -> _Log | None:
+        """The conversation a listing's records leave: the newest snapshot, then each record
+        after it; or, where this object read or wrote the session before, what it had then
+        and the records since. None if one went while it was read.
 
         Raises:
             CheckpointCorrupt: a record is not a session record of ``session_id``, or one
                 between the newest snapshot and the newest record is missing.
         """
+        keys = listing.keys
         with self._lock:
             known = self._known.get(session_id)
-        chain: list[tuple[int, dict[str, Any], int]] = []
-        for key in reversed(keys):
-            if known is not None and _seq(key) == known.seq:
-                break  # (records are never rewritten: what was read then still stands)
-            data = store.get(key)
-            if data is None:
-                return None
-            value = self._decode(data, key, session_id)
-            chain.append((_seq(key), value, len(data)))
-            if _kind(value) == "snapshot":
-                break
-        chain.reverse()
+        chain = self._chain(store, session_id, listing, known)
+        if chain is None:
+            return None
         numbers = [seq for seq, _, _ in chain]
         first = numbers[0] if chain else (known.seq + 1 if known is not None else 1)
         if numbers != list(range(first, first + len(numbers))):
@@ -330,7 +344,7 @@ class StoreSession:
         elif keys:
             if known is not None:  # (not built on what was known: read it all)
                 self._forget(session_id)
-                return self._read(store, session_id, keys)
+                return self._read(store, session_id, listing)
             raise self._gap(session_id, numbers)
         else:
             log = _Log()
@@ -338,6 +352,46 @@ class StoreSession:
             log = self._apply(session_id, log, seq, value, size)
         self._remember(session_id, log)
         return log
+
+    def _chain(
+        self, store: Store, session_id: str, listing: _Listing, known: _Log | None
+    ) -> list[tuple[int, dict[str, Any], int]] | None:
+        """The records a read needs, oldest first, each ``(seq, value, size)``: back from the
+        newest to the newest snapshot, or to the record ``known`` ended on. The ones the
+        listing shows to be needed (from the newest marked snapshot, or all those after
+        ``known`` in a marked session) are read at once, the rest (sessions written before
+        marks, where each record may be a whole conversation) one at a time. None if one
+        went while it was read."""
+        stop = known.seq if known is not None and known.seq in listing.seqs else 0
+        pending = [k for k in reversed(listing.keys) if _seq(k) > stop]
+        marked = [s for s in listing.snapshots if s > stop and s in listing.seqs]
+        if marked:
+            batch = [k for k in pending if _seq(k) >= max(marked)]
+        else:
+            batch = pending if stop and listing.snapshots else pending[:1]
+        chain: list[tuple[int, dict[str, Any], int]] = []
+        while batch:
+            for key, data in zip(batch, self._get_all(store, batch), strict=True):
+                if data is None:
+                    return None
+                value = self._decode(data, key, session_id)
+                chain.append((_seq(key), value, len(data)))
+                if _kind(value) == "snapshot":
+                    chain.reverse()
+                    return chain
+            pending = pending[len(batch) :]
+            batch = pending[:1]
+        chain.reverse()
+        return chain
+
+    @staticmethod
+    def _get_all(store: Store, keys: list[str]) -> list[bytes | None]:
+        """The values of ``keys`` (None: gone), read concurrently (the store is
+        thread-safe)."""
+        if len(keys) == 1:
+            return [store.get(keys[0])]
+        with ThreadPoolExecutor(min(len(keys), _READERS), "raygents-session") as pool:
+            return list(pool.map(store.get, keys))
 
     def _gap(self, session_id: str, numbers: list[int]) -> CheckpointCorrupt:
         return CheckpointCorrupt(
@@ -412,7 +466,7 @@ class StoreSession:
         would be lost. (Saves that built on it may have deleted it since: a newer snapshot's
         lineage still names it.)"""
         for _ in range(3):  # a concurrent save may delete what a listing showed
-            newer = [k for k in self._records(store, session_id) if _seq(k) > seq]
+            newer = [k for k in self._listing(store, session_id).keys if _seq(k) > seq]
             if not newer:
                 return True
             values = []
@@ -438,7 +492,15 @@ class StoreSession:
         if len(snapshots) < self.keep_versions:
             return
         cutoff = snapshots[-self.keep_versions]
-        store.delete([k for k in self._records(store, session_id) if _seq(k) < cutoff])
+        listing = self._listing(store, session_id)
+        marks = [_key(session_id, seq, _MARK) for seq in listing.snapshots if seq < cutoff]
+        store.delete([k for k in listing.keys if _seq(k) < cutoff] + marks)
+
+    def _mark(self, store: Store, session_id: str, seq: int) -> None:
+        """Mark record ``seq``, just put, as a snapshot; a store that fails it costs later
+        loads only time (they read back to the snapshot)."""
+        with contextlib.suppress(CheckpointError):
+            store.mark(_key(session_id, seq, _MARK))
 
     def _open(self) -> Store:
         if self._store is None:
@@ -462,13 +524,13 @@ class StoreSession:
         return key
 
     @staticmethod
-    def _records(store: Store, session_id: str) -> list[str]:
+    def _listing(store: Store, session_id: str) -> _Listing:
+        """The session's records and snapshot marks, from one listing."""
         prefix = f"sessions/{session_id}/"
-        return sorted(
-            key
-            for key in store.list(prefix)
-            if key.endswith(_SUFFIX) and "/" not in key[len(prefix) :] and _seq(key) >= 0
-        )
+        listed = [k for k in store.list(prefix) if "/" not in k[len(prefix) :]]
+        keys = sorted(k for k in listed if _seq(k) >= 0)
+        marks = sorted(_seq(k, _MARK) for k in listed if _seq(k, _MARK) >= 0)
+        return _Listing(keys=keys, seqs=frozenset(_seq(k) for k in keys), snapshots=marks)
 
     def _decode(self, data: bytes, key: str, session_id: str) -> dict[str, Any]:
         value = codec.decode(data, key=self._key(), source=key)
@@ -528,10 +590,12 @@ def _canonical(data: list[Any], where: str) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json") for m in build_messages(data, where)]
 
 
-def _key(session_id: str, seq: int) -> str:
-    return f"sessions/{session_id}/{seq:010d}{_SUFFIX}"
+def _key(session_id: str, seq: int, suffix: str = _SUFFIX) -> str:
+    return f"sessions/{session_id}/{seq:010d}{suffix}"
 
 
-def _seq(key: str) -> int:
-    digits = key.rpartition("/")[2][: -len(_SUFFIX)]
-    return int(digits) if digits.isdigit() and len(digits) == 10 else -1
+def _seq(key: str, suffix: str = _SUFFIX) -> int:
+    """The number in a record's key (or, with ``suffix=_MARK``, a mark's); -1 for another."""
+    name = key.rpartition("/")[2]
+    digits = name[: -len(suffix)]
+    return int(digits) if name.endswith(suffix) and digits.isdigit() and len(digits) == 10 else -1

@@ -112,6 +112,24 @@ def test_to_input_list_keeps_reasoning_items_for_the_next_run() -> None:
         to_messages([{"role": "assistant", "content": "x", "reasoning": "thinking aloud"}])
 
 
+def test_to_input_list_keeps_a_compaction_summary_a_summary() -> None:
+    """The next run gets the summary back as one (a later compaction or a session save
+    treats it as a summary), not as something the user said."""
+    messages = (
+        Message("user", "what we said so far, in short", summary=True),
+        Message("user", "and now?"),
+        Message("assistant", "this"),
+    )
+    items = result("this", "this", messages).to_input_list()
+    assert items[0]["summary"] is True and items[0]["role"] == "user"
+    assert all("summary" not in item for item in items[1:])
+    assert to_messages(items) == messages and to_messages(items)[0].summary
+    assert json.loads(json.dumps(items)) == items
+    assert not to_messages([{"role": "user", "content": "x", "summary": False}])[0].summary
+    with pytest.raises(rg.UserError, match=r"input item #1: 'summary' must be true or false"):
+        to_messages([{"role": "user", "content": "x"}, {"role": "user", "summary": "yes"}])
+
+
 # --- the schema on every call ----------------------------------------------------------------
 
 TOOL = ToolSpec(name="look", description="", parameters={"type": "object", "properties": {}})

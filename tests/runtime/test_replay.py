@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 import raygents as rg
+from raygents.core.compaction import SUMMARY_INSTRUCTIONS
 from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.testing import FunctionModel, call, calls, text
 
@@ -151,3 +152,38 @@ def test_a_completed_run_whose_handoff_rewrote_its_history_is_refused(store: str
     run_id = rg.run(triage, "weather in Paris?").run_id
     with pytest.raises(rg.UserError, match="input filter rewrote its history"):
         rg.replay(run_id, agent=triage)
+
+
+def _look_thrice_then_answer(req: ModelRequest) -> ModelResponse:
+    if req.system == SUMMARY_INSTRUCTIONS:
+        return text("looked Paris up before")
+    done = sum(m.role == "tool" for m in req.messages)
+    if done >= 3 or any(m.summary for m in req.messages):
+        return text("sunny")
+    return calls(call("look", {"city": "Paris"}))
+
+
+def test_a_completed_run_whose_history_was_compacted_is_refused_as_compacted(store: str) -> None:
+    """The error names the compaction, not an input filter the run never went through: from
+    the run's summary when the new graph has no policy, from the graph's policy otherwise."""
+    summarized = rg.Agent(
+        "rp_summarized",
+        tools=[look],
+        model=FunctionModel(_look_thrice_then_answer),
+        compaction=rg.Compaction(trigger_tokens=1, keep_last_turns=1),
+    )
+    done = rg.run(summarized, "weather in Paris?")
+    assert any(m.summary for m in done.messages)
+    plain = rg.Agent("rp_summarized", tools=[look], model=FunctionModel(_never))
+    with pytest.raises(rg.UserError, match="had its history compacted") as refused:
+        rg.replay(done.run_id, agent=plain)
+    assert "input filter" not in str(refused.value)
+    trimmed = rg.Agent(
+        "rp_trimmed",
+        tools=[look],
+        model=FunctionModel(_look_thrice_then_answer),
+        compaction=rg.TrimToolOutputs(0, keep_last_turns=1),
+    )
+    run_id = rg.run(trimmed, "weather in Paris?").run_id
+    with pytest.raises(rg.UserError, match="had its history compacted"):
+        rg.replay(run_id, agent=trimmed)

@@ -377,8 +377,8 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> RecordingStore:
     return store
 
 
-def key(session_id: str, seq: int) -> str:
-    return f"sessions/{session_id}/{seq:010d}.sess"
+def key(session_id: str, seq: int, suffix: str = ".sess") -> str:
+    return f"sessions/{session_id}/{seq:010d}{suffix}"
 
 
 def test_store_session_never_overwrites(recording: RecordingStore) -> None:
@@ -386,7 +386,12 @@ def test_store_session_never_overwrites(recording: RecordingStore) -> None:
     for n in range(1, 5):
         session.save("s1", CONVERSATION[:n])
     session.save("s2", CONVERSATION)
-    assert recording.puts == [key("s1", n) for n in range(1, 5)] + [key("s2", 1)]
+    records_put = [k for k in recording.puts if k.endswith(".sess")]
+    assert records_put == [key("s1", n) for n in range(1, 5)] + [key("s2", 1)]
+    marks = [(n, k) for n, k in enumerate(recording.puts) if k.endswith(".snap")]
+    assert marks and key("s2", 1, ".snap") in recording.puts
+    for n, mark in marks:  # (each just after the snapshot it marks)
+        assert recording.puts[n - 1] == mark.removesuffix(".snap") + ".sess"
     assert key("s1", 4) in recording.list("sessions/")
     assert session.load("s1") == CONVERSATION[:4]
 
@@ -395,6 +400,9 @@ def records(store: Store, session_id: str) -> list[tuple[int, dict[str, Any]]]:
     """The session's records in the store, decoded, oldest first."""
     out = []
     for k in store.list(f"sessions/{session_id}/"):
+        if k.endswith(".snap"):  # (the marks of snapshots)
+            assert store.get(k) == b"" and store.has(k.removesuffix(".snap") + ".sess")
+            continue
         data = store.get(k)
         assert data is not None
         out.append((int(k.rpartition("/")[2][:10]), codec.decode(data)))
@@ -411,7 +419,7 @@ def test_store_session_writes_what_a_save_adds(recording: RecordingStore) -> Non
         history += [Message("user", f"question {n} " * 10), Message("assistant", f"a{n} " * 20)]
         before = len(recording.puts)
         session.save_run("s", history, input_len=len(history) - 1)
-        (put,) = recording.puts[before:]
+        (put,) = [k for k in recording.puts[before:] if k.endswith(".sess")]  # (a mark aside)
         sizes[put] = len(recording.get(put) or b"")
     assert session.load("s") == history
     whole = len(codec.encode({"messages": [m.model_dump(mode="json") for m in history]}))

@@ -8,11 +8,13 @@ import copy
 from concurrent.futures import ThreadPoolExecutor
 
 from raygents.agents.agent import Agent, agent_graph
+from raygents.agents.handoffs import Handoff
 from raygents.core import loop
 from raygents.core.envelope import RunState
 from raygents.core.replay import ReplayReport
 from raygents.core.replay import replay as replay_loop
 from raygents.errors import UserError
+from raygents.records.history import History
 from raygents.runtime.actor.toolbox import Toolbox
 from raygents.runtime.driver.history import read_history
 
@@ -44,8 +46,9 @@ def replay(run_id: str, *, agent: Agent, store: str | None = None) -> ReplayRepo
 
     Raises:
         RunNotFound: nothing of the run is kept.
-        UserError: the graph lacks the run's start agent or current agent, a handoff's input
-            filter rewrote the run's history, or a completed run's kept result lost the
+        UserError: the graph lacks the run's start agent or current agent, a compaction or
+            a handoff's input filter rewrote the run's history (the error says which, as far
+            as the records and the graph tell), or a completed run's kept result lost the
             oldest of its messages (too long to keep whole).
         CheckpointError: its records cannot be read.
     """
@@ -60,14 +63,13 @@ def replay(run_id: str, *, agent: Agent, store: str | None = None) -> ReplayRepo
             f"lost its oldest {dropped} messages: it cannot be replayed",
             run_id=run_id,
         )
+    graph = agent_graph(agent)
     if state.rewritten:
         raise UserError(
-            f"run {run_id!r} went through a handoff whose input filter rewrote its history: "
-            "its recording no longer holds the conversation its decisions were made on, so "
-            "it cannot be replayed",
+            f"run {run_id!r} {_rewritten_by(history, state, graph)}: its recording no longer "
+            "holds the conversation its decisions were made on, so it cannot be replayed",
             run_id=run_id,
         )
-    graph = agent_graph(agent)
     # (a completed run's kept result names its start agent; one kept before it did, not)
     start_agent = state.start_agent or agent.name
     missing = sorted({start_agent, state.agent_name} - set(graph))
@@ -88,6 +90,28 @@ def replay(run_id: str, *, agent: Agent, store: str | None = None) -> ReplayRepo
         if status == "failed"
         else "stopped",
     )
+
+
+def _rewritten_by(history: History, state: RunState, graph: dict[str, Agent]) -> str:
+    """What rewrote a run's history: a compaction where its records or messages show one
+    (a ``compacted`` checkpoint, a summary), else what the graph can do (compaction
+    policies, handoff input filters), else either."""
+    compacted = (
+        state.session_summary is not None
+        or any(m.summary for m in state.messages)
+        or any(r.get("cause") == "compacted" for r in history.records)
+    )
+    policies = any(a.compaction is not None for a in graph.values())
+    filters = any(
+        isinstance(h, Handoff) and h.input_filter is not None
+        for a in graph.values()
+        for h in a.handoffs
+    )
+    if compacted or (policies and not filters):
+        return "had its history compacted (a compaction policy shortened it)"
+    if filters and not policies:
+        return "went through a handoff whose input filter rewrote its history"
+    return "had its history rewritten by a compaction or a handoff's input filter"
 
 
 def _start(state: RunState, start_agent: str) -> RunState:
