@@ -422,6 +422,28 @@ def cluster(w: dict[str, Any]) -> list[str]:
     return out
 
 
+def models(w: dict[str, Any]) -> list[str]:
+    calls, affinity = w["per_call"], w["affinity"]
+    out = [
+        f"One fake Serve LLM deployment with {w['replicas']} replicas (CPU, answers at once): "
+        "`ServeModel` through its deployment handle against `OpenAIChatModel` on Serve's HTTP "
+        f"route to the same deployment; {w['runs']} concurrent 3-turn runs for the affinity.",
+        "",
+        "| side | per call p50 / p99 ms | turns on the run's first replica |",
+        "|---|---|---|",
+    ]
+    for side, name in (
+        ("serve_model", "`ServeModel` (handle)"),
+        ("http", "`OpenAIChatModel` (HTTP)"),
+    ):
+        c, a = calls[side], affinity[side]
+        out.append(
+            f"| {name} | {_f(c['p50_ms'])} / {_f(c['p99_ms'])} | "
+            f"{_f(100 * a['first_replica_share'], 0)}% of {a['turns']} |"
+        )
+    return out
+
+
 SECTIONS = (
     ("overhead", "1. Single-run overhead (2-turn run, K tool calls)", overhead),
     (
@@ -437,8 +459,9 @@ SECTIONS = (
     ("batch", "8. Batch jobs (`run_batch`, 100 ms model, 4 tools in the actor)", batch),
     ("ratelimit", "9. A cluster-wide model rate limit (local server enforcing it)", ratelimit),
     ("tracing", "10. Tracing overhead (OpenTelemetry spans)", tracing),
-    ("context", "12. Context compaction (a 300-turn run)", context),
-    ("cluster", "13. A simulated 4-node cluster (S3 store)", cluster),
+    ("cluster", "12. A simulated 4-node cluster (S3 store)", cluster),
+    ("context", "13. Context compaction (a 300-turn run)", context),
+    ("models", "14. Models on the same cluster (Ray Serve)", models),
 )
 
 

@@ -12,7 +12,10 @@ model latency 0 and 100 ms. Sides, alternating run by run (the order rotates eve
 - ``ray_floor_durable``: the floor's durable twin: the same, plus the fsynced puts ``sync``
   makes on a run's path (the tool batch's record before its tasks, the completion marker at
   the end), through the file store, so the table shows what durability itself costs;
-- ``ray_floor_local``: the floor with the tool called inside the actor.
+- ``ray_floor_local``: the floor with the tool called inside the actor;
+- ``ray_floor_beside_exit``: ``ray_floor`` again, alternated with the ``exit`` side in a block
+  of their own (the ``exit`` side runs on a second raygents runtime of the same driver, which
+  read slower when alternated with the first runtime's runs).
 
 raygents runs with its defaults (durability ``sync`` on a ``file://`` store) but for the
 ``exit`` side. Overhead per turn = (latency - 2 x model latency) / 2.
@@ -114,13 +117,17 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             for fn in sides.values():  # warm up (actors, workers, imports)
                 for _ in range(3):
                     fn(k)
-            times: dict[str, list[float]] = {s: [] for s in sides}
-            names = list(sides)
             load0 = machine.load()
-            for rep in range(reps[latency]):
-                order = names[rep % len(names) :] + names[: rep % len(names)]
-                for side in order:
-                    times[side].append(_time(lambda fn=sides[side], k=k: fn(k)))
+            # (the exit side runs on a second raygents runtime of this driver; alternated with
+            # the default runtime's runs it read ~250 ms slower per run, which one runtime per
+            # driver never pays: it alternates with the floor alone, in a block of its own)
+            main = [s for s in sides if s != "raygents_task_exit"]
+            times = _rotate({s: sides[s] for s in main}, reps[latency], k)
+            beside = _rotate(
+                {s: sides[s] for s in ("raygents_task_exit", "ray_floor")}, reps[latency], k
+            )
+            times["raygents_task_exit"] = beside["raygents_task_exit"]
+            times["ray_floor_beside_exit"] = beside["ray_floor"]
             row: dict[str, Any] = {
                 "latency_ms": tag,
                 "k": k,
@@ -168,6 +175,17 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
     }
 
 
+def _rotate(sides: dict[str, Any], reps: int, k: int) -> dict[str, list[float]]:
+    """Each side's times over ``reps`` rounds, one run of every side a round, the order
+    rotating every round."""
+    times: dict[str, list[float]] = {s: [] for s in sides}
+    names = list(sides)
+    for rep in range(reps):
+        for side in names[rep % len(names) :] + names[: rep % len(names)]:
+            times[side].append(_time(lambda fn=sides[side]: fn(k)))
+    return times
+
+
 def _checks(results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, float]]:
     """The per-turn targets (K=4, model latency 100 ms), and what durability costs per turn:
     the floor's durable twin over the floor, raygents ``sync`` over the twin."""
@@ -196,7 +214,7 @@ def _checks(results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, fl
             over("raygents_task"), 5.0, "value_ms"
         ),
         "exit: overhead per turn <= the Ray floor's + 3.5 ms (p50, 4 tool tasks, 100 ms)": at_most(
-            over("raygents_task_exit"), 3.5, "value_ms"
+            over("raygents_task_exit", "ray_floor_beside_exit"), 3.5, "value_ms"
         ),
     }
     durability = {  # (not targets: what the store's puts cost, and what raygents adds to them)
