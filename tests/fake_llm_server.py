@@ -135,6 +135,9 @@ def deployment(ledger: Any, *, num_replicas: int = 2, http: bool = False) -> Any
         .options(
             name=DEPLOYMENT,
             num_replicas=num_replicas,
+            # (the tests hold answers at a gate: held streams never fill a replica, whose
+            # queue would then keep other runs' first calls from it)
+            max_ongoing_requests=1000,
             ray_actor_options={"num_cpus": 0},
             request_router_config=affinity_router_config(),
             health_check_period_s=1,
