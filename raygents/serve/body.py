@@ -45,7 +45,26 @@ class Decision(_Body):
     message: str | None = Field(default=None, max_length=10_000, strict=True)
 
 
-class RunRequest(_Body):
+class _RunLimits(_Body):
+    """The limits and delivery of a run a request starts (a run, a thread's run, a fork)."""
+
+    max_turns: int | None = Field(strict=True, default=None, ge=1, le=1_000_000)
+    max_tokens: int | None = Field(strict=True, default=None, ge=1, le=10**15)
+    timeout_s: float | None = Field(
+        strict=True, default=None, gt=0, le=10 * 365 * 86400, allow_inf_nan=False
+    )
+    webhook: str | None = Field(
+        default=None,
+        max_length=2048,
+        strict=True,
+        description="where the run's outcome is POSTed when it ends",
+    )
+    wait: bool = Field(
+        strict=True, default=False, description="answer when the run stops, with its outcome"
+    )
+
+
+class RunRequest(_RunLimits):
     """``POST /v1/runs``: a run to start."""
 
     agent: str = Field(
@@ -61,26 +80,12 @@ class RunRequest(_Body):
     thread_id: str | None = Field(
         default=None, strict=True, description="the conversation it belongs to"
     )
-    max_turns: int | None = Field(strict=True, default=None, ge=1, le=1_000_000)
-    max_tokens: int | None = Field(strict=True, default=None, ge=1, le=10**15)
-    timeout_s: float | None = Field(
-        strict=True, default=None, gt=0, le=10 * 365 * 86400, allow_inf_nan=False
-    )
-    webhook: str | None = Field(
-        default=None,
-        max_length=2048,
-        strict=True,
-        description="where the outcome is POSTed when it ends",
-    )
-    wait: bool = Field(
-        strict=True, default=False, description="answer when the run stops, with its outcome"
-    )
     if_busy: Literal["reject", "enqueue", "interrupt"] = Field(
         default="reject", description="with thread_id: what a message to a busy thread does"
     )
 
 
-class ForkRequest(_Body):
+class ForkRequest(_RunLimits):
     """``POST /v1/runs/{run_id}/fork``: a new run from the run's checkpoint ``at``."""
 
     agent: str = Field(
@@ -102,20 +107,6 @@ class ForkRequest(_Body):
         default=None, strict=True, description="the fork's run id (default: a new one)"
     )
     context: Any = Field(default=None, description="the fork's context (default: the source's)")
-    max_turns: int | None = Field(strict=True, default=None, ge=1, le=1_000_000)
-    max_tokens: int | None = Field(strict=True, default=None, ge=1, le=10**15)
-    timeout_s: float | None = Field(
-        strict=True, default=None, gt=0, le=10 * 365 * 86400, allow_inf_nan=False
-    )
-    webhook: str | None = Field(
-        default=None,
-        max_length=2048,
-        strict=True,
-        description="where the fork's outcome is POSTed when it ends",
-    )
-    wait: bool = Field(
-        strict=True, default=False, description="answer when the fork stops, with its outcome"
-    )
 
 
 class ReplayRequest(_Body):
