@@ -77,8 +77,9 @@ if TYPE_CHECKING:
     )
     from raygents.agents.tools import Tool, ToolContext, ToolResult, tool
     from raygents.agents.tooluse import StopAtTools
-    from raygents.batch.job import BatchHandle, BatchItem, BatchResult, run_batch, start_batch
+    from raygents.batch.job import BatchHandle, BatchItem, BatchResult
     from raygents.batch.progress import BatchProgress
+    from raygents.batch.start import run_batch, start_batch
     from raygents.core.approvals import Approval, ApprovalDecision, PendingApproval
     from raygents.core.compaction import Compaction, TrimOldest, TrimToolOutputs
     from raygents.core.context import RunContext
@@ -126,8 +127,9 @@ _HOMES = {
     "raygents.core.context": ("RunContext",),
     "raygents.core.contextdata": ("NotDurable",),
     "raygents.core.doubt": ("InDoubt",),
-    "raygents.batch.job": ("BatchHandle", "BatchItem", "BatchResult", "run_batch", "start_batch"),
+    "raygents.batch.job": ("BatchHandle", "BatchItem", "BatchResult"),
     "raygents.batch.progress": ("BatchProgress",),
+    "raygents.batch.start": ("run_batch", "start_batch"),
     "raygents.core.events": ("RunEvent",),
     "raygents.agents.guardrails": (
         "GuardrailResult",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ __all__ = [
     "check_job_id",
     "error_message",
     "item_from_json",
+    "length_of",
 ]
 
 BatchStatus = Literal["completed", "failed", "suspended", "interrupted"]
@@ -140,3 +141,11 @@ def error_message(exc: BaseException) -> str:
     if isinstance(exc, RaygentsError):
         return exc.message or type(exc).__name__
     return f"{type(exc).__name__}: {exc}"
+
+
+def length_of(inputs: Iterable[Any]) -> int | None:
+    """How many inputs a job has, where the iterable knows (None: a generator, say)."""
+    try:
+        return len(inputs)  # type: ignore[arg-type]
+    except TypeError:
+        return None

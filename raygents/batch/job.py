@@ -1,11 +1,12 @@
-"""Batch jobs: one agent over many inputs, each input a run whose id comes from the job id
-and the input's index, so that running a job again continues it.
+"""BatchHandle: a batch job running, one agent over many inputs, each input a run whose
+id comes from the job id and the input's index, so that running a job again continues it.
 
 A job has no coordinator of its own: what it did is in the checkpoint store, in its items'
 runs and in its ledger of completed items (``jobs/<job_id>/``). Running a job again skips
-the items the ledger holds, resumes the suspended ones from their checkpoints, follows those
-running elsewhere, and starts the rest afresh (:mod:`raygents.batch.runs`), claiming their run
-ids in groups: one coordinator call per group, not per item.
+the items the ledger holds (:mod:`raygents.batch.earlier`), resumes the suspended ones from
+their checkpoints, follows those running elsewhere, and starts the rest afresh
+(:mod:`raygents.batch.runs`), claiming their run ids in groups: one coordinator call per
+group, not per item. :mod:`raygents.batch.start` checks a job's arguments and starts it.
 """
 
 from __future__ import annotations
@@ -18,36 +19,23 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from raygents.agents.agent import Agent
-from raygents.batch.fingerprint import (
-    Fingerprints,
-    changed_run_id,
-    combined,
-    graph_fingerprint,
-    input_fingerprint,
-)
+from raygents.batch.earlier import EarlierRuns, OnChange
+from raygents.batch.fingerprint import input_fingerprint
 from raygents.batch.items import (
     BatchItem,
     BatchResult,
     BatchStatus,
     batch_run_id,
-    check_job_id,
     error_message,
     item_from_json,
+    length_of,
 )
-from raygents.batch.output import (
-    MAX_INDEX,
-    Shards,
-    is_marked,
-    mark,
-    open_ledger,
-    open_output,
-)
-from raygents.batch.progress import BatchProgress, Display, open_display
+from raygents.batch.output import Shards
+from raygents.batch.progress import BatchProgress, Display
 from raygents.batch.runs import GroupedStarts, JobRuns
 from raygents.core.jobbudget import JobBudget
 from raygents.core.messages import Usage
@@ -57,10 +45,7 @@ from raygents.errors import (
     RunInterrupted,
     SuspendedError,
     TooManyRuns,
-    UserError,
 )
-from raygents.ids import validate_id
-from raygents.runtime.driver.runchecks import check_run_limits
 
 if TYPE_CHECKING:
     from raygents.runtime.driver.handle import RunHandle
@@ -72,8 +57,6 @@ __all__ = [
     "BatchResult",
     "BatchStatus",
     "batch_run_id",
-    "run_batch",
-    "start_batch",
 ]
 
 log = logging.getLogger("raygents")
@@ -83,134 +66,9 @@ _TICK_S = 1.0  # how often the progress display is refreshed without an item end
 _FLUSH_S = 2.0  # how often the ledger (and output in a store) puts what it has
 _SLOT_WAIT_S = (0.05, 1.0)  # an item's first and longest wait for a slot of its tenant
 
-OnChange = Literal["error", "rerun"]
-"""What a job run again does with an item the ledger holds as completed with another input
-or agent graph: refuse (``error``), or run it again (``rerun``)."""
-
-
-def start_batch(
-    agent: Agent,
-    inputs: Iterable[Any],
-    *,
-    job_id: str,
-    concurrency: int = 64,
-    output: str | None = None,
-    max_failures: int | None = None,
-    progress: bool | None = None,
-    context: Any = None,
-    max_turns: int | None = None,
-    max_tokens: int | None = None,
-    max_cost_usd: float | None = None,
-    job_max_tokens: int | None = None,
-    job_max_cost_usd: float | None = None,
-    timeout_s: float | None = None,
-    tenant: str | None = None,
-    on_change: OnChange = "error",
-) -> BatchHandle:
-    """Run ``agent`` over ``inputs`` in the background and return the job's handle at once.
-
-    Args:
-        agent: the start agent of every item's run.
-        inputs: any iterable, read lazily (never listed): each a run input (a string or
-            messages), or a dict ``{"input": ..., "context": ...}``.
-        job_id: names the job; item ``i`` runs as :func:`batch_run_id` ``(job_id, i)``.
-            Running a job again skips its completed items, resumes suspended ones and
-            starts the rest.
-        concurrency: items in flight at most.
-        output: a directory or ``s3://bucket/prefix``: items go to JSON Lines shards there
-            as they end (:mod:`raygents.batch.output`) and are not kept in memory.
-        max_failures: stop the job (suspending the items in flight) once more items than
-            this failed; None never stops.
-        progress: False shows nothing; otherwise a bar on a terminal, log lines elsewhere.
-        context: every item's run context, unless its dict gives one.
-        max_turns: caps ``max_turns`` of every agent in each run.
-        max_tokens: each run's token budget (see :func:`raygents.start`).
-        max_cost_usd: each run's budget in dollars (see :func:`raygents.start`).
-        job_max_tokens: the tokens all items of the job may use together: once the
-            completed items' usage reaches it (those of earlier runs of the job included),
-            no more items start and those in flight suspend (``stopped`` says why); running
-            the job again with a larger budget goes on. Items in flight may pass it by what
-            they use before they suspend.
-        job_max_cost_usd: the same in US dollars, at the models' prices.
-        timeout_s: each run's wall-clock budget, after which it suspends.
-        tenant: whose quota of runs in flight the runs count against. With
-            ``max_concurrent_runs`` (``raygents.init``), items wait for a slot of the tenant
-            (never failing with ``TooManyRuns``), and no more than the limit are in flight.
-        on_change: what to do, running a job again, with an item its ledger holds as
-            completed with another run input or agent graph (the ledger keeps their
-            fingerprints, :mod:`raygents.batch.fingerprint`): ``"error"`` stops the job with
-            a ``UserError`` naming the job and the first such index; ``"rerun"`` runs the
-            item again, as run :func:`raygents.batch.fingerprint.changed_run_id`
-            (``<job_id>.<index>-<16 hex digits>``), which cannot collide with its old run:
-            that run and its kept result stay as they were. Only completed items are
-            compared: an item whose run stopped (suspended, awaiting approval) resumes it.
-
-    Raises:
-        UserError: an argument is unusable (checked before anything starts).
-    """
-    if not isinstance(agent, Agent):
-        raise UserError(f"expected an Agent, got {type(agent).__name__!r}")
-    check_job_id(job_id)
-    if type(concurrency) is not int or concurrency < 1:
-        raise UserError(f"concurrency must be an int of at least 1, got {concurrency!r}")
-    if max_failures is not None and (type(max_failures) is not int or max_failures < 0):
-        raise UserError(f"max_failures must be an int of at least 0 or None, got {max_failures!r}")
-    if tenant is not None:
-        validate_id(tenant, "tenant")
-    if on_change not in ("error", "rerun"):
-        raise UserError(f"on_change must be 'error' or 'rerun', got {on_change!r}")
-    graph_fp = graph_fingerprint(agent)
-    check_run_limits(timeout_s, max_turns, max_tokens, max_cost_usd)
-    budget = JobBudget(job_max_tokens, job_max_cost_usd)
-    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
-        raise UserError(f"inputs must be an iterable of run inputs, got {type(inputs).__name__}")
-    options = {
-        "max_turns": max_turns,
-        "max_tokens": max_tokens,
-        "max_cost_usd": max_cost_usd,
-        "timeout_s": timeout_s,
-        "tenant": tenant,
-    }
-    sink = None if output is None else open_output(output, job_id)
-    from raygents.runtime.driver.client import current
-
-    rt = current()  # (raygents starts here, in the caller's thread: the main one handles SIGTERM)
-    limit = rt.directory.cached_settings().max_concurrent_runs
-    if limit is not None:  # (the job's items wait for their tenant's slots: never more of them)
-        concurrency = min(concurrency, limit)
-    runs = JobRuns(agent, job_id, context, options)
-    handle = BatchHandle(
-        runs,
-        inputs,
-        concurrency,
-        sink,
-        max_failures,
-        on_change=on_change,
-        graph_fp=graph_fp,
-        budget=budget,
-    )
-    handle._display = open_display(progress, job_id, _length(inputs))
-    handle._thread.start()
-    return handle
-
-
-def run_batch(agent: Agent, inputs: Iterable[Any], *, job_id: str, **options: Any) -> BatchResult:
-    """Run ``agent`` over ``inputs`` and return the job's :class:`BatchResult` (blocks).
-
-    Takes the options of :func:`start_batch`.
-    """
-    return start_batch(agent, inputs, job_id=job_id, **options).result()
-
-
-def _length(inputs: Iterable[Any]) -> int | None:
-    try:
-        return len(inputs)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-
 
 class BatchHandle:
-    """A batch job in progress (from :func:`start_batch`)."""
+    """A batch job in progress (from :func:`~raygents.batch.start.start_batch`)."""
 
     def __init__(
         self,
@@ -226,14 +84,12 @@ class BatchHandle:
     ) -> None:
         self.job_id = runs.job_id
         self._budget = budget or JobBudget()
-        self._on_change = on_change
         self._graph_fp = graph_fp
-        self._ledger_fps = Fingerprints()  # (of the items the ledger holds as completed)
-        self._ledger_graphs: set[str] = set()
+        self._earlier = EarlierRuns(runs.job_id, on_change=on_change, budget=self._budget)
         self._fps: dict[int, tuple[str, str]] = {}  # (of the items running: for their lines)
         self._runs = runs
         self._inputs = inputs
-        self._total = _length(inputs)
+        self._total = length_of(inputs)
         self._concurrency = concurrency
         self._sink = sink
         self._max_failures = max_failures
@@ -248,14 +104,17 @@ class BatchHandle:
         self._error: BaseException | None = None
         self._ended = False
         self._ledger: Shards | None = None
-        self._logged: dict[int, BatchItem] = {}  # completed before (without an output)
-        self._logged_bits = bytearray()  # completed before (with an output)
-        self._written = bytearray()  # in the output as completed
         self._unsaved: list[dict[str, Any]] = []  # ledger lines whose output is not durable yet
         self._output_error: RaygentsError | None = None
         self._flushed_at = time.monotonic()
         self._display: Display = Display()
         self._thread = threading.Thread(target=self._main, name=f"batch-{self.job_id}", daemon=True)
+
+    def _start(self, display: Display) -> None:
+        """Start the job's thread, showing its progress on ``display`` (once, from
+        :func:`~raygents.batch.start.start_batch`)."""
+        self._display = display
+        self._thread.start()
 
     # --- the public face ----------------------------------------------------------------
     def results(self) -> Iterator[BatchItem]:
@@ -370,52 +229,20 @@ class BatchHandle:
             pool.shutdown(wait=False)
 
     def _read_job(self) -> None:
-        """What earlier runs of the job did: what its output holds, its ledger of completed
-        items, and the statuses the coordinator knows of its runs.
-
-        An item the ledger holds but the output lacks (its line was lost) is written again
-        from its ledger line; one whose ledger line has no output runs again (its run's kept
-        result answers), so no item is written without its output."""
+        """What earlier runs of the job did: what its output and its ledger of completed
+        items hold (:meth:`EarlierRuns.read`), and the statuses the coordinator knows of its
+        runs."""
         from raygents.runtime.driver.client import current
         from raygents.stores.open import open_store
 
         rt = current()
         key = rt.directory.cached_settings().key  # (the coordinator's: it signs the records)
-        self._ledger = open_ledger(open_store(rt.settings.store), self.job_id, key)
-        self._read_shards()
+        store = open_store(rt.settings.store)
+        self._ledger = self._earlier.read(store, key, self._sink, self._total)
         self._runs.read()
         reached = self._budget.reached()  # (by earlier runs of the job)
         if reached is not None:
             self.suspend(reached)
-
-    def _read_shards(self) -> None:
-        """What the output and the ledger hold: lines of an index past the job's inputs (or
-        past :data:`MAX_INDEX`, without a length), and ledger lines of another run id, are
-        left out. The fingerprints of each completed item's input and graph are kept, to
-        compare with the item's as the job reads its inputs."""
-        assert self._ledger is not None
-        limit = MAX_INDEX if self._total is None else self._total
-        if self._sink is not None:
-            for line in self._sink.completed(limit):
-                mark(self._written, line["index"])
-        for line in self._ledger.completed(limit):
-            index = line["index"]
-            fps = _fingerprints_of(line)
-            if line.get("run_id") != batch_run_id(self.job_id, index) and (
-                fps is None or line.get("run_id") != changed_run_id(self.job_id, index, *fps)
-            ):
-                continue
-            self._budget.add(_usage_of(line))
-            if fps is not None:
-                self._ledger_fps.set(index, combined(*fps))
-                self._ledger_graphs.add(fps[1])
-            if self._sink is not None and is_marked(self._written, index):
-                mark(self._logged_bits, index)
-            elif isinstance(line.get("output"), str):
-                try:
-                    self._logged[index] = replace(item_from_json(line), skipped=True)
-                except (TypeError, ValueError):
-                    continue  # (its item runs, and finds its run completed)
 
     async def _feed(
         self, loop: asyncio.AbstractEventLoop, pool: concurrent.futures.Executor
@@ -451,42 +278,15 @@ class BatchHandle:
                 await asyncio.wait(set(tasks))
 
     def _run_id(self, index: int, raw: Any) -> str | None:
-        """The run id of item ``index``, or None when the ledger says an earlier run of the
-        job completed it with the same input and graph (it then ends at once).
-
-        Raises:
-            UserError: the ledger holds it as completed with another input or agent graph,
-                and ``on_change`` is ``"error"``.
-        """
+        """The run id of item ``index``, or None when an earlier run of the job completed it
+        with the same input and graph: it then ends at once (see :meth:`EarlierRuns.run_id`)."""
         fps = (input_fingerprint(self._runs.input_of(raw)), self._graph_fp)
         self._fps[index] = fps
-        kept = self._ledger_fps.get(index)
-        if kept is None or kept == combined(*fps):
-            if self._logged_before(index):  # (its end let its fingerprints go)
-                return None
-            return batch_run_id(self.job_id, index)
-        if self._on_change == "error":
-            what = "its input" if fps[1] in self._ledger_graphs else "the agent graph"
-            raise UserError(
-                f"batch {self.job_id!r}: item {index} completed before with another input or "
-                f"agent graph ({what} changed since), and the job's ledger would answer with "
-                "its old output: run the job with on_change='rerun' to run changed items "
-                "again, or give it another job_id"
-            )
-        self._logged.pop(index, None)  # (its old output is not this input's)
-        return changed_run_id(self.job_id, index, *fps)
-
-    def _logged_before(self, index: int) -> bool:
-        """End item ``index`` at once if the ledger says an earlier run of the job completed
-        it; whether it did."""
-        found = self._logged.pop(index, None)
-        if found is None and not is_marked(self._logged_bits, index):
-            return False
-        if found is None:  # (with an output: only its index was kept)
-            run_id = batch_run_id(self.job_id, index)
-            found = BatchItem(index, run_id, "completed", skipped=True)
+        found = self._earlier.run_id(index, fps)
+        if isinstance(found, str):
+            return found
         self._end(found, logged=True)
-        return True
+        return None
 
     async def _tick(
         self, loop: asyncio.AbstractEventLoop, pool: concurrent.futures.Executor
@@ -650,11 +450,7 @@ class BatchHandle:
         if saved and self._sink is None:
             assert self._ledger is not None
             self._ledger.write(entry)
-        written = (  # (a changed item's old output line is not its output)
-            item.skipped
-            and is_marked(self._written, item.index)
-            and item.run_id == batch_run_id(self.job_id, item.index)
-        )
+        written = self._earlier.in_output(item)
         unwritable: RaygentsError | None = None
         with self._lock:
             if self._sink is not None and not written:
@@ -729,26 +525,6 @@ def _ended_with(tasks: set[asyncio.Task[None]], slots: asyncio.Semaphore) -> Any
         slots.release()
 
     return ended
-
-
-def _usage_of(line: Mapping[str, Any]) -> Usage | None:
-    """A ledger line's usage, or None (a line without one, or one that does not read)."""
-    usage = line.get("usage")
-    if not isinstance(usage, Mapping):
-        return None
-    try:
-        return Usage.model_validate(usage)
-    except ValueError:
-        return None
-
-
-def _fingerprints_of(line: Mapping[str, Any]) -> tuple[str, str] | None:
-    """A ledger line's fingerprints of its input and graph (lines written before they were
-    kept have none)."""
-    input_fp, graph_fp = line.get("input_fp"), line.get("graph_fp")
-    if isinstance(input_fp, str) and isinstance(graph_fp, str):
-        return input_fp, graph_fp
-    return None
 
 
 def _wrapped(job_id: str, exc: BaseException) -> RaygentsError:

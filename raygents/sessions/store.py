@@ -5,53 +5,40 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 from raygents.core.messages import Message
-from raygents.errors import (
-    CheckpointCorrupt,
-    CheckpointError,
-    CheckpointTooLarge,
-    RaygentsError,
-    UserError,
-)
+from raygents.errors import CheckpointCorrupt, CheckpointError, RaygentsError, UserError
 from raygents.records import codec, storekey
+from raygents.sessions import storelog
 from raygents.sessions.base import (
     build_messages,
     check_compacted,
     check_input_len,
-    compacted_edit,
     dump_messages,
-    fallback_tail,
-    recompact,
-    save_edit,
-    splice,
     validate_session_id,
+)
+from raygents.sessions.storelog import (
+    MARK,
+    Log,
+    in_lineage,
+    is_record,
+    kind,
+    record_key,
+    seq_of,
 )
 from raygents.stores.base import Store
 from raygents.stores.open import default_store_url, open_store
 
 __all__ = ["StoreSession"]
 
-_FORMAT = "raygents.session"
-_SUFFIX = ".sess"
-_MARK = ".snap"
-"""An empty key ``<seq:010d>.snap`` beside a snapshot's record says it is one, so that a
-load finds the newest snapshot in the listing and reads it and the records after it at once.
-A hint: a load checks the record, and reads back one record at a time where there is none."""
 _READERS = 16  # the records a load reads at once
 _KEY_ENV = storekey.KEY_ENV
 _MAX_WRITE_ATTEMPTS = 64
-_SNAPSHOT_EVERY = 32
-"""A save writes the whole conversation once this many records follow the newest snapshot
-(a load reads them all), or once they are as large as it."""
-_LINEAGE = 256  # ids of the records a snapshot was built on that it records, newest last
-_SNAPSHOTS = 16  # numbers of the earlier snapshots a snapshot records
 _KNOWN = 128  # sessions whose conversation a StoreSession keeps, as it last read or wrote it
 
 
@@ -65,28 +52,6 @@ class _Listing:
     """Their numbers."""
     snapshots: list[int]
     """The numbers the snapshot marks name, oldest first (a record may be gone)."""
-
-
-@dataclass
-class _Log:
-    """A conversation as its records since the newest snapshot leave it."""
-
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    """Canonical JSON-mode messages (as :func:`dump_messages` makes them)."""
-    marks: list[int] = field(default_factory=list)
-    seq: int = 0
-    """The newest record's number (0: none)."""
-    newest: str | None = None
-    """The newest record's id."""
-    lineage: list[str] = field(default_factory=list)
-    """The ids of the records the conversation was built on, oldest first."""
-    snapshots: list[int] = field(default_factory=list)
-    """The numbers of the snapshots, oldest first: the newest is the one read."""
-    since: int = 0
-    """Records after the newest snapshot."""
-    since_bytes: int = 0
-    snapshot_bytes: int = 0
-    readable: bool = True
 
 
 class StoreSession:
@@ -132,7 +97,7 @@ class StoreSession:
         self.keep_versions = keep_versions
         self._store: Store | None = None
         self._lock = threading.Lock()
-        self._known: OrderedDict[str, _Log] = OrderedDict()
+        self._known: OrderedDict[str, Log] = OrderedDict()
         """What this object last read or wrote of a few sessions (their records since are
         all a read needs)."""
         if url is not None:
@@ -163,7 +128,7 @@ class StoreSession:
         for _ in range(3):  # a concurrent save may delete what a listing showed
             log = self._read(store, session_id, self._listing(store, session_id))
             if log is not None:
-                return build_messages(log.messages, f"session {session_id!r} in {self.url}")
+                return build_messages(log.messages, self._where(session_id))
         raise CheckpointError(
             f"cannot load session {session_id!r} from {self.url}: other saves deleted its "
             "records while they were read; try again"
@@ -205,26 +170,26 @@ class StoreSession:
             )
             if log is None:
                 continue  # a record went while we read it: newer ones exist
-            payload, frame = self._frame(session_id, log, data, input_len, compacted)
-            key = _key(session_id, log.seq + 1)
+            payload, frame = storelog.frame(
+                session_id, log, data, input_len, compacted, key=self._key()
+            )
+            key = record_key(session_id, log.seq + 1)
             try:
                 store.put(key, frame)
             except CheckpointError:
                 newest = self._listing(store, session_id).keys
-                if not newest or _seq(newest[-1]) <= log.seq:  # not a lost race: the store failed
+                if not newest or seq_of(newest[-1]) <= log.seq:  # not a lost race: the store failed
                     raise
                 continue
-            if self._landed(store, session_id, log.seq + 1, payload["id"]):
+            seq, size = log.seq + 1, len(frame)
+            if self._landed(store, session_id, seq, payload["id"]):
                 if payload["kind"] == "snapshot":
-                    self._mark(store, session_id, log.seq + 1)
-                    self._clean(store, session_id, [*log.snapshots, log.seq + 1])
-                    self._remember(
-                        session_id, self._start(session_id, log.seq + 1, payload, len(frame))
-                    )
+                    self._mark(store, session_id, seq)
+                    self._clean(store, session_id, [*log.snapshots, seq])
+                    log = storelog.start(self._where(session_id), seq, payload, size)
                 else:
-                    self._remember(
-                        session_id, self._apply(session_id, log, log.seq + 1, payload, len(frame))
-                    )
+                    log = storelog.apply(session_id, self.url, log, seq, payload, size)
+                self._remember(session_id, log)
                 return
             store.delete([key])  # put where a newer save had deleted an old record: void
         raise CheckpointError(
@@ -234,7 +199,7 @@ class StoreSession:
 
     def _current(
         self, store: Store, session_id: str, listing: _Listing, *, plain: bool
-    ) -> _Log | None:
+    ) -> Log | None:
         """The conversation a save starts from; None if a record went while it was read. A
         plain save replaces a conversation it cannot read; a run's save, which adds to it,
         raises."""
@@ -244,80 +209,9 @@ class StoreSession:
             self._forget(session_id)
             if not plain:
                 raise
-            return _Log(seq=_seq(listing.keys[-1]), readable=False)
+            return Log(seq=seq_of(listing.keys[-1]), readable=False)
 
-    def _frame(
-        self,
-        session_id: str,
-        log: _Log,
-        data: list[dict[str, Any]],
-        input_len: int | None,
-        compacted: tuple[int, int, int] | None,
-    ) -> tuple[dict[str, Any], bytes]:
-        """The record of a save on ``log`` and its frame: a conversation too large for one
-        record gets no snapshot (its loads read the records since the last one that fit).
-
-        Raises:
-            CheckpointTooLarge: what the save adds does not fit in one record.
-        """
-        delta, snapshot = self._record(session_id, log, data, input_len, compacted)
-        source = f"sessions/{session_id}"
-        if snapshot is not None:
-            try:
-                return snapshot, codec.encode(snapshot, key=self._key(), source=source)
-            except CheckpointTooLarge:
-                if delta is None:
-                    raise
-        assert delta is not None  # (one of the two is always given)
-        return delta, codec.encode(delta, key=self._key(), source=source)
-
-    def _record(
-        self,
-        session_id: str,
-        log: _Log,
-        data: list[dict[str, Any]],
-        input_len: int | None,
-        compacted: tuple[int, int, int] | None,
-    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """The records a save on ``log`` may write: ``(delta, snapshot)``, what it changes
-        and the whole result; the delta is None where there is nothing to build it on, the
-        snapshot None where the delta is enough (see :data:`_SNAPSHOT_EVERY`)."""
-        current, marks = log.messages, log.marks
-        edit = None if compacted is None else compacted_edit(current, marks, data, compacted)
-        body: dict[str, Any]
-        if edit is not None:
-            upto, summary, tail = edit
-            new, new_marks = recompact(current, marks, upto, summary, tail)
-            body = {"kind": "compact", "upto": upto, "summary": summary, "messages": tail}
-        else:
-            if compacted is not None:
-                keep, tail = len(current), fallback_tail(data, compacted)
-            else:
-                keep, tail = save_edit(current, marks, data, input_len)
-            new, new_marks = splice(current, marks, keep, tail)
-            body = {"kind": "save", "keep": keep, "messages": tail}
-        head = {"format": _FORMAT, "session_id": session_id, "id": uuid.uuid4().hex[:16]}
-        if log.newest is not None:
-            head["base"] = log.newest
-        delta = {**head, **body}
-        size = len(codec.encode(delta))
-        on_log = bool(log.readable and log.seq)
-        if (
-            on_log
-            and log.since + 1 < _SNAPSHOT_EVERY
-            and log.since_bytes + size < log.snapshot_bytes
-        ):
-            return delta, None
-        return delta if on_log else None, {
-            **head,
-            "kind": "snapshot",
-            "messages": new,
-            "marks": new_marks,
-            "lineage": log.lineage[-_LINEAGE:],
-            "snapshots": log.snapshots[-_SNAPSHOTS:],
-        }
-
-    def _read(self, store: Store, session_id: str, listing: _Listing) -> _Log | None:
+    def _read(self, store: Store, session_id: str, listing: _Listing) -> Log | None:
         """The conversation a listing's records leave: the newest snapshot, then each record
         after it; or, where this object read or wrote the session before, what it had then
         and the records since. None if one went while it was read.
@@ -336,8 +230,8 @@ class StoreSession:
         first = numbers[0] if chain else (known.seq + 1 if known is not None else 1)
         if numbers != list(range(first, first + len(numbers))):
             raise self._gap(session_id, numbers)
-        if chain and _kind(chain[0][1]) == "snapshot":
-            log = self._start(session_id, *chain[0])
+        if chain and kind(chain[0][1]) == "snapshot":
+            log = storelog.start(self._where(session_id), *chain[0])
             chain = chain[1:]
         elif known is not None and keys and (not chain or chain[0][1].get("base") == known.newest):
             log = known
@@ -347,14 +241,14 @@ class StoreSession:
                 return self._read(store, session_id, listing)
             raise self._gap(session_id, numbers)
         else:
-            log = _Log()
+            log = Log()
         for seq, value, size in chain:
-            log = self._apply(session_id, log, seq, value, size)
+            log = storelog.apply(session_id, self.url, log, seq, value, size)
         self._remember(session_id, log)
         return log
 
     def _chain(
-        self, store: Store, session_id: str, listing: _Listing, known: _Log | None
+        self, store: Store, session_id: str, listing: _Listing, known: Log | None
     ) -> list[tuple[int, dict[str, Any], int]] | None:
         """The records a read needs, oldest first, each ``(seq, value, size)``: back from the
         newest to the newest snapshot, or to the record ``known`` ended on. The ones the
@@ -363,10 +257,10 @@ class StoreSession:
         marks, where each record may be a whole conversation) one at a time. None if one
         went while it was read."""
         stop = known.seq if known is not None and known.seq in listing.seqs else 0
-        pending = [k for k in reversed(listing.keys) if _seq(k) > stop]
+        pending = [k for k in reversed(listing.keys) if seq_of(k) > stop]
         marked = [s for s in listing.snapshots if s > stop and s in listing.seqs]
         if marked:
-            batch = [k for k in pending if _seq(k) >= max(marked)]
+            batch = [k for k in pending if seq_of(k) >= max(marked)]
         else:
             batch = pending if stop and listing.snapshots else pending[:1]
         chain: list[tuple[int, dict[str, Any], int]] = []
@@ -375,8 +269,8 @@ class StoreSession:
                 if data is None:
                     return None
                 value = self._decode(data, key, session_id)
-                chain.append((_seq(key), value, len(data)))
-                if _kind(value) == "snapshot":
+                chain.append((seq_of(key), value, len(data)))
+                if kind(value) == "snapshot":
                     chain.reverse()
                     return chain
             pending = pending[len(batch) :]
@@ -393,6 +287,9 @@ class StoreSession:
         with ThreadPoolExecutor(min(len(keys), _READERS), "raygents-session") as pool:
             return list(pool.map(store.get, keys))
 
+    def _where(self, session_id: str) -> str:
+        return f"session {session_id!r} in {self.url}"
+
     def _gap(self, session_id: str, numbers: list[int]) -> CheckpointCorrupt:
         return CheckpointCorrupt(
             f"session {session_id!r} in {self.url} lacks records: those read, {numbers!r}, do "
@@ -401,52 +298,7 @@ class StoreSession:
             reason="bad session",
         )
 
-    def _start(self, session_id: str, seq: int, snapshot: dict[str, Any], size: int) -> _Log:
-        """The conversation a snapshot holds."""
-        newest = _text(snapshot.get("id"))
-        lineage = [i for i in _list(snapshot.get("lineage")) if isinstance(i, str)]
-        return _Log(
-            messages=_canonical(snapshot["messages"], f"session {session_id!r} in {self.url}"),
-            marks=_ints(snapshot.get("marks")),
-            seq=seq,
-            newest=newest,
-            lineage=lineage if newest is None else [*lineage, newest],
-            snapshots=[*_ints(snapshot.get("snapshots")), seq],
-            snapshot_bytes=size,
-        )
-
-    def _apply(
-        self, session_id: str, log: _Log, seq: int, value: dict[str, Any], size: int
-    ) -> _Log:
-        """The conversation after record ``seq`` (not a snapshot), a new :class:`_Log`."""
-        where = f"session {session_id!r} in {self.url}"
-        messages = _canonical(value["messages"], where)
-        if value.get("keep", value.get("upto", 0)) > len(log.messages):
-            raise CheckpointCorrupt(
-                f"{_key(session_id, seq)!r} in {self.url} keeps more messages than the "
-                f"{len(log.messages)} before it",
-                key=_key(session_id, seq),
-                reason="bad session",
-            )
-        if value["kind"] == "compact":
-            summary = _canonical(value["summary"], where)
-            new, marks = recompact(log.messages, log.marks, value["upto"], summary, messages)
-        else:
-            new, marks = splice(log.messages, log.marks, value["keep"], messages)
-        newest = _text(value.get("id"))
-        lineage = log.lineage if newest is None else [*log.lineage, newest][-2 * _LINEAGE :]
-        return replace(
-            log,
-            messages=new,
-            marks=marks,
-            seq=seq,
-            newest=newest,
-            lineage=lineage,
-            since=log.since + 1,
-            since_bytes=log.since_bytes + size,
-        )
-
-    def _remember(self, session_id: str, log: _Log) -> None:
+    def _remember(self, session_id: str, log: Log) -> None:
         """Keep ``log`` as what this object last knew of the session (a few sessions)."""
         with self._lock:
             self._known.pop(session_id, None)
@@ -466,7 +318,7 @@ class StoreSession:
         would be lost. (Saves that built on it may have deleted it since: a newer snapshot's
         lineage still names it.)"""
         for _ in range(3):  # a concurrent save may delete what a listing showed
-            newer = [k for k in self._listing(store, session_id).keys if _seq(k) > seq]
+            newer = [k for k in self._listing(store, session_id).keys if seq_of(k) > seq]
             if not newer:
                 return True
             values = []
@@ -478,13 +330,10 @@ class StoreSession:
                     values.append((key, self._decode(data, key, session_id)))
                 except RaygentsError:
                     return False
-                if _seq(key) == seq + 1 and values[-1][1].get("base") == record_id:
+                if seq_of(key) == seq + 1 and values[-1][1].get("base") == record_id:
                     return True
             else:
-                return any(
-                    _kind(v) == "snapshot" and record_id in _list(v.get("lineage"))
-                    for _, v in values
-                )
+                return any(kind(v) == "snapshot" and in_lineage(v, record_id) for _, v in values)
         return False
 
     def _clean(self, store: Store, session_id: str, snapshots: list[int]) -> None:
@@ -493,14 +342,14 @@ class StoreSession:
             return
         cutoff = snapshots[-self.keep_versions]
         listing = self._listing(store, session_id)
-        marks = [_key(session_id, seq, _MARK) for seq in listing.snapshots if seq < cutoff]
-        store.delete([k for k in listing.keys if _seq(k) < cutoff] + marks)
+        marks = [record_key(session_id, seq, MARK) for seq in listing.snapshots if seq < cutoff]
+        store.delete([k for k in listing.keys if seq_of(k) < cutoff] + marks)
 
     def _mark(self, store: Store, session_id: str, seq: int) -> None:
         """Mark record ``seq``, just put, as a snapshot; a store that fails it costs later
         loads only time (they read back to the snapshot)."""
         with contextlib.suppress(CheckpointError):
-            store.mark(_key(session_id, seq, _MARK))
+            store.mark(record_key(session_id, seq, MARK))
 
     def _open(self) -> Store:
         if self._store is None:
@@ -528,74 +377,16 @@ class StoreSession:
         """The session's records and snapshot marks, from one listing."""
         prefix = f"sessions/{session_id}/"
         listed = [k for k in store.list(prefix) if "/" not in k[len(prefix) :]]
-        keys = sorted(k for k in listed if _seq(k) >= 0)
-        marks = sorted(_seq(k, _MARK) for k in listed if _seq(k, _MARK) >= 0)
-        return _Listing(keys=keys, seqs=frozenset(_seq(k) for k in keys), snapshots=marks)
+        keys = sorted(k for k in listed if seq_of(k) >= 0)
+        marks = sorted(seq_of(k, MARK) for k in listed if seq_of(k, MARK) >= 0)
+        return _Listing(keys=keys, seqs=frozenset(seq_of(k) for k in keys), snapshots=marks)
 
     def _decode(self, data: bytes, key: str, session_id: str) -> dict[str, Any]:
         value = codec.decode(data, key=self._key(), source=key)
-        if not (
-            isinstance(value, dict)
-            and value.get("format") == _FORMAT
-            and value.get("session_id") == session_id
-            and _well_formed(value)
-        ):
+        if not is_record(value, session_id):
             raise CheckpointCorrupt(
                 f"{key!r} in {self.url} is not a raygents session record of {session_id!r}",
                 key=key,
                 reason="bad session",
             )
         return value
-
-
-def _kind(value: dict[str, Any]) -> str:
-    """A record's kind: a record without one is a whole conversation, as raygents wrote
-    every record before records held changes (a snapshot)."""
-    kind = value.get("kind", "snapshot")
-    return kind if isinstance(kind, str) else ""
-
-
-def _well_formed(value: dict[str, Any]) -> bool:
-    """Whether a record has the fields its kind needs, of the right types."""
-    if not isinstance(value.get("messages"), list):
-        return False
-    kind = _kind(value)
-    if kind == "snapshot":
-        return True
-    if kind == "save":
-        return _count(value.get("keep"))
-    return (
-        kind == "compact" and _count(value.get("upto")) and isinstance(value.get("summary"), list)
-    )
-
-
-def _count(value: Any) -> bool:
-    return type(value) is int and value >= 0
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _ints(value: Any) -> list[int]:
-    return [b for b in _list(value) if type(b) is int]
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _canonical(data: list[Any], where: str) -> list[dict[str, Any]]:
-    """Stored messages as the canonical JSON-mode dicts a save compares and writes."""
-    return [m.model_dump(mode="json") for m in build_messages(data, where)]
-
-
-def _key(session_id: str, seq: int, suffix: str = _SUFFIX) -> str:
-    return f"sessions/{session_id}/{seq:010d}{suffix}"
-
-
-def _seq(key: str, suffix: str = _SUFFIX) -> int:
-    """The number in a record's key (or, with ``suffix=_MARK``, a mark's); -1 for another."""
-    name = key.rpartition("/")[2]
-    digits = name[: -len(suffix)]
-    return int(digits) if name.endswith(suffix) and digits.isdigit() and len(digits) == 10 else -1

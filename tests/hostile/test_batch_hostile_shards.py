@@ -58,10 +58,11 @@ def test_a_huge_index_in_the_ledger_or_output_costs_nothing(
     ledger.put(f"jobs/j/j.{WRITER}.00000.jsonl", (line(index) + line(1)).encode())
     (tmp_path / f"j.{WRITER}.00000.jsonl").write_text(line(index) + line(1))
     handle = read_job(monkeypatch, ledger, inputs, tmp_path)
-    assert len(handle._logged_bits) <= 1 and len(handle._written) <= 1
-    assert handle._logged_before(1) and not handle._logged_before(0)
+    earlier = handle._earlier
+    assert len(earlier.logged_bits) <= 1 and len(earlier.written) <= 1
+    assert earlier.logged_before(1) is not None and earlier.logged_before(0) is None
     plain = read_job(monkeypatch, ledger, inputs, None)
-    assert sorted(plain._logged) == [1]
+    assert sorted(plain._earlier.logged) == [1]
 
 
 def test_a_line_of_another_run_id_is_not_the_jobs(
@@ -71,7 +72,7 @@ def test_a_line_of_another_run_id_is_not_the_jobs(
     planted = line(0, run_id="someone-else.0") + line(1, usage={"input_tokens": "many"})
     ledger.put(f"jobs/j/j.{WRITER}.00000.jsonl", planted.encode())
     handle = read_job(monkeypatch, ledger, ["a", "b"], None)
-    assert handle._logged == {}
+    assert handle._earlier.logged == {}
 
 
 def test_job_a_does_not_read_job_a_b_shards(tmp_path: Path) -> None:

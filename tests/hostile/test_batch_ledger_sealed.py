@@ -82,8 +82,8 @@ def test_planted_lines_are_refused_and_their_items_run(
         ledger.seal(item(5), b"another key, 32 bytes long......", "j"),
     )
     handle = read_job(monkeypatch, store, KEY, ["a"] * 6)
-    assert sorted(handle._logged) == [0]
-    assert handle._logged[0].output == "real"
+    assert sorted(handle._earlier.logged) == [0]
+    assert handle._earlier.logged[0].output == "real"
 
 
 def test_without_a_key_nothing_can_be_checked_and_lines_are_read_as_they_are(
@@ -92,7 +92,7 @@ def test_without_a_key_nothing_can_be_checked_and_lines_are_read_as_they_are(
     store = fresh_store()
     plant(store, item(0), ledger.seal(item(1), KEY, "j"))
     handle = read_job(monkeypatch, store, None, ["a", "b"])
-    assert sorted(handle._logged) == [0, 1]
+    assert sorted(handle._earlier.logged) == [0, 1]
 
 
 def test_a_key_set_later_refuses_the_unsealed_lines_of_before(
@@ -102,5 +102,5 @@ def test_a_key_set_later_refuses_the_unsealed_lines_of_before(
     unsigned = open_ledger(store, "j")
     unsigned.write(item(0))
     unsigned.flush()
-    assert sorted(read_job(monkeypatch, store, None, ["a"])._logged) == [0]
-    assert read_job(monkeypatch, store, KEY, ["a"])._logged == {}
+    assert sorted(read_job(monkeypatch, store, None, ["a"])._earlier.logged) == [0]
+    assert read_job(monkeypatch, store, KEY, ["a"])._earlier.logged == {}

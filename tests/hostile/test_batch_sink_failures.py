@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import raygents as rg
-from raygents.batch import job as batch_job
+from raygents.batch import start as batch_start
 from raygents.batch.job import BatchHandle
 from raygents.batch.output import Shards, open_ledger, open_output
 from raygents.errors import CheckpointError
@@ -129,14 +129,14 @@ def test_a_full_disk_stops_the_job_and_a_rerun_writes_every_output(
     out = tmp_path / "out"
     agent = rg.Agent("batch-full-disk", model=echo_model())
     inputs = [f"q{i}" for i in range(6)]
-    real_open = batch_job.open_output
+    real_open = batch_start.open_output
     full = FullDisk("full-disk", directory=out)
     full.url = str(out)
-    monkeypatch.setattr(batch_job, "open_output", lambda url, job_id: full)
+    monkeypatch.setattr(batch_start, "open_output", lambda url, job_id: full)
     out.mkdir()
     with pytest.raises(rg.RaygentsError, match="output could not be written"):
         rg.run_batch(agent, inputs, job_id="full-disk", output=str(out), progress=False)
-    monkeypatch.setattr(batch_job, "open_output", real_open)
+    monkeypatch.setattr(batch_start, "open_output", real_open)
     again = rg.run_batch(agent, inputs, job_id="full-disk", output=str(out), progress=False)
     assert again.completed == 6
     lines = [json.loads(x) for p in out.iterdir() for x in p.read_text().splitlines()]

@@ -22,8 +22,8 @@ from raygents.sessions import (
     StoreSession,
     load_session,
     save_session,
+    storelog,
 )
-from raygents.sessions import store as store_sessions
 
 __all__ = ["session"]  # the fixture, shared with test_sessions.py
 
@@ -298,7 +298,7 @@ async def test_a_users_session_that_loads_a_broken_message_fails_clearly() -> No
 @pytest.fixture
 def snapshot_every_save(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every StoreSession record a snapshot, so that a save deletes the records before it."""
-    monkeypatch.setattr(store_sessions, "_SNAPSHOT_EVERY", 1)
+    monkeypatch.setattr(storelog, "_SNAPSHOT_EVERY", 1)
 
 
 @pytest.mark.usefixtures("snapshot_every_save")

@@ -12,7 +12,7 @@ import pytest
 from raygents.core.messages import Message
 from raygents.errors import CheckpointError
 from raygents.records import codec
-from raygents.sessions import StoreSession
+from raygents.sessions import StoreSession, storelog
 from raygents.sessions import store as store_sessions
 from raygents.stores.memory import MemoryStore
 
@@ -144,7 +144,7 @@ def test_a_load_whose_records_go_while_it_reads_them_reads_again(
     """Another save writes a snapshot and deletes the records the load listed: the load
     lists again and reads the new snapshot; when that happens every time, it says so."""
     saved_turns(store, 5)
-    monkeypatch.setattr(store_sessions, "_SNAPSHOT_EVERY", 1)
+    monkeypatch.setattr(storelog, "_SNAPSHOT_EVERY", 1)
     other = StoreSession("memory://ignored", keep_versions=1)
     real_get = MemoryStore.get
     races: list[int] = []

@@ -26,6 +26,7 @@ from raygents.sessions import (
     StoreSession,
     load_session,
     save_session,
+    storelog,
     validate_session_id,
 )
 from raygents.sessions import memory as memory_sessions
@@ -518,7 +519,7 @@ def test_store_session_reads_only_the_records_since_it_last_knew_the_session(
 def test_store_session_keeps_versions(
     tmp_path: Path, keep: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_sessions, "_SNAPSHOT_EVERY", 4)
+    monkeypatch.setattr(storelog, "_SNAPSHOT_EVERY", 4)
     session = StoreSession(f"file://{tmp_path}", keep_versions=keep)
     store = open_store(f"file://{tmp_path}")
     history: list[Message] = []

@@ -23,27 +23,23 @@ from raygents.agents.tools import Tool
 from raygents.agents.tooluse import final_value
 from raygents.core import loop, recovered
 from raygents.core.context import RunContext
-from raygents.core.contextdata import apply, assign, capture, revive, to_plain
 from raygents.core.envelope import Envelope, Outcome, RunState, SuspendRequest
 from raygents.core.messages import ModelRequest, ModelResponse
 from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
 from raygents.records import checkpoint
-from raygents.runtime.actor import spending
 from raygents.runtime.actor.compactor import Compactor
-from raygents.runtime.actor.modelcall import call_model, model_name
+from raygents.runtime.actor.inputs import RunInputs
 from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
 from raygents.runtime.actor.runsession import open_session, resume_session, save_run_session
 from raygents.runtime.actor.stops import Emit, Stops, send_event
 from raygents.runtime.actor.toolbox import Toolbox
 from raygents.runtime.actor.toolcalls import ToolCalls
 from raygents.runtime.actor.writer import RecordWriter
-from raygents.runtime.link import blobstores
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.drive import SuspendToken
 from raygents.runtime.link.liveness import Beater, watch_coordinator
 from raygents.runtime.link.process import tune_collector
-from raygents.runtime.worker.tasks import StepResult
 from raygents.telemetry import logs, metrics, tracing
 
 __all__ = ["AgentActor"]
@@ -112,6 +108,7 @@ class AgentActor:
             self.agent, self.toolbox, self.directory, self.writer, self._emit, self._children
         )
         self.task_cache = self.calls.task_cache
+        self.inputs = RunInputs(agent_name, self.directory)
         self.compactor = Compactor(
             self.agent, self.model, namespace, self.directory.cached_settings
         )
@@ -274,7 +271,7 @@ class AgentActor:
                 self.agent.hooks, "on_run_end", ctx, self.agent, outcome.output, outcome.error
             )
             try:  # (its writes reach the result; the run's records are written already)
-                outcome.state = self._capture(outcome.state, envelope)
+                outcome.state = self.inputs.captured(outcome.state, envelope)
             except UserError:
                 log.warning("run %s: on_run_end left a context that is not plain data", ctx.run_id)
         return outcome
@@ -286,7 +283,7 @@ class AgentActor:
                 return await self.stops.cancelled(state)
             # the run's context as the run left it (where it ran before), for this activation
             # (envelope: this activation's own copy, shared by every step of it)
-            envelope.context = self._revive(state, envelope.context)
+            envelope.context = self.inputs.revived(state, envelope.context)
             drive = asyncio.ensure_future(self._drive(envelope, token, emit))
             active = self._active.get(state.run_id)
             if active is not None:
@@ -354,7 +351,7 @@ class AgentActor:
         reply is used only once the record is stored; a suspend's record includes it)."""
         if token.cause == CANCEL:  # (the drive is being cancelled, or is about to be)
             raise asyncio.CancelledError
-        state = self._capture(state, envelope)  # what the last step wrote to the context
+        state = self.inputs.captured(state, envelope)  # what the last step wrote to the context
         if token.cause is not None and isinstance(action, (loop.CallModel, loop.RunTools)):
             # a safe point: before a model call, or before a batch none of which runs yet
             # (the suspend's record holds the model's reply, and a resume runs the batch)
@@ -378,14 +375,14 @@ class AgentActor:
                 if hooks is not None:
                     value = final_value(self.agent, output, tool)
                     await fire(hooks, "on_agent_end", ctx, self.agent, value)
-                state = self._capture(state, envelope)
+                state = self.inputs.captured(state, envelope)
                 self._emit(emit, state, "agent_end", output=output, tool_name=tool)
                 return Outcome("completed", state, output=output, tool=tool), state, action, False
             case loop.Fail(error=error):
                 raise error
             case loop.HandoffTo(target=target):
                 await fire(hooks, "on_handoff", ctx, self.agent, self.graph[target])
-                state = self.toolbox.handoff(self._capture(state, envelope), target)
+                state = self.toolbox.handoff(self.inputs.captured(state, envelope), target)
                 state = state.evolve(trace=tracing.ended(state))
                 state = await self.writer.save(state, "running", emit)
                 tracing.event("raygents.handoff", {"raygents.to_agent": target})
@@ -412,8 +409,7 @@ class AgentActor:
         if checked is not call:
             record, call = False, checked  # (the compaction's record holds the last batch)
         hooks, request = self.agent.hooks, call.request
-        settings, namespace = self.directory.cached_settings(), self.directory.namespace
-        await spending.before_call(settings, namespace, state, request, model_name(self.model()))
+        await self.inputs.before_call(state, request, self.model())
         await fire(
             hooks, "on_llm_start", self._run_context(state, envelope.context), self.agent, request
         )
@@ -527,7 +523,7 @@ class AgentActor:
             # the intent: never ask again; and the "ask" calls that start, durable first
             state = await self.writer.save(marked, "running", emit, durable=marked is not state)
         results, state, halts, journaled = await self.calls.run_batch(state, envelope, gated, emit)
-        state = self._capture(state, envelope)  # (hooks, callbacks, remote=False tools)
+        state = self.inputs.captured(state, envelope)  # (hooks, callbacks, remote=False tools)
         lost = [
             recovered.in_doubt(state, s.call, self.agent.name)
             for s, r in zip(gated.steps, results, strict=True)
@@ -543,9 +539,8 @@ class AgentActor:
                 return await self.stops.halt(state, status, emit), state, batch, False
             cause = next(h.cause for h in halts if h.kind == "suspended")
             return await self.stops.halt(state, "suspended", emit, cause=cause), state, batch, False
-        state = self._apply_writes(state, envelope, results)
-        store = self.directory.cached_settings().store
-        outputs = await blobstores.keep_results([r.result for r in results], store)
+        state = self.inputs.with_writes(state, envelope, results)
+        outputs = await self.inputs.kept(results)
         view = await self.toolbox.decided(view, state, envelope.context, gated, outputs)
         state, action = loop.on_results(state, view, gated, outputs)
         # (a handoff writes its own record)
@@ -567,20 +562,9 @@ class AgentActor:
             if active is not None:
                 active.waiting_call = None  # (it goes out: a suspend waits for its answer)
 
-        model = self.model()
-        loaded = await blobstores.load(request.messages, self.directory.cached_settings().store)
-        if loaded is not request.messages:  # (the bytes of large parts, from the store)
-            request = request.model_copy(update={"messages": loaded})
-        response = await call_model(
-            model,
-            self.agent.name,
-            request,
-            on_delta if stream else None,
-            namespace=self.directory.namespace,
-            on_turn=on_turn,
+        return await self.inputs.answered(
+            self.model(), request, state, on_delta if stream else None, on_turn
         )
-        settings, namespace = self.directory.cached_settings(), self.directory.namespace
-        return spending.priced(settings, namespace, state, request, response, model_name(model))
 
     def _on_trip(self, ctx: RunContext) -> Any:
         async def on_trip(name: str, result: Any) -> None:
@@ -589,41 +573,6 @@ class AgentActor:
             )
 
         return on_trip
-
-    def _capture(self, state: RunState, envelope: Envelope) -> RunState:
-        """``state`` with the run's context as the steps so far left it in this actor."""
-        stored = capture(state.context, envelope.context)
-        return state if stored is state.context else state.evolve(context=stored)
-
-    def _apply_writes(
-        self, state: RunState, envelope: Envelope, results: list[StepResult]
-    ) -> RunState:
-        """Apply the writes of a batch's tool tasks and agent-as-tool children to the run's
-        context, in call order, once the batch ended (over the writes made in this actor
-        meanwhile: where both wrote one field, the call's write stands)."""
-        writes = [w for r in results if r.writes for w in r.writes]
-        if state.context is None or not writes:
-            return state.evolve(context_writes={}) if state.context_writes else state
-        data = apply(to_plain(envelope.context, check=False), writes)
-        stored = state.context.model_copy(update={"data": data})
-        new = self._revive(state.evolve(context=stored), envelope.context)
-        envelope.context = assign(envelope.context, new)
-        return state.evolve(context=stored, context_writes={})
-
-    def _revive(self, state: RunState, given: Any) -> Any:
-        """The run's context object in this actor (see :func:`revive`).
-
-        Raises:
-            UserError: the stored context does not validate as its class here.
-        """
-        try:
-            return revive(state.context, given)
-        except Exception as exc:
-            raise UserError(
-                f"agent {self.agent.name!r} cannot revive the run context of type "
-                f"{state.context.type if state.context else None!r} from its plain form: "
-                f"{type(exc).__name__}: {exc}"
-            ) from None
 
     def _run_context(self, state: RunState, context: Any) -> RunContext:
         return RunContext(state.run_id, self.agent.name, context, state.turns, state.usage)
