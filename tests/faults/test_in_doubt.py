@@ -19,7 +19,10 @@ from raygents.testing import FunctionModel, call, calls, text
 pytestmark = pytest.mark.usefixtures("faulty")
 
 
-def tools(charge_s: float) -> list[rg.Tool]:
+def tools(charge_s: float, lookup_gate: str | None = None) -> list[rg.Tool]:
+    """``charge`` (an ``ask`` tool) and ``lookup`` (a ``rerun`` one). ``lookup`` takes 1.5 s,
+    or, with ``lookup_gate``, until that file exists: a test that must find it still running
+    (however slow the machine) opens the gate once it is done with the first copy."""
     @rg.tool(num_cpus=0, on_recovery="ask")
     def charge(ctx: rg.ToolContext, amount: int) -> str:
         """Charge a card (the other side ignores idempotency keys)."""
@@ -32,7 +35,10 @@ def tools(charge_s: float) -> list[rg.Tool]:
     def lookup(ctx: rg.ToolContext) -> str:
         """Look the customer up (safe to run again)."""
         record(ctx.context["ledger"], "start", ctx.idempotency_key)
-        time.sleep(1.5)
+        if lookup_gate is None:
+            time.sleep(1.5)
+        else:
+            wait_for(lambda: os.path.exists(lookup_gate), 120)
         return "customer 7"
 
     return [charge, lookup]
@@ -125,12 +131,14 @@ def test_an_ask_call_whose_result_is_journaled_is_never_in_doubt(ledger: Ledger)
         return reply(req)
 
     name = f"payer_journaled_{os.urandom(2).hex()}"
-    agent = rg.Agent(name, tools=tools(charge_s=0.05), model=FunctionModel(quick_charge))
+    gate = f"{ledger.path}.gate"
+    agent = rg.Agent(name, tools=tools(0.05, gate), model=FunctionModel(quick_charge))
     handle = rg.start(agent, "pay", context={"ledger": str(ledger.path)})
     events = iter(handle.events())
     next(e for e in events if e.type == "tool_end" and e.tool_name == "charge")
     next(e for e in events if e.type == "checkpoint")  # its journal record
-    kill(agent_actor(name))
+    kill(agent_actor(name))  # (lookup is still running: its gate is closed)
+    open(gate, "w").close()
     result = handle.result(timeout_s=120)
     assert result.final_output == "charged 5 | customer 7"
     assert count(ledger, "start", f"{handle.run_id}:charge0") == 1
