@@ -25,17 +25,19 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 APP = "fake-llm-app"
 
 
-@rg.tool(num_cpus=0)
+# (the tools run in the agent actor: a Ray task per call would start a worker process for each
+# run waiting at the gate or in flight at once, and what is tested is where the model calls go)
+@rg.tool(remote=False)
 def weather(city: str) -> str:
     """The weather in a city."""
     return f"sunny at 21C in {city}"
 
 
-@rg.tool(num_cpus=0)
-def nap(city: str) -> str:
+@rg.tool(remote=False)
+async def nap(city: str) -> str:
     """The weather in a city, once the gate opens."""
     gate = ray.get_actor(fake_llm_server.GATE, namespace=fake_llm_server.GATE_NAMESPACE)
-    ray.get(gate.wait.remote())
+    await gate.wait.remote()
     return f"rain in {city}"
 
 

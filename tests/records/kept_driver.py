@@ -1,14 +1,12 @@
-"""A driver for the kept-results tests.
+"""A driver for the kept-results tests, on a private Ray instance of its own.
 
-``run``: on a private Ray instance of its own, runs a typed agent that calls a tool (its run
-writes records) and a quick one that does not, prints their outputs as a JSON line, then shuts
-raygents and Ray down. ``head``: joined to another Ray instance (at ``ADDRESS``) over the same
-store; prints, as a JSON line, what ``runs()`` and ``attach().result()`` find (before and after
-this process knows the typed agent), then stays up until its stdin closes, and shuts raygents
-down (its coordinator and agent actors go).
+``run``: runs a typed agent that calls a tool (its run writes records) and a quick one that
+does not, prints their outputs as a JSON line, then shuts raygents and Ray down. ``head``: a
+fresh Ray instance over the same store; prints, as a JSON line, what ``runs()`` and
+``attach().result()`` find (before and after this process knows the typed agent) and its
+address, then stays up until its stdin closes.
 
-Usage: ``python kept_driver.py run STORE_URL`` or ``python kept_driver.py head STORE_URL
-ADDRESS``.
+Usage: ``python kept_driver.py run|head STORE_URL``.
 """
 
 from __future__ import annotations
@@ -74,8 +72,8 @@ def run(store: str) -> None:
     ray.shutdown()
 
 
-def head(store: str, address: str) -> None:
-    ray.init(address=address, log_to_driver=False)
+def head(store: str) -> None:
+    context = ray.init(address="local", num_cpus=1, include_dashboard=False)
     rg.init(namespace=NAMESPACE, store=store, handle_sigterm=False)
     runs = {i.run_id: [i.status, i.agent_name, i.turns] for i in rg.runs()}
     untyped = _result(rg.attach("kept-geo").result(timeout_s=60))
@@ -83,14 +81,11 @@ def head(store: str, address: str) -> None:
     rg.run(GEO, "where", run_id="kept-warm")  # this process now knows the agent "geo"
     typed = _result(rg.attach("kept-geo").result(timeout_s=60))
     found = {"runs": runs, "untyped": untyped, "typed": typed, "quick": quick}
-    print(json.dumps(found), flush=True)
+    print(json.dumps({**found, "address": context.address_info["address"]}), flush=True)
     sys.stdin.read()
     rg.shutdown()
     ray.shutdown()
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "run":
-        run(sys.argv[2])
-    else:
-        head(sys.argv[2], sys.argv[3])
+    {"run": run, "head": head}[sys.argv[1]](sys.argv[2])
