@@ -1,9 +1,9 @@
-"""A driver for the parts tests, on a private Ray instance of its own: starts a run whose
-input holds a large image, against the local Responses server at ``URL``; the run stops for
-the approval of its tool call; prints its run id as a JSON line, then shuts raygents and Ray
-down.
+"""A driver for the parts tests, joined to the Ray instance at ``ADDRESS`` (the test
+session's): starts a run whose input holds a large image, against the local Responses server at
+``URL``; the run stops for the approval of its tool call; prints its run id as a JSON line,
+then shuts raygents down (its coordinator and agent actors go) and leaves Ray.
 
-Usage: ``python parts_driver.py STORE_URL URL NAMESPACE``.
+Usage: ``python parts_driver.py ADDRESS STORE_URL URL NAMESPACE``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def look(ctx: rg.ToolContext, what: str) -> str:
     return f"closer look at {what}"
 
 
-def main(store: str, url: str, namespace: str) -> None:
-    ray.init(address="local", num_cpus=1, include_dashboard=False)
+def main(address: str, store: str, url: str, namespace: str) -> None:
+    ray.init(address=address, log_to_driver=False)
     rg.init(namespace=namespace, store=store, handle_sigterm=False)
     model = rg.OpenAIResponsesModel("fake-vision", base_url=url)
     agent = rg.Agent("parts_far", tools=[look], model=model)
@@ -41,4 +41,4 @@ def main(store: str, url: str, namespace: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

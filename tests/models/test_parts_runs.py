@@ -170,7 +170,8 @@ def test_a_dataset_with_an_image_column(rt: None) -> None:
             {"id": 1, "input": "describe", "image": "https://example.com/1.png"},
             {"id": 2, "input": "describe", "image": b"not an image"},
         ]
-        out = rg.data.map_agent(ray.data.from_items(rows), agent, image_column="image")
+        data = ray.data.from_items(rows, override_num_blocks=1)  # (one batch, one actor)
+        out = rg.data.map_agent(data, agent, image_column="image")
         got = sorted(out.take_all(), key=lambda row: row["id"])
     assert [r["status"] for r in got] == ["completed", "completed", "failed"], got[1]["error"]
     assert [r["output"] for r in got[:2]] == ["seen 1", "seen 1"]
@@ -198,13 +199,16 @@ def test_a_run_with_a_large_image_resumes_on_another_driver(
             return RReply(tool_calls=(ToolCall("c1", "look", '{"what": "the edge"}'),))
         return RReply(text="a cat, closer")
 
+    import ray
+
     store, namespace = f"file://{tmp_path / 'store'}", f"parts-far-{os.urandom(3).hex()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OPENAI_"))}
-    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()}
+    # the driver joins the session's Ray (with its RAY_AUTH_MODE, if ray.init set one)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "OPENAI_"))}
+    address = ray.get_runtime_context().gcs_address
     driver = str(Path(__file__).parent / "parts_driver.py")
     with FakeResponsesServer(reply) as server:
         done = subprocess.run(
-            [sys.executable, driver, store, server.url, namespace],
+            [sys.executable, driver, address, store, server.url, namespace],
             env=env,
             capture_output=True,
             text=True,

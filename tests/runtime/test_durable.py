@@ -457,29 +457,25 @@ def test_corrupt_and_truncated_checkpoints_are_refused(store: str) -> None:
 
 
 def test_s3_unreachable_suspend_carries_the_checkpoint_inline(
-    session_s3: object, tmp_path: Path
+    own_raygents: None, session_s3: object, tmp_path: Path
 ) -> None:
     from s3_server import create_bucket
 
     url = f"s3://{create_bucket(session_s3.endpoint_url)}/runs"  # type: ignore[attr-defined]
     rg.shutdown()
     rg.init(namespace=f"s3-down-{os.urandom(3).hex()}", store=url)
+    agent = rg.Agent("offline_store", model=ScriptedModel([text("never")]))
+    session_s3.stop()  # type: ignore[attr-defined]
     try:
-        agent = rg.Agent("offline_store", model=ScriptedModel([text("never")]))
-        session_s3.stop()  # type: ignore[attr-defined]
-        try:
-            handle = rg.start(agent, "x")
-            handle.suspend()
-            with pytest.raises(rg.SuspendedError) as info:
-                handle.result(timeout_s=120)
-        finally:
-            session_s3.start()  # type: ignore[attr-defined]
-        assert info.value.checkpoint is not None
-        assert info.value.checkpoint.messages[0].text == "x"
-        assert "not stored" in str(info.value)
+        handle = rg.start(agent, "x")
+        handle.suspend()
+        with pytest.raises(rg.SuspendedError) as info:
+            handle.result(timeout_s=120)
     finally:
-        rg.shutdown()
-        rg.init(store="memory://")
+        session_s3.start()  # type: ignore[attr-defined]
+    assert info.value.checkpoint is not None
+    assert info.value.checkpoint.messages[0].text == "x"
+    assert "not stored" in str(info.value)
 
 
 def test_a_run_keeps_going_while_its_coordinator_restarts(store: str, tmp_path: Path) -> None:
@@ -529,7 +525,9 @@ def three_step_model() -> FunctionModel:
 
 
 @pytest.mark.parametrize("durability", ["sync", "async", "exit"])
-def test_durability_modes_write_what_they_promise(durability: str, tmp_path: Path) -> None:
+def test_durability_modes_write_what_they_promise(
+    own_raygents: None, durability: str, tmp_path: Path
+) -> None:
     root = tmp_path / "ckpt"
     rg.shutdown()
     rg.init(
@@ -537,34 +535,30 @@ def test_durability_modes_write_what_they_promise(durability: str, tmp_path: Pat
         store=f"file://{root}",
         durability=durability,
     )
-    try:
-        agent = rg.Agent("moded", tools=[slow_look], model=three_step_model())
-        handle = rg.start(agent, "go")
-        events = iter(handle.events())
-        next(e for e in events if e.type == "tool_start" and e.call_id == "step1")
-        handle.suspend()
-        with pytest.raises(rg.SuspendedError):
-            handle.result(timeout_s=60)
+    agent = rg.Agent("moded", tools=[slow_look], model=three_step_model())
+    handle = rg.start(agent, "go")
+    events = iter(handle.events())
+    next(e for e in events if e.type == "tool_start" and e.call_id == "step1")
+    handle.suspend()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    keys = sorted((root / "runs" / handle.run_id).iterdir())
+    deadline = time.time() + 20  # async mode writes behind: wait for the backlog
+    while durability == "async" and len(keys) < 4 and time.time() < deadline:
+        time.sleep(0.1)
         keys = sorted((root / "runs" / handle.run_id).iterdir())
-        deadline = time.time() + 20  # async mode writes behind: wait for the backlog
-        while durability == "async" and len(keys) < 4 and time.time() < deadline:
-            time.sleep(0.1)
-            keys = sorted((root / "runs" / handle.run_id).iterdir())
-        if durability == "exit":
-            assert len(keys) == 1, "exit mode writes only the suspend checkpoint"
-        else:
-            # the intents of two batches, the first batch's record, then the suspend (which
-            # holds the second batch's results)
-            assert len(keys) >= 4, keys
-        result = rg.resume(handle.run_id, agent=agent).result(timeout_s=60)
-        assert result.final_output == "finished after 2"
-        deadline = time.time() + 20  # deleted in the background once the run completed
-        while left_behind(root / "runs" / handle.run_id) and time.time() < deadline:
-            time.sleep(0.1)
-        assert not left_behind(root / "runs" / handle.run_id), "a completed run's checkpoints go"
-    finally:
-        rg.shutdown()
-        rg.init(store="memory://")
+    if durability == "exit":
+        assert len(keys) == 1, "exit mode writes only the suspend checkpoint"
+    else:
+        # the intents of two batches, the first batch's record, then the suspend (which
+        # holds the second batch's results)
+        assert len(keys) >= 4, keys
+    result = rg.resume(handle.run_id, agent=agent).result(timeout_s=60)
+    assert result.final_output == "finished after 2"
+    deadline = time.time() + 20  # deleted in the background once the run completed
+    while left_behind(root / "runs" / handle.run_id) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not left_behind(root / "runs" / handle.run_id), "a completed run's checkpoints go"
 
 
 @rg.tool(remote=False)
