@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,6 +209,53 @@ def test_a_stopped_job_run_again_skips_completed_and_resumes_suspended(tmp_path:
     assert [i.index for i in again.items if not i.skipped] == suspended
     keys = ledger.read_text().split()
     assert sorted(keys) == sorted(f"gated.{i}:w" for i in range(24))  # each effect once
+
+
+def test_a_sigterm_stops_a_running_job_before_its_driver_exits(
+    file_store: str, tmp_path: Path
+) -> None:
+    """What a SIGTERM does (``suspend_all``) stops the job too: no item starts once its runs
+    are suspended, so none is cut off midway when the driver exits right after; the next
+    driver's run of the job resumes them, each tool effect once."""
+    from raygents.runtime.driver.client import current
+
+    gate, ledger, started = tmp_path / "gate", tmp_path / "ledger", tmp_path / "started"
+    started.mkdir()
+
+    @rg.tool(num_cpus=0)
+    def work(ctx: rg.ToolContext, slow: bool) -> str:
+        """Do the work: say it started, wait for ``gate``, then record the effect."""
+        (started / ctx.idempotency_key).touch()
+        while not gate.exists():
+            time.sleep(0.02)
+        with ledger.open("a") as f:
+            f.write(ctx.idempotency_key + "\n")
+        return "worked"
+
+    agent = rg.Agent("batch-sigterm", model=work_then_answer(), tools=[work])
+    inputs = [f"slow{i}" for i in range(12)]
+    handle = rg.start_batch(agent, inputs, job_id="sigterm", concurrency=3, progress=False)
+    while len(list(started.iterdir())) < 3:  # (three runs wait in their tools)
+        time.sleep(0.05)
+    rt = current()
+    suspending = threading.Thread(target=rt.suspend_all, args=(60.0,))
+    suspending.start()
+    time.sleep(1.0)  # (the suspend requests reach the runs)
+    gate.touch()
+    suspending.join(60)
+    assert [h.run_id for h in rt.handles.values() if not h.done()] == []
+    effects = ledger.read_text().split()
+    first = handle.result(timeout_s=60)
+    assert first.stopped == "suspended"
+    assert first.completed + first.suspended == len(effects) == 3
+    assert ledger.read_text().split() == effects  # (nothing ran after the driver's stop)
+
+    rg.shutdown()  # (the driver exits; another runs the job again)
+    rg.init(namespace=f"batch-{os.urandom(3).hex()}", store=file_store)
+    again = rg.run_batch(agent, inputs, job_id="sigterm", concurrency=3, progress=False)
+    assert again.completed == 12 and again.skipped == first.completed
+    keys = ledger.read_text().split()
+    assert sorted(keys) == sorted(f"sigterm.{i}:w" for i in range(12))  # each effect once
 
 
 def test_output_shards_hold_each_item_once_across_runs_of_the_job(tmp_path: Path) -> None:
