@@ -1,4 +1,6 @@
-"""The examples run (offline) as a user would run them."""
+"""The examples run (offline) as a user would run them: the scripts join one local Ray
+instance the module starts (``RAY_ADDRESS``, as a script joins a cluster; the head of
+:mod:`test_docs_snippets`), each once nothing of the one before is left on it."""
 
 from __future__ import annotations
 
@@ -8,12 +10,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_docs_snippets import RayHead, head
 
 ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["head"]  # (the head fixture, one of this module's own)
 
 
-def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], tmp_path: Path, head: RayHead | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` from the repository's root, with a store of the test's own; on the
+    module's Ray instance with ``head``, else on a local instance it starts itself."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_ADDRESS"))}
+    if head is not None:
+        clean = dict(head.env)
     clean["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
     clean.update(env)
     return subprocess.run(
@@ -22,12 +32,14 @@ def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProc
 
 
 @pytest.mark.timeout(420)
-def test_suspend_in_one_process_and_resume_in_another(tmp_path: Path) -> None:
-    started = run(["examples/suspend_resume.py", "start"], tmp_path)
+def test_suspend_in_one_process_and_resume_in_another(tmp_path: Path, head: RayHead) -> None:
+    head.reset()
+    started = run(["examples/suspend_resume.py", "start"], tmp_path, head)
     assert started.returncode == 0, started.stderr[-3000:]
     assert "suspended after" in started.stdout
     run_id = started.stdout.split("resume ")[-1].strip()
-    resumed = run(["examples/suspend_resume.py", "resume", run_id], tmp_path)
+    head.reset()  # (the resuming process finds nothing of the first but its store)
+    resumed = run(["examples/suspend_resume.py", "resume", run_id], tmp_path, head)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert resumed.stdout.strip() == (
         "summary: page 1: 7 new customers; page 2: 14 new customers; "
@@ -41,7 +53,9 @@ def test_the_openai_example_explains_itself_without_an_endpoint(tmp_path: Path) 
 
 
 @pytest.mark.timeout(300)
-def test_the_openai_example_against_a_local_compatible_server(tmp_path: Path) -> None:
+def test_the_openai_example_against_a_local_compatible_server(
+    tmp_path: Path, head: RayHead
+) -> None:
     from openai_server import FakeOpenAIServer
 
     replies = [
@@ -52,7 +66,8 @@ def test_the_openai_example_against_a_local_compatible_server(tmp_path: Path) ->
         "There are 148933 primes below 2,000,000 and 216816 below 3,000,000.",
     ]
     with FakeOpenAIServer(replies) as server:
-        done = run(["examples/openai_compatible.py"], tmp_path, OPENAI_BASE_URL=server.url)
+        head.reset()
+        done = run(["examples/openai_compatible.py"], tmp_path, head, OPENAI_BASE_URL=server.url)
         bodies = server.requests
     assert done.returncode == 0, done.stderr[-3000:]
     assert "[count_primes -> 148933]" in done.stdout and "[count_primes -> 216816]" in done.stdout

@@ -19,7 +19,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -108,12 +108,16 @@ class BatchHandle:
         self._output_error: RaygentsError | None = None
         self._flushed_at = time.monotonic()
         self._display: Display = Display()
+        self._stoppers: set[Callable[[], None]] = set()
         self._thread = threading.Thread(target=self._main, name=f"batch-{self.job_id}", daemon=True)
 
-    def _start(self, display: Display) -> None:
+    def _start(self, display: Display, stoppers: set[Callable[[], None]] | None = None) -> None:
         """Start the job's thread, showing its progress on ``display`` (once, from
-        :func:`~raygents.batch.start.start_batch`)."""
+        :func:`~raygents.batch.start.start_batch`); while it runs, ``stoppers`` (the
+        runtime's: what a SIGTERM of the driver stops first) holds its :meth:`suspend`."""
         self._display = display
+        self._stoppers = stoppers if stoppers is not None else set()
+        self._stoppers.add(self.suspend)
         self._thread.start()
 
     # --- the public face ----------------------------------------------------------------
@@ -208,6 +212,7 @@ class BatchHandle:
             self._error = exc if isinstance(exc, RaygentsError) else _wrapped(self.job_id, exc)
         finally:
             atexit.unregister(self._flush)
+            self._stoppers.discard(self.suspend)
             self._close()
             with self._lock:
                 self._ended = True

@@ -126,7 +126,7 @@ def start_batch(
         graph_fp=graph_fp,
         budget=budget,
     )
-    handle._start(open_display(progress, job_id, length_of(inputs)))
+    handle._start(open_display(progress, job_id, length_of(inputs)), rt.stoppers)
     return handle
 
 

@@ -1,6 +1,11 @@
 """The ``raygents`` command end to end, in subprocesses, against a private Ray head with a
 detached namespace (``cli_head.py``): list, show, events, suspend, cancel, resume and approve, and
-``runs`` / ``show`` from the store alone."""
+``runs`` / ``show`` from the store alone.
+
+The commands run one after the other in one process of the module (``cli_runner.py``, which
+calls what ``python -m raygents`` calls), each joining the head and leaving it as a process of
+its own would; ``python -m raygents`` itself runs where a test follows a run's events and
+where a namespace is missing."""
 
 from __future__ import annotations
 
@@ -25,11 +30,13 @@ NAMESPACE = "cli-tests"
 
 @dataclass
 class Head:
-    """The private head: its address, store and the environment that joins it."""
+    """The private head: its address, store, the environment that joins it and the process
+    that runs the commands (``cli_runner.py``)."""
 
     address: str
     store: str
     env: dict[str, str]
+    runner: subprocess.Popen[str]
 
 
 @pytest.fixture(scope="module")
@@ -37,25 +44,31 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     store = f"file://{tmp_path_factory.mktemp('cli') / 'store'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "OPENAI_"))}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()}
-    with driver_process([str(HERE / "cli_head.py"), NAMESPACE, store], cwd=HERE, env=env) as proc:
-        yield Head(ready_json(proc, "the head")["address"], store, env)
+    with (
+        driver_process([str(HERE / "cli_head.py"), NAMESPACE, store], cwd=HERE, env=env) as proc,
+        driver_process([str(HERE / "cli_runner.py")], cwd=HERE, env=env) as runner,
+    ):
+        yield Head(ready_json(proc, "the head")["address"], store, env, runner)
 
 
 def cli(head: Head, *args: str, cluster: bool = True) -> subprocess.CompletedProcess[str]:
-    """``python -m raygents ARGS`` in the tests' directory (``cli_agents`` imports from it),
-    joined to the head through ``$RAY_ADDRESS`` unless ``cluster`` is False."""
-    env = dict(head.env)
+    """``raygents ARGS`` in the tests' directory (``cli_agents`` imports from it), joined to
+    the head through ``$RAY_ADDRESS`` unless ``cluster`` is False: its exit status, stdout and
+    stderr."""
     if cluster:
-        env["RAY_ADDRESS"] = head.address
         args = (*args, "--namespace", NAMESPACE)
-    return subprocess.run(
-        [sys.executable, "-m", "raygents", *args],
-        cwd=HERE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
+    runner = head.runner
+    assert runner.stdin is not None and runner.stdout is not None
+    request = {"args": list(args), "ray_address": head.address if cluster else None}
+    runner.stdin.write(json.dumps(request) + "\n")
+    runner.stdin.flush()
+    for line in runner.stdout:
+        if line.startswith("CLI_RESULT "):
+            done = json.loads(line.removeprefix("CLI_RESULT "))
+            return subprocess.CompletedProcess(
+                ["raygents", *args], done["returncode"], done["stdout"], done["stderr"]
+            )
+    raise AssertionError(f"the command runner exited during raygents {' '.join(args)}")
 
 
 def ok_json(done: subprocess.CompletedProcess[str]) -> Any:

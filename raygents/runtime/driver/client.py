@@ -79,6 +79,11 @@ class Runtime:
         self.followed: weakref.WeakValueDictionary[str, RunHandle] = weakref.WeakValueDictionary()
         """Handles of runs other processes drive, that ``attach`` gave and that did not end:
         one follower per run and process, whatever the number of readers."""
+        self.stoppers: set[Callable[[], None]] = set()
+        """What :meth:`suspend_all` stops first, so that nothing starts new runs meanwhile
+        (a batch job's ``suspend``, registered while the job runs)."""
+        self.suspending = False
+        """Set by :meth:`suspend_all`: a run started from then on is suspended at once."""
         self.publisher = Publisher(self.owner, self.directory.client, self.handles)
         """Sends the events of this driver's runs that someone follows to the relay."""
         mismatch = self._mismatch(settings)
@@ -232,15 +237,28 @@ class Runtime:
         return self.wait(call, timeout_s=None)
 
     def suspend_all(self, grace_s: float) -> int:
-        """Suspend every running run of this driver and wait up to ``grace_s`` for them."""
-        running = [h for h in self.handles.values() if not h.done()]
-        for handle in running:
-            handle.suspend(SUSPEND_FOR_CHECKPOINT)
+        """Stop what starts runs here (batch jobs), suspend every running run of this driver,
+        those that start meanwhile included, and wait up to ``grace_s`` for them; returns how
+        many ended."""
         import concurrent.futures
 
-        futures = [h._future for h in running]
-        concurrent.futures.wait(futures, timeout=grace_s)
-        return sum(1 for h in running if h.done())
+        self.suspending = True
+        for stop in list(self.stoppers):
+            stop()
+        deadline = time.monotonic() + grace_s
+        seen: dict[int, RunHandle] = {}
+        while True:
+            running = [h for h in self.handles.values() if not h.done() and id(h) not in seen]
+            if not running:
+                break
+            for handle in running:
+                seen[id(handle)] = handle
+                handle.suspend(SUSPEND_FOR_CHECKPOINT)
+            futures = [h._future for h in running]
+            concurrent.futures.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline:
+                break
+        return sum(1 for h in seen.values() if h.done())
 
 
 _Note = tuple[str, tuple[Any, ...]]

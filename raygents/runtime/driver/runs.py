@@ -316,6 +316,8 @@ def _launch(
     rt.handles[run_id] = handle
     replicas = {name: a.replicas for name, a in graph.items()}
     rt.submit(drive_root(rt, handle, envelope, blob, replicas, ending, timeout_s, fresh_id))
+    if rt.suspending:  # (this driver is stopping: the run halts at its first safe point)
+        handle.suspend()
     return handle
 
 
