@@ -23,6 +23,7 @@ def tools(charge_s: float, lookup_gate: str | None = None) -> list[rg.Tool]:
     """``charge`` (an ``ask`` tool) and ``lookup`` (a ``rerun`` one). ``lookup`` takes 1.5 s,
     or, with ``lookup_gate``, until that file exists: a test that must find it still running
     (however slow the machine) opens the gate once it is done with the first copy."""
+
     @rg.tool(num_cpus=0, on_recovery="ask")
     def charge(ctx: rg.ToolContext, amount: int) -> str:
         """Charge a card (the other side ignores idempotency keys)."""
