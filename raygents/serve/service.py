@@ -121,7 +121,9 @@ class Service:
                 result = await handle
             except RaygentsError as exc:
                 error = exc
-        doc = await run_document(handle.run_id, self.agents, error=error, result=result)
+        # A run the coordinator drove came back with its table entry: no read of it here.
+        info = handle._entry if wait else None
+        doc = await run_document(handle.run_id, self.agents, info=info, error=error, result=result)
         doc["thread_id"] = None
         doc["webhook"] = None
         if webhook is not None:

@@ -84,7 +84,9 @@ class Coordinator:
             namespace, detached=settings.detached, actor_options=dict(settings.actor_options)
         )
         self.relay = EventRelay()
-        self.driven = DetachedRuns(namespace, self.finish, self.relay, self._numbered_after)
+        self.driven = DetachedRuns(
+            namespace, self.finish, self.relay, self._numbered_after, self.table.get
+        )
         self.records.rebuild_table()
         tune_collector()
         logs.setup()
@@ -130,8 +132,8 @@ class Coordinator:
     async def drive_root(self, envelope: Envelope) -> AsyncIterator[Any]:
         """Drive a top-level run here, so it outlives the driver that started it.
 
-        Yields event batches, then the outcome; the run's end is recorded here too, so
-        ``attach`` from any driver gets it.
+        Yields event batches, then ``(outcome, entry)`` (the run table's entry after its
+        end); the run's end is recorded here too, so ``attach`` from any driver gets it.
         """
         async for item in self.driven.drive(envelope):
             yield item

@@ -31,6 +31,7 @@ class DetachedRuns:
         relay: where the runs' events go for followers.
         numbered_after: the seq a run's events are numbered after (its previous drive's
             last, from the run table; 0 for a new run).
+        entry: the run table's entry of a run (the coordinator's ``table.get``).
     """
 
     def __init__(
@@ -39,16 +40,20 @@ class DetachedRuns:
         finish: Callable[[RunInfo, RunSummary | None], Awaitable[None]],
         relay: EventRelay,
         numbered_after: Callable[[str], int],
+        entry: Callable[[str], RunInfo | None],
     ) -> None:
         self.namespace = namespace
         self._finish = finish
         self._relay = relay
         self._numbered_after = numbered_after
+        self._entry = entry
         self._directory: Directory | None = None
         self._tokens: dict[str, SuspendToken] = {}
 
     async def drive(self, envelope: Envelope) -> AsyncIterator[Any]:
-        """Drive a run: yields event batches, then the outcome (after its end is recorded)."""
+        """Drive a run: yields event batches, then ``(outcome, entry)``: the outcome and the
+        run table's entry once its end is recorded (so that its driver answers with the
+        table's entry without asking for it)."""
         run_id = envelope.state.run_id
         if self._directory is None:
             self._directory = Directory(
@@ -94,7 +99,7 @@ class DetachedRuns:
             end = terminal_event(outcome).model_copy(update={"seq": seq + 1})
             await self._record(outcome, end)
             relay.append(run_id, (end,))
-            yield outcome
+            yield outcome, self._entry(run_id)
         finally:
             self._tokens.pop(run_id, None)
 

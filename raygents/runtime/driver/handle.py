@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from raygents.agents.result import RunResult
 from raygents.core.events import RunEvent
 from raygents.errors import CANCEL, SUSPEND_FOR_CHECKPOINT, RaygentsError, UserError
-from raygents.records.runinfo import RunStatus
+from raygents.records.runinfo import RunInfo, RunStatus
 
 if TYPE_CHECKING:
     from raygents.agents.agent import Agent
@@ -213,6 +213,9 @@ class RunHandle:
         self._listener: Callable[[RunEvent], None] | None = None
         """Also handed each event (the run-level hooks' relay), on the runtime's loop."""
         self._graph: Mapping[str, Agent] = {}
+        self._entry: RunInfo | None = None
+        """The run table's entry once the run ended, where the coordinator drove it
+        (detached mode) and sent it with the outcome; else None (ask the coordinator)."""
         """The run's agents by name, where this driver started or resumed it."""
         self._agent_name = ""
         """The agent the run is at, as its events say."""

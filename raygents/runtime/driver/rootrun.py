@@ -99,8 +99,8 @@ async def _drive_detached(rt: Runtime, handle: RunHandle, envelope: Envelope) ->
     outcome: Outcome | None = None
     async for ref in rt.directory.client.drive_root(envelope):
         item = await ref
-        if isinstance(item, Outcome):
-            outcome = item
+        if isinstance(item, tuple):  # (the end: the outcome, and the table's entry after it)
+            outcome, handle._entry = item
         else:
             for event in item:
                 handle._emit(event)

@@ -306,7 +306,7 @@ class CoordinatorClient:
     def drive_root(self, envelope: Envelope) -> Any:
         """Have the coordinator drive a top-level run (detached mode, see
         ``Coordinator.drive_root``): an async iterator of object refs, each of an event batch,
-        then of the outcome."""
+        then of ``(outcome, entry)`` (the run table's entry after its end)."""
         return self.handle().drive_root.remote(envelope)
 
     def stop_agents(self) -> Any:

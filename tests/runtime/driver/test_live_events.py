@@ -284,3 +284,28 @@ def test_a_detached_run_is_followed_live_and_reconnected_to(
         for entry in ray.util.list_named_actors(all_namespaces=True):
             if entry["namespace"] == namespace:
                 ray.kill(ray.get_actor(entry["name"], namespace=namespace))
+
+
+def test_a_detached_run_ends_with_the_run_tables_entry(own_raygents: None, tmp_path: Path) -> None:
+    """The coordinator that drove a detached run sends its table entry with the outcome, so
+    the driver (a Serve replica answering ``"wait": true``) need not ask for it."""
+    namespace, store = f"entry-{uuid.uuid4().hex[:8]}", f"file://{tmp_path / 'store'}"
+    rg.shutdown()
+    rg.init(namespace=namespace, store=store, detached=True)
+    try:
+        handle = rg.start(_ticker_to_end(), "go", run_id=_id())
+        handle.result(timeout_s=60)
+        entry = handle._entry
+        assert entry is not None, "the outcome came without the run table's entry"
+        from raygents.runtime.driver.client import current
+
+        rt = current()
+        table = rt.ask(rt.directory.client.get_run(handle.run_id))
+        assert table is not None
+        assert (entry.run_id, entry.status, entry.turns) == (handle.run_id, "completed", 2)
+        assert entry.started_at is not None and entry.started_at == table.started_at
+        assert entry.attempts == table.attempts and entry.agent_name == table.agent_name
+    finally:
+        for found in ray.util.list_named_actors(all_namespaces=True):
+            if found["namespace"] == namespace:
+                ray.kill(ray.get_actor(found["name"], namespace=namespace))
