@@ -30,9 +30,10 @@ class FaultSpace:
         """raygents up on this module's namespace of ``durability``; returns its store URL."""
         if durability != self.durability:
             rg.shutdown()
-            self.url = f"file://{self.root / durability / 'ckpt'}"
+            namespace = f"faults-{durability}-{os.urandom(3).hex()}"
+            self.url = f"file://{self.root / namespace / 'ckpt'}"
             rg.init(
-                namespace=f"faults-{durability}-{os.urandom(3).hex()}",
+                namespace=namespace,
                 store=self.url,
                 durability=durability,
                 heartbeat_s=0.5,
