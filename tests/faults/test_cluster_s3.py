@@ -78,13 +78,15 @@ def _all_complete(report: dict[str, Any], runs: int) -> None:
 
 @pytest.mark.timeout(600)
 def test_runs_on_worker_nodes_write_their_own_records_to_s3(scenarios: Scenarios) -> None:
-    report = scenarios.run("load", 200)
-    _all_complete(report, 200)
+    # (100 runs: 200 tool calls, 200 or more record PUTs from the worker nodes; more shows
+    # the same, at a CPU cost the suite feels)
+    report = scenarios.run("load", 100)
+    _all_complete(report, 100)
     assert report["started_twice"] == 0 and report["recovered"] == 0
     writers = report["record_puts"]
     assert set(report["agent_nodes"]) <= set(report["workers"]), "agent actors on the workers"
     assert set(writers) == set(report["agent_nodes"]), "records come from their actors' nodes"
-    assert sum(writers.values()) >= 2 * 200, "a record per tool batch, parents and children"
+    assert sum(writers.values()) >= 2 * 100, "a record per tool batch, parents and children"
 
 
 @pytest.mark.timeout(600)

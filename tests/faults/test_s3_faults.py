@@ -17,15 +17,28 @@ import raygents as rg
 from raygents.testing import FunctionModel, call, calls, text
 
 
-@pytest.fixture
-def s3_store(own_raygents: None, rt: None, session_s3: Any, s3_key_audit: Any) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def s3_namespace(
+    ray_session: None, session_s3: Any, s3_key_audit: Any, request: pytest.FixtureRequest
+) -> Iterator[None]:
+    """raygents on a namespace of this module's, with a store in a bucket of its own (its
+    tests do not break the namespace's coordinator: they share it)."""
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(request.module)
     bucket = s3_key_audit.watch(create_bucket(session_s3.endpoint_url))
     rg.shutdown()
     rg.init(namespace=f"s3faults-{os.urandom(3).hex()}", store=f"s3://{bucket}/ckpt")
+    yield
+    rg.shutdown()  # (a later test that uses `rt` brings the session's raygents back)
+
+
+@pytest.fixture
+def s3_store(s3_namespace: None, session_s3: Any) -> Iterator[Any]:
+    """The fault proxy in front of the store (cleared after the test)."""
     proxy = session_s3.proxy
     yield proxy
     proxy.clear()
-    rg.shutdown()
 
 
 @rg.tool(num_cpus=0)
