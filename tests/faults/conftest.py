@@ -16,10 +16,11 @@ from raygents.runtime.driver import client
 
 
 class FaultSpace:
-    """The namespaces of a test module, one per durability mode, made when a test first asks
-    for that mode: raygents on a namespace and file store of its own, with quick heartbeats
-    and recovery. Its tests share the namespace's coordinator (they do not kill it); each
-    test's agent actors are stopped after it (:meth:`clear`)."""
+    """The namespace of a test module's tests: raygents on a namespace and file store of its
+    own, with quick heartbeats and recovery, made again (a new namespace) whenever a test asks
+    for another durability mode than the test before. Its tests share the namespace's
+    coordinator (they do not kill it); each test's agent actors are stopped after it
+    (:meth:`clear`)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

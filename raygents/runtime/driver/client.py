@@ -246,19 +246,19 @@ class Runtime:
         for stop in list(self.stoppers):
             stop()
         deadline = time.monotonic() + grace_s
-        seen: dict[int, RunHandle] = {}
+        seen: set[RunHandle] = set()
         while True:
-            running = [h for h in self.handles.values() if not h.done() and id(h) not in seen]
+            running = [h for h in self.handles.values() if not h.done() and h not in seen]
             if not running:
                 break
+            seen.update(running)
             for handle in running:
-                seen[id(handle)] = handle
                 handle.suspend(SUSPEND_FOR_CHECKPOINT)
             futures = [h._future for h in running]
             concurrent.futures.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
             if time.monotonic() >= deadline:
                 break
-        return sum(1 for h in seen.values() if h.done())
+        return sum(1 for h in seen if h.done())
 
 
 _Note = tuple[str, tuple[Any, ...]]

@@ -213,10 +213,10 @@ class RunHandle:
         self._listener: Callable[[RunEvent], None] | None = None
         """Also handed each event (the run-level hooks' relay), on the runtime's loop."""
         self._graph: Mapping[str, Agent] = {}
+        """The run's agents by name, where this driver started or resumed it."""
         self._entry: RunInfo | None = None
         """The run table's entry once the run ended, where the coordinator drove it
         (detached mode) and sent it with the outcome; else None (ask the coordinator)."""
-        """The run's agents by name, where this driver started or resumed it."""
         self._agent_name = ""
         """The agent the run is at, as its events say."""
         self._tap: Callable[[RunEvent], None] | None = None
