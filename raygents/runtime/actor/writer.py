@@ -7,11 +7,13 @@ With a ``memory://`` store, and for the records that stop a run, the coordinator
 A run's records chain: each is put after the run's previous one.
 
 Only a record that gates something is checked against fencing after its put (see
-:func:`_put_unless_fenced`): in ``sync`` mode the intent of a tool batch, which its tools wait
-for. A batch's result record, the journal records of its slow calls and every ``async``
-record are put alone (one request): nothing waits on their checks, a fenced copy is stopped at
-its next checked record or refused its completion marker, and the coordinator voids the
-reports of an earlier dispatch by their epoch.
+:func:`_fenced`): in ``sync`` mode the intent of a tool batch, which its tools wait for. A
+batch's result record, the journal records of its slow calls and every ``async`` record are
+put alone (one request): nothing waits on their checks, a fenced copy is stopped at its next
+checked record or refused its completion marker, and the coordinator voids the reports of an
+earlier dispatch by their epoch. While the run's lease holds (see
+:mod:`~raygents.runtime.actor.leases`), a checked record is put alone too, and so is a
+completed run's marker: no later dispatch can have marked the store yet.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from raygents.errors import CheckpointError, UserError
 from raygents.records import checkpoint, codec, rebuild
 from raygents.records.keptresult import done_marker
 from raygents.records.runinfo import RecordEntry, ended_info, run_summary
+from raygents.runtime.actor.leases import Leases, clock
 from raygents.runtime.actor.reports import Reports
 from raygents.runtime.link.directory import Directory
 from raygents.stores.base import Store
@@ -92,6 +95,7 @@ class RecordWriter:
         self._dir_maker: concurrent.futures.ThreadPoolExecutor | None = None
         self._made_dirs: dict[str, concurrent.futures.Future[None]] = {}
         """Directories of fresh runs being made (:meth:`make_run_dir`), by run."""
+        self._leases: Leases | None = None
 
     # --- the store ----------------------------------------------------------------------
     def store(self) -> Store | None:
@@ -258,6 +262,8 @@ class RecordWriter:
         :meth:`_mark_done`). The ends of its children reach the coordinator before it.
         """
         run_id, kind = outcome.state.run_id, outcome.kind
+        direct = kind == "completed" and self.store() is not None
+        renewal = self._renew(outcome.state) if direct else None  # (for its marker)
         await self._settle_writes(run_id, keep=0)
         await self.dir_made(run_id)
         tail = self._tails.pop(run_id, None)
@@ -269,18 +275,21 @@ class RecordWriter:
             elif kind == "completed":
                 self.reports.drop(run_id)
         if kind == "completed":
-            await self._mark_done(outcome)
+            await self._mark_done(outcome, renewal)
+        self.leases().drop(run_id)
         if self.reports.ends_waiting:
             self.reports.send()
 
-    async def _mark_done(self, outcome: Outcome) -> None:
+    async def _mark_done(self, outcome: Outcome, renewal: asyncio.Future[None] | None) -> None:
         """Store a completed run's marker (``runs/<id>/done.<epoch>``, create-only, what the
         coordinator's clean-up would write), which keeps its result (see
         :func:`~raygents.records.keptresult.done_marker`): a coordinator that crashes before
         its clean-up then still finds the run completed, and never runs it again, and the
         result outlives a restart of Ray. Its clean-up finds the marker there and keeps it.
         A run without records is marked only in a durable store (nothing would run it
-        again: the marker is there for its result)."""
+        again: the marker is there for its result). Put alone while the run's lease holds
+        (``renewal``: the request for it), else after a look that no later dispatch left a
+        key (see :func:`_put_marker`)."""
         state = outcome.state
         store = self.store()
         settings = self.directory.cached_settings()
@@ -292,7 +301,8 @@ class RecordWriter:
             if store is None:  # the coordinator writes this run's records: it marks it too
                 await self.directory.client.mark_done(state.run_id, state.epoch, data)
             else:
-                await asyncio.to_thread(_put_marker, store, state.run_id, state.epoch, data)
+                leased = await self._leased(state, renewal, clock())
+                await asyncio.to_thread(_put_marker, store, state.run_id, state.epoch, data, leased)
         except (CheckpointError, ray.exceptions.RayError) as exc:  # (its clean-up writes it)
             log.warning("run %s: cannot store its completion marker: %s", state.run_id, exc)
 
@@ -345,11 +355,18 @@ class RecordWriter:
         self._put_this_turn = False
 
     def _put_now(self, put: _Put) -> asyncio.Future[None]:
-        """Put a record on the event loop; a done future with the put's result."""
+        """Put a record on the event loop; a done future with the put's result. A checked
+        record is checked unless its run's lease holds (asked for here for the next one)."""
         write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         started = time.monotonic()
+        if put.checked:
+            self._renew(put.state)
         try:
-            self._reported(put, put.store_it())
+            written, at = put.put_alone()
+            fenced = not written
+            if written and put.checked and not self._holds(put.state, at):
+                fenced = put.fenced()
+            self._reported(put, fenced)
             write.set_result(None)
         except Exception as exc:
             write.set_exception(exc)
@@ -371,12 +388,39 @@ class RecordWriter:
         then report it (see :meth:`_reported`)."""
         if tail is not None and not tail.done():
             await asyncio.wait([tail])  # its own waiter sees its failure
+        renewal = self._renew(put.state) if put.checked else None
         self._threaded_puts += 1
         try:
-            fenced = await asyncio.to_thread(put.store_it)
+            written, at = await asyncio.to_thread(put.put_alone)
+            fenced = not written
+            if written and put.checked and not await self._leased(put.state, renewal, at):
+                fenced = await asyncio.to_thread(put.fenced)
         finally:
             self._threaded_puts -= 1
         self._reported(put, fenced)
+
+    # --- leases -------------------------------------------------------------------------
+    def leases(self) -> Leases:
+        """The leases of this actor's runs (see :mod:`~raygents.runtime.actor.leases`)."""
+        if self._leases is None:
+            lease_s = self.directory.cached_settings().recovery.lease_s
+            self._leases = Leases(self.directory.client.lease, lease_s)
+        return self._leases
+
+    def _renew(self, state: RunState) -> asyncio.Future[None] | None:
+        return self.leases().renew(state.run_id, state.epoch)
+
+    def _holds(self, state: RunState, at: float) -> bool:
+        return self.leases().holds(state.run_id, state.epoch, at)
+
+    async def _leased(
+        self, state: RunState, renewal: asyncio.Future[None] | None, at: float
+    ) -> bool:
+        """Whether the run's lease held at ``at``, once ``renewal`` (a request for it) is
+        answered or half a lease has passed."""
+        if renewal is not None and not renewal.done():
+            await asyncio.wait([renewal], timeout=self.leases().lease_s / 2)
+        return self._holds(state, at)
 
     def _reported(self, put: _Put, fenced: bool) -> None:
         """Report a stored record to the coordinator (batched).
@@ -432,13 +476,17 @@ class _Put:
     checked: bool = True
     """Whether to check this copy's fencing after the put (else: the put alone)."""
 
-    def store_it(self) -> bool:
-        """Put the record (blocking); True if this copy of the run turned out to be fenced."""
-        first = self.state.seq == 1
-        if not self.checked:
-            return not _put_record(self.store, self.key, self.data, first)
+    def put_alone(self) -> tuple[bool, float]:
+        """Put the record (blocking): whether it was written (see :func:`_put_record`), and
+        when the put returned (:func:`~raygents.runtime.actor.leases.clock`)."""
+        written = _put_record(self.store, self.key, self.data, self.state.seq == 1)
+        return written, clock()
+
+    def fenced(self) -> bool:
+        """Check, after its put, whether this copy of the run is fenced (see
+        :func:`_fenced`)."""
         fence = checkpoint.fence_key(self.state.run_id, self.state.epoch + 1)
-        return _put_unless_fenced(self.store, self.key, self.data, fence, first, self.previous_key)
+        return _fenced(self.store, fence, self.previous_key)
 
 
 def _put_record(store: Store, key: str, data: bytes, first: bool) -> bool:
@@ -450,11 +498,10 @@ def _put_record(store: Store, key: str, data: bytes, first: bool) -> bool:
     return store.put_if_dir(key, data)
 
 
-def _put_unless_fenced(
-    store: Store, key: str, data: bytes, fence: str, first: bool, previous: str | None
-) -> bool:
-    """Put a record; True if this copy of the run is fenced: the run's next dispatch marked
-    the store, or the run's records are gone (it ended elsewhere and they were deleted).
+def _fenced(store: Store, fence: str, previous: str | None) -> bool:
+    """After a record's put: True if this copy of the run is fenced: the run's next
+    dispatch marked the store, or the run's records are gone (it ended elsewhere and they
+    were deleted).
 
     The checks come after the put, one after the other, mark first: a deletion of the run's
     records takes the records (sorted first) before the mark, so a copy that misses the mark
@@ -464,8 +511,6 @@ def _put_unless_fenced(
     ``previous`` gone, and the coordinator deletes it. Either the copy finds the mark or
     the dispatch that marked the store finds this record when it reads the run.
     """
-    if not _put_record(store, key, data, first):
-        return True
     return store.has(fence) or (previous is not None and not store.has(previous))
 
 
@@ -473,12 +518,13 @@ _DURABLE = ("file://", "s3://")
 """Stores whose markers outlive Ray (a ``memory://`` store's go with its process)."""
 
 
-def _put_marker(store: Store, run_id: str, epoch: int, data: bytes) -> None:
+def _put_marker(store: Store, run_id: str, epoch: int, data: bytes, leased: bool) -> None:
     """Put the completion marker of dispatch ``epoch`` of a run, unless a later dispatch left
     a key in the store: its fence mark or a record, or, once it completed and its clean-up
-    took those, its own marker (a fenced copy's completion is not the run's)."""
-    keys = store.list(checkpoint.run_prefix(run_id))
-    if rebuild.listing(run_id, keys).epoch <= epoch:
+    took those, its own marker (a fenced copy's completion is not the run's). ``leased``:
+    the dispatch's lease holds, so no later one has marked the store yet, and the store is
+    not looked at."""
+    if leased or rebuild.listing(run_id, store.list(checkpoint.run_prefix(run_id))).epoch <= epoch:
         store.put(rebuild.done_key(run_id, epoch), data)
 
 

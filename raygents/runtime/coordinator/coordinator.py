@@ -26,6 +26,7 @@ from raygents.runtime.actor.gates import LIMITER_NAME
 from raygents.runtime.coordinator.cleanup import Cleaner
 from raygents.runtime.coordinator.detached import DetachedRuns
 from raygents.runtime.coordinator.hotrecords import HotRecords
+from raygents.runtime.coordinator.leases import LeaseBook
 from raygents.runtime.coordinator.recordstore import RecordStore
 from raygents.runtime.coordinator.registry import ActorRegistry
 from raygents.runtime.coordinator.relay import EventRelay, Want
@@ -84,6 +85,7 @@ class Coordinator:
             namespace, detached=settings.detached, actor_options=dict(settings.actor_options)
         )
         self.relay = EventRelay()
+        self.leases = LeaseBook(settings.recovery.lease_s, self._running_dispatch)
         self.driven = DetachedRuns(
             namespace, self.finish, self.relay, self._numbered_after, self.table.get
         )
@@ -198,7 +200,7 @@ class Coordinator:
         assert taken is None  # (force: a stopped run is never someone else's)
         try:
             if epoch > 1 and self.direct:
-                await self.records.mark_fence(run_id, epoch)
+                await self._fence(run_id, epoch)
             blobs, _ = await self.records.load(run_id, True)
             if not blobs:
                 raise CheckpointError(f"run {run_id!r} has no records to cancel", run_id=run_id)
@@ -399,8 +401,29 @@ class Coordinator:
             return taken, epoch
         ended = self.table.ended.pop(run_id, None) == epoch - 1 and not force
         if epoch > 1 and self.direct and not ended:  # (no copy of an ended dispatch writes)
-            await self.records.mark_fence(run_id, epoch)
+            await self._fence(run_id, epoch)
+        self.leases.dispatched(run_id)
         return taken, epoch
+
+    async def _fence(self, run_id: str, epoch: int) -> None:
+        """Fence a run's earlier dispatches: once every lease they hold has lapsed, the
+        store gets dispatch ``epoch``'s mark (see :mod:`~raygents.runtime.coordinator.leases`)."""
+        lapse = self.leases.lapse_in(run_id)
+        if lapse > 0:
+            await asyncio.sleep(lapse)
+        await self.records.mark_fence(run_id, epoch)
+        self.leases.dispatched(run_id)
+
+    def lease(self, runs: list[tuple[str, int]]) -> list[str]:
+        """Grant each ``(run_id, epoch)`` that is its running run's newest dispatch a lease
+        (see :mod:`~raygents.runtime.coordinator.leases`); the run ids granted."""
+        return self.leases.grant(runs)
+
+    def _running_dispatch(self, run_id: str, epoch: int) -> bool:
+        info = self.table.get(run_id)
+        return (
+            info is not None and info.status == "running" and self.table.epochs.get(run_id) == epoch
+        )
 
     def lock_session(self, session_id: str, run_id: str) -> str | None:
         """Take a session for a run; returns the run holding it if another one does."""
@@ -420,6 +443,7 @@ class Coordinator:
         for method, args in notes:
             if method == "claim":
                 taken, epoch = self.table.claim(*args)
+                self.leases.dispatched(args[0])
                 if taken is not None or epoch != 1:
                     log.warning("generated run id %s was claimed before (%s)", args[0], taken)
             elif method == "finish":
@@ -548,6 +572,7 @@ class Coordinator:
     def _forgotten(self, run_id: str, records_go: bool) -> None:
         """An ended run left the table: its hot records go, and its stored ones if failed."""
         self.hot.drop(run_id)
+        self.leases.forget(run_id)
         if records_go:
             self.cleaner.add(("drop", run_id, None))
 

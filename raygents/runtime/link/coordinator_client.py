@@ -275,6 +275,11 @@ class CoordinatorClient:
         ``Coordinator.noted``); returns the call's object ref, its acknowledgement."""
         return self.handle().noted.remote(notes, ends)
 
+    def lease(self, runs: list[tuple[str, int]]) -> Any:
+        """Ask for leases on runs' dispatches (see ``Coordinator.lease``); returns the call's
+        object ref, whose reply is the run ids granted."""
+        return self.handle().lease.remote(runs)
+
     async def mark_done(self, run_id: str, epoch: int, data: bytes) -> None:
         """Have the coordinator store a completed run's marker (see ``Coordinator.mark_done``)."""
         await self.handle().mark_done.remote(run_id, epoch, data)

@@ -15,6 +15,8 @@ __all__ = ["Durability", "Recovery", "Settings"]
 
 Durability = Literal["sync", "async", "exit"]
 
+_LEASE_S = 2.0
+
 
 @dataclass(frozen=True)
 class Recovery:
@@ -26,6 +28,14 @@ class Recovery:
     """The first wait before a dispatch again; it doubles each attempt."""
     heartbeat_s: float = 2.0
     stale_after_s: float = 30.0
+
+    @property
+    def lease_s(self) -> float:
+        """How long a lease on a run's dispatch lasts (see
+        :mod:`raygents.runtime.coordinator.leases`): a dispatch that replaces a copy waits
+        at most this long; under a third of ``stale_after_s``, so that a copy judged stale
+        has no lease left."""
+        return min(_LEASE_S, self.stale_after_s / 3)
 
 
 @dataclass(frozen=True)

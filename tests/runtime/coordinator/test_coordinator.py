@@ -289,8 +289,13 @@ async def test_a_report_that_arrives_after_the_runs_end_changes_nothing(tmp_path
 
 
 def test_an_actor_write_finds_out_that_its_copy_of_the_run_is_fenced(tmp_path: Any) -> None:
-    from raygents.runtime.actor.writer import _put_unless_fenced
+    from raygents.runtime.actor.writer import _fenced, _put_record
     from raygents.stores.file import FileStore
+
+    def _put_unless_fenced(
+        store: Any, key: str, data: bytes, fence: str, first: bool, previous: str | None
+    ) -> bool:  # (a checked put with no lease: the put, then the checks)
+        return not _put_record(store, key, data, first) or _fenced(store, fence, previous)
 
     store = FileStore(tmp_path)
     key = functools.partial(checkpoint.key_for, "r1")

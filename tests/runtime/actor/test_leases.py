@@ -1,0 +1,230 @@
+"""Leases on runs' dispatches: a copy that holds one puts its checked records and its
+completion marker alone, and a dispatch that replaces it marks the store only once the lease
+lapsed (no Ray: the real coordinator object behind a fake handle, a file store or moto's S3
+server)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from fakes import FakeHandle
+
+from raygents.core.envelope import Outcome, RunState
+from raygents.core.messages import Message
+from raygents.errors import CheckpointError
+from raygents.records import checkpoint
+from raygents.runtime.actor import reports as reports_module
+from raygents.runtime.actor.leases import Leases, clock
+from raygents.runtime.actor.writer import RecordWriter
+from raygents.runtime.coordinator.coordinator import Coordinator
+from raygents.runtime.coordinator.leases import MARGIN_S, LeaseBook
+from raygents.runtime.link.directory import Directory
+from raygents.runtime.link.settings import Recovery, Settings
+from raygents.stores.base import Store
+from raygents.stores.open import open_store
+
+LEASE_S = 0.3
+RECOVERY = Recovery(stale_after_s=3 * LEASE_S)
+
+
+@pytest.fixture(autouse=True)
+def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reports_module, "_NOTE_WINDOW_S", 0.01)
+
+
+def _state(run_id: str, epoch: int) -> RunState:
+    return RunState(
+        run_id=run_id,
+        agent_name="worker",
+        messages=(Message("user", "go"),),
+        input_len=1,
+        turns=1,
+        epoch=epoch,
+    )
+
+
+def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "file":
+        return f"file://{tmp_path / 'store'}"
+    from s3_server import create_bucket
+
+    server = request.getfixturevalue("session_s3")
+    return f"s3://{create_bucket(server.endpoint_url)}/runs"
+
+
+async def _copy(coord: Coordinator, store: Store) -> RecordWriter:
+    """An agent actor's writer, putting records in ``store`` and asking ``coord``."""
+
+    async def written(state: RunState, status: str, emit: Any) -> None:
+        pass
+
+    directory = Directory("ns", FakeHandle(coord), owner="test")
+    await directory.settings()
+    writer = RecordWriter(directory, written)
+    writer.use_store(store)
+    return writer
+
+
+def _counted(store: Store) -> list[str]:
+    """The store's requests by kind, in order (wrapped on the instance)."""
+    calls: list[str] = []
+    own = type(store).put_if_dir is not Store.put_if_dir  # (else it is a put)
+    for name in ("put", "put_if_dir", "has", "list", "mark") if own else ("put", "has", "list"):
+        real = getattr(store, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls.append("put" if _name == "put_if_dir" else _name)
+            return _real(*args)
+
+        setattr(store, name, counted)
+    return calls
+
+
+# --- the actor's side ---------------------------------------------------------------------
+async def test_runs_that_ask_in_one_turn_share_a_request_and_hold_only_their_grant() -> None:
+    asked: list[list[tuple[str, int]]] = []
+
+    async def ask(runs: list[tuple[str, int]]) -> list[str]:
+        asked.append(list(runs))
+        return [run_id for run_id, _ in runs if run_id != "denied"]
+
+    leases = Leases(ask, LEASE_S)
+    first, second = leases.renew("a", 1), leases.renew("b", 2)
+    denied = leases.renew("denied", 1)
+    assert first is second is denied and first is not None
+    await first
+    answered = clock()
+    assert asked == [[("a", 1), ("b", 2), ("denied", 1)]]
+    assert leases.holds("a", 1, clock()) and leases.holds("b", 2, clock())
+    assert not leases.holds("denied", 1, clock()), "a run the coordinator refused"
+    assert not leases.holds("a", 2, clock()), "another dispatch of the run"
+    assert not leases.holds("a", 1, answered + LEASE_S), "past the lease, counted from the ask"
+    assert leases.renew("a", 1) is None, "over half the lease left: no request"
+    leases.drop("a")
+    assert not leases.holds("a", 1, clock())
+
+
+async def test_a_failed_request_grants_nothing_and_keeps_nobody_waiting() -> None:
+    async def ask(runs: list[tuple[str, int]]) -> list[str]:
+        raise ray.exceptions.RayActorError()
+
+    leases = Leases(ask, LEASE_S)
+    renewal = leases.renew("a", 1)
+    assert renewal is not None
+    await asyncio.wait_for(renewal, 5)
+    assert not leases.holds("a", 1, clock())
+    assert leases.renew("a", 1) is not None, "asked again next time"
+
+
+# --- the coordinator's side ---------------------------------------------------------------
+def test_the_coordinator_grants_only_a_running_runs_newest_dispatch() -> None:
+    now = [100.0]
+    running = {("r1", 2)}
+    book = LeaseBook(LEASE_S, lambda run_id, epoch: (run_id, epoch) in running, lambda: now[0])
+    lasts = LEASE_S * 1.01 + MARGIN_S
+    assert book.grant([("r1", 1), ("r1", 2), ("r2", 1)]) == ["r1"]
+    now[0] += 0.1
+    assert book.lapse_in("r1") == pytest.approx(lasts - 0.1), "the grant of 0.1 s ago"
+    book.dispatched("r1")  # its new dispatch, never granted
+    assert book.lapse_in("r1") == 0.0
+    assert book.lapse_in("r2") == pytest.approx(lasts - 0.1), (
+        "a run not dispatched here: a predecessor may have granted it up to this one's start"
+    )
+    now[0] += lasts
+    assert book.lapse_in("r3") == 0.0
+    book.dispatched("r4")
+    book.forget("r4")  # it left the run table
+    assert book.lapse_in("r4") == 0.0
+    assert math.isfinite(book.lasts)
+
+
+# --- both, with a store ---------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["file", "s3"])
+async def test_a_leased_copy_puts_its_intents_and_its_marker_alone(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Without a lease: each intent is followed by the fence mark's and the previous
+    record's looks, and the completion marker by a listing. With one: the puts alone. On S3
+    the first intent waits for the lease asked beside its put; a small file put runs on the
+    event loop and does not wait: the first is checked (a ``stat``)."""
+    coord = Coordinator("ns", Settings(store=_url(kind, tmp_path, request), recovery=RECOVERY))
+    store = open_store(coord.store.url)
+    calls = _counted(store)
+    writer = await _copy(coord, store)
+    _, epoch = await coord.claim("r1", "driver", "worker")
+    state = await writer.save(_state("r1", epoch), "running", None)  # asks beside its put
+    state = await writer.save(state, "running", None, checked=False)  # the batch's result
+    state = await writer.save(state, "running", None)  # the next intent, leased
+    await writer.finish(Outcome("completed", state))
+    first = ["put"] if kind == "s3" else ["put", "has"]
+    assert calls == [*first, "put", "put", "put"], calls
+    keys = [k.rsplit("/", 1)[1] for k in store.list("runs/r1/")]
+    assert keys[-1] == f"done.{epoch}"
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+async def test_a_new_dispatch_marks_the_store_only_once_the_old_copys_lease_lapsed(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The old copy's leased intent landed before the recovery marked the store and read the
+    run; once the lease lapsed, the old copy's next intent is checked and finds it fenced."""
+    coord = Coordinator("ns", Settings(store=_url(kind, tmp_path, request), recovery=RECOVERY))
+    marked: list[float] = []
+    real_mark = coord.store.mark
+
+    def mark(key: str) -> None:
+        marked.append(clock())
+        real_mark(key)
+
+    coord.store.mark = mark  # type: ignore[method-assign]
+    store = open_store(coord.store.url)
+    writer = await _copy(coord, store)
+    _, epoch = await coord.claim("r1", "driver", "worker")
+    state = await writer.save(_state("r1", epoch), "running", None)
+    leases = writer.leases()
+    await (leases.renew("r1", epoch) or asyncio.sleep(0))  # (a file put did not wait)
+    assert leases.holds("r1", epoch, clock())
+    _, again = await coord.claim("r1", "driver-2", "worker", True)  # a recovery
+    assert again == epoch + 1 and len(marked) == 1
+    assert not leases.holds("r1", epoch, marked[0]), "marked while the copy held its lease"
+    blobs, _ = await coord.records.load("r1", True)
+    restored, _ = checkpoint.restore(blobs, run_id="r1", key=None)
+    assert restored.seq == state.seq, "the recovery reads the leased copy's intent"
+    with pytest.raises(CheckpointError, match="fenced"):
+        await writer.save(state, "running", None)  # its lease lapsed: checked
+    assert not leases.holds("r1", again, clock()), "no lease for the stale copy's request"
+
+
+async def test_a_put_that_returns_after_the_lease_lapsed_is_checked(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A copy frozen in its put (a slow network, a stopped process): the put lands after the
+    lease lapsed and the recovery marked the store. Where the put *returned* decides: the copy
+    checks, finds the mark, and its tools never run."""
+    coord = Coordinator("ns", Settings(store=_url("s3", tmp_path, request), recovery=RECOVERY))
+    store = open_store(coord.store.url)
+    writer = await _copy(coord, store)
+    _, epoch = await coord.claim("r1", "driver", "worker")
+    state = await writer.save(_state("r1", epoch), "running", None)
+    assert writer.leases().holds("r1", epoch, clock())
+    release = threading.Event()
+    real_put = store.put_if_dir
+
+    def frozen_put(key: str, data: bytes) -> bool:
+        release.wait(10)
+        return bool(real_put(key, data))
+
+    store.put_if_dir = frozen_put  # type: ignore[method-assign]
+    intent = asyncio.ensure_future(writer.save(state, "running", None))
+    await asyncio.sleep(0.05)
+    _, again = await coord.claim("r1", "driver-2", "worker", True)  # waits out the lease
+    release.set()
+    with pytest.raises(CheckpointError, match="fenced"):
+        await intent
+    assert again == epoch + 1
