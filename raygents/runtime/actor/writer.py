@@ -276,7 +276,8 @@ class RecordWriter:
                 self.reports.drop(run_id)
         if kind == "completed":
             await self._mark_done(outcome, renewal)
-        self.leases().drop(run_id)
+        if self._leases is not None:
+            self._leases.drop(run_id)
         if self.reports.ends_waiting:
             self.reports.send()
 

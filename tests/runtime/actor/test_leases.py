@@ -29,7 +29,7 @@ from raygents.runtime.link.settings import Recovery, Settings
 from raygents.stores.base import Store
 from raygents.stores.open import open_store
 
-LEASE_S = 0.3
+LEASE_S = 1.5  # (long enough for a loaded machine to ask and put within it)
 RECOVERY = Recovery(stale_after_s=3 * LEASE_S)
 
 
