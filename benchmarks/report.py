@@ -226,6 +226,14 @@ def checkpoints(w: dict[str, Any]) -> list[str]:
             f"| {key} | {v['run_p50_ms']:.1f} [{v['run_min_ms']:.1f}-{v['run_max_ms']:.1f}] | "
             f"{v['per_turn_ms']:.2f} | {v['checkpoint_cost_per_turn_ms']:.2f} |"
         )
+    at_100ms = w.get("s3_per_turn_over_exit_at_100ms_ms")
+    if at_100ms:
+        out += [
+            "",
+            "S3 at a 100 ms model, cost per turn over `exit`: "
+            + ", ".join(f"{k} {v:.2f} ms" for k, v in at_100ms.items())
+            + " (what the run waits for that no model call hides).",
+        ]
     micro = w.get("store_put_micro_1KiB", {})
     if micro:
         out += [

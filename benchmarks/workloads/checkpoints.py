@@ -176,6 +176,33 @@ def _kept_put_micro(
     return out
 
 
+def _s3_at_100ms(use: Any, turns: int, reps: int) -> dict[str, float]:
+    """Per-turn cost over ``exit`` of each mode on S3 at a 100 ms model: what a run waits
+    for that a model call does not hide (at latency 0 nothing is hidden)."""
+    import raygents as rg
+
+    agent = rg.Agent(
+        "ck100",
+        tools=fakes.rg_tools("payload_local"),
+        model=fakes.rg_model(fakes.ToolTurns(k=1, tool="payload", n=PAYLOAD), 0.1),
+        max_turns=turns + 5,
+    )
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    for mode in MODES:  # (warm: the agent's actor in each namespace)
+        use("s3", mode)
+        rg.run(agent, f"k=1 turns={turns}")
+    for rep in range(reps):
+        for mode in MODES[rep % 3 :] + MODES[: rep % 3]:
+            use("s3", mode)
+            t = time.perf_counter()
+            rg.run(agent, f"k=1 turns={turns}")
+            times[mode].append(time.perf_counter() - t)
+    base = stats.summary(times["exit"])["p50"]
+    out = {f"s3/{m}": stats.ms((stats.summary(times[m])["p50"] - base) / turns) for m in MODES}
+    machine.log(f"  at 100 ms model, per turn over exit: {out}")
+    return out
+
+
 def _count_requests(moto: machine.Moto) -> dict[str, Any]:
     """S3 requests per run by kind, on its path and off it (see ``s3requests``), on a Ray
     instance of their own whose S3 endpoint is a recording proxy in front of ``moto``."""
@@ -289,6 +316,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
                 )
             )
 
+        at_100ms = _s3_at_100ms(use, turns, reps)
+
         kept = _kept_costs(quick_times, tmp, moto, quick_result, 50 if quick else 200)
 
         # bytes written by a 50-turn run
@@ -341,6 +370,8 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         moto.stop()
 
     sync_file = table["file/sync"]["checkpoint_cost_per_turn_ms"]
+    put_s3 = micro["s3"]["p50_ms"]
+    sync_s3, async_s3 = at_100ms["s3/sync"], at_100ms["s3/async"]
     worst = max(v["ratio_vs_msgpack_history"] for v in sizes.values())
     checks = {
         "a sync checkpoint on the file store adds <= 3 ms per turn (median)": {
@@ -353,12 +384,23 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             "target": "<= 3",
             "pass": worst <= 3.0,
         },
+        "sync on S3 adds <= 1.5x a PUT's p50 per turn over exit (100 ms model)": {
+            "value_ms": sync_s3,
+            "target": f"<= {1.5 * put_s3:.2f} ms (1.5 x {put_s3:.2f})",
+            "pass": sync_s3 <= 1.5 * put_s3,
+        },
+        "async on S3 adds <= 1 ms per turn over exit (100 ms model)": {
+            "value_ms": async_s3,
+            "target": "<= 1 ms",
+            "pass": async_s3 <= 1.0,
+        },
     }
     return {
         "config": {"turns": turns, "reps": reps, "tool_result_bytes": PAYLOAD, "latency_ms": 0},
         "load_before": load0,
         "load_after": load1,
         "per_turn": table,
+        "s3_per_turn_over_exit_at_100ms_ms": at_100ms,
         "store_put_micro_1KiB": micro,
         "bytes": sizes,
         "kept_results": kept,
