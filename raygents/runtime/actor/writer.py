@@ -262,8 +262,8 @@ class RecordWriter:
         :meth:`_mark_done`). The ends of its children reach the coordinator before it.
         """
         run_id, kind = outcome.state.run_id, outcome.kind
-        direct = kind == "completed" and self.store() is not None
-        renewal = self._renew(outcome.state) if direct else None  # (for its marker)
+        leasing = kind == "completed" and _leases_pay(self.store())
+        renewal = self._renew(outcome.state) if leasing else None  # (for its marker)
         await self._settle_writes(run_id, keep=0)
         await self.dir_made(run_id)
         tail = self._tails.pop(run_id, None)
@@ -302,7 +302,7 @@ class RecordWriter:
             if store is None:  # the coordinator writes this run's records: it marks it too
                 await self.directory.client.mark_done(state.run_id, state.epoch, data)
             else:
-                leased = await self._leased(state, renewal, clock())
+                leased = await self._leased(state, renewal)  # (as of now, once answered)
                 await asyncio.to_thread(_put_marker, store, state.run_id, state.epoch, data, leased)
         except (CheckpointError, ray.exceptions.RayError) as exc:  # (its clean-up writes it)
             log.warning("run %s: cannot store its completion marker: %s", state.run_id, exc)
@@ -356,18 +356,12 @@ class RecordWriter:
         self._put_this_turn = False
 
     def _put_now(self, put: _Put) -> asyncio.Future[None]:
-        """Put a record on the event loop; a done future with the put's result. A checked
-        record is checked unless its run's lease holds (asked for here for the next one)."""
+        """Put a record on the event loop (a small file: its checks are ``stat`` calls, and no
+        lease is asked for); a done future with the put's result."""
         write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         started = time.monotonic()
-        if put.checked:
-            self._renew(put.state)
         try:
-            written, at = put.put_alone()
-            fenced = not written
-            if written and put.checked and not self._holds(put.state, at):
-                fenced = put.fenced()
-            self._reported(put, fenced)
+            self._reported(put, put.store_it())
             write.set_result(None)
         except Exception as exc:
             write.set_exception(exc)
@@ -389,7 +383,7 @@ class RecordWriter:
         then report it (see :meth:`_reported`)."""
         if tail is not None and not tail.done():
             await asyncio.wait([tail])  # its own waiter sees its failure
-        renewal = self._renew(put.state) if put.checked else None
+        renewal = self._renew(put.state) if put.checked and _leases_pay(put.store) else None
         self._threaded_puts += 1
         try:
             written, at = await asyncio.to_thread(put.put_alone)
@@ -415,13 +409,13 @@ class RecordWriter:
         return self.leases().holds(state.run_id, state.epoch, at)
 
     async def _leased(
-        self, state: RunState, renewal: asyncio.Future[None] | None, at: float
+        self, state: RunState, renewal: asyncio.Future[None] | None, at: float | None = None
     ) -> bool:
-        """Whether the run's lease held at ``at``, once ``renewal`` (a request for it) is
-        answered or half a lease has passed."""
+        """Whether the run's lease held at ``at`` (None: once answered), once ``renewal`` (a
+        request for it) is answered or half a lease has passed."""
         if renewal is not None and not renewal.done():
             await asyncio.wait([renewal], timeout=self.leases().lease_s / 2)
-        return self._holds(state, at)
+        return self._holds(state, clock() if at is None else at)
 
     def _reported(self, put: _Put, fenced: bool) -> None:
         """Report a stored record to the coordinator (batched).
@@ -477,6 +471,12 @@ class _Put:
     checked: bool = True
     """Whether to check this copy's fencing after the put (else: the put alone)."""
 
+    def store_it(self) -> bool:
+        """Put the record, then check it if it is to be checked (blocking); True if this copy
+        of the run turned out to be fenced."""
+        written, _ = self.put_alone()
+        return not written or (self.checked and self.fenced())
+
     def put_alone(self) -> tuple[bool, float]:
         """Put the record (blocking): whether it was written (see :func:`_put_record`), and
         when the put returned (:func:`~raygents.runtime.actor.leases.clock`)."""
@@ -488,6 +488,12 @@ class _Put:
         :func:`_fenced`)."""
         fence = checkpoint.fence_key(self.state.run_id, self.state.epoch + 1)
         return _fenced(self.store, fence, self.previous_key)
+
+
+def _leases_pay(store: Store | None) -> bool:
+    """Whether leases save this store's looks: a network store's (each a round trip), not a
+    local file store's (a ``stat`` costs less than asking the coordinator)."""
+    return store is not None and not isinstance(store, FileStore)
 
 
 def _put_record(store: Store, key: str, data: bytes, first: bool) -> bool:

@@ -49,24 +49,22 @@ def _state(run_id: str, epoch: int) -> RunState:
     )
 
 
-def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if kind == "file":
-        return f"file://{tmp_path / 'store'}"
+def _s3(request: pytest.FixtureRequest) -> str:
     from s3_server import create_bucket
 
     server = request.getfixturevalue("session_s3")
     return f"s3://{create_bucket(server.endpoint_url)}/runs"
 
 
+async def _written(state: RunState, status: str, emit: Any) -> None:
+    pass
+
+
 async def _copy(coord: Coordinator, store: Store) -> RecordWriter:
     """An agent actor's writer, putting records in ``store`` and asking ``coord``."""
-
-    async def written(state: RunState, status: str, emit: Any) -> None:
-        pass
-
     directory = Directory("ns", FakeHandle(coord), owner="test")
     await directory.settings()
-    writer = RecordWriter(directory, written)
+    writer = RecordWriter(directory, _written)
     writer.use_store(store)
     return writer
 
@@ -145,15 +143,13 @@ def test_the_coordinator_grants_only_a_running_runs_newest_dispatch() -> None:
 
 
 # --- both, with a store ---------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["file", "s3"])
 async def test_a_leased_copy_puts_its_intents_and_its_marker_alone(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Without a lease: each intent is followed by the fence mark's and the previous
-    record's looks, and the completion marker by a listing. With one: the puts alone. On S3
-    the first intent waits for the lease asked beside its put; a small file put runs on the
-    event loop and does not wait: the first is checked (a ``stat``)."""
-    coord = Coordinator("ns", Settings(store=_url(kind, tmp_path, request), recovery=RECOVERY))
+    """On S3, without a lease each intent is followed by the fence mark's and the previous
+    record's looks, and the completion marker by a listing. With one: the puts alone (the
+    first intent waits for the lease asked beside its put)."""
+    coord = Coordinator("ns", Settings(store=_s3(request), recovery=RECOVERY))
     store = open_store(coord.store.url)
     calls = _counted(store)
     writer = await _copy(coord, store)
@@ -162,19 +158,35 @@ async def test_a_leased_copy_puts_its_intents_and_its_marker_alone(
     state = await writer.save(state, "running", None, checked=False)  # the batch's result
     state = await writer.save(state, "running", None)  # the next intent, leased
     await writer.finish(Outcome("completed", state))
-    first = ["put"] if kind == "s3" else ["put", "has"]
-    assert calls == [*first, "put", "put", "put"], calls
+    assert calls == ["put", "put", "put", "put"], calls
     keys = [k.rsplit("/", 1)[1] for k in store.list("runs/r1/")]
     assert keys[-1] == f"done.{epoch}"
 
 
-@pytest.mark.parametrize("kind", ["file", "s3"])
+async def test_a_file_store_copy_asks_for_no_lease_and_looks_instead(tmp_path: Path) -> None:
+    """A local file store's looks are ``stat`` calls, cheaper than asking the coordinator."""
+    coord = Coordinator("ns", Settings(store=f"file://{tmp_path}", recovery=RECOVERY))
+    store = open_store(coord.store.url)
+    calls = _counted(store)
+    handle = FakeHandle(coord)
+    directory = Directory("ns", handle, owner="test")
+    await directory.settings()
+    writer = RecordWriter(directory, _written)
+    writer.use_store(store)
+    _, epoch = await coord.claim("r1", "driver", "worker")
+    state = await writer.save(_state("r1", epoch), "running", None)
+    state = await writer.save(state, "running", None)
+    await writer.finish(Outcome("completed", state))
+    assert calls == ["put", "has", "put", "has", "has", "list", "put"], calls
+    assert "lease" not in handle.calls
+
+
 async def test_a_new_dispatch_marks_the_store_only_once_the_old_copys_lease_lapsed(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """The old copy's leased intent landed before the recovery marked the store and read the
     run; once the lease lapsed, the old copy's next intent is checked and finds it fenced."""
-    coord = Coordinator("ns", Settings(store=_url(kind, tmp_path, request), recovery=RECOVERY))
+    coord = Coordinator("ns", Settings(store=_s3(request), recovery=RECOVERY))
     marked: list[float] = []
     real_mark = coord.store.mark
 
@@ -188,7 +200,6 @@ async def test_a_new_dispatch_marks_the_store_only_once_the_old_copys_lease_laps
     _, epoch = await coord.claim("r1", "driver", "worker")
     state = await writer.save(_state("r1", epoch), "running", None)
     leases = writer.leases()
-    await (leases.renew("r1", epoch) or asyncio.sleep(0))  # (a file put did not wait)
     assert leases.holds("r1", epoch, clock())
     _, again = await coord.claim("r1", "driver-2", "worker", True)  # a recovery
     assert again == epoch + 1 and len(marked) == 1
@@ -207,7 +218,7 @@ async def test_a_put_that_returns_after_the_lease_lapsed_is_checked(
     """A copy frozen in its put (a slow network, a stopped process): the put lands after the
     lease lapsed and the recovery marked the store. Where the put *returned* decides: the copy
     checks, finds the mark, and its tools never run."""
-    coord = Coordinator("ns", Settings(store=_url("s3", tmp_path, request), recovery=RECOVERY))
+    coord = Coordinator("ns", Settings(store=_s3(request), recovery=RECOVERY))
     store = open_store(coord.store.url)
     writer = await _copy(coord, store)
     _, epoch = await coord.claim("r1", "driver", "worker")
