@@ -141,6 +141,12 @@ class Outboxes:
         """Whether some caller has not taken everything its runs sent."""
         return any(o.items for o in self._boxes.values())
 
+    def awaited(self) -> bool:
+        """Whether some caller that took in the last ``_OUTBOX_IDLE_S`` (one that is not
+        gone) has not taken everything its runs sent."""
+        now = time.monotonic()
+        return any(o.items and now - o.taken <= _OUTBOX_IDLE_S for o in self._boxes.values())
+
 
 class Relay:
     """Sends one run's events to its caller's outbox, then its outcome (from the callback of
