@@ -46,32 +46,36 @@ class Idleness:
 
     Args:
         busy: whether it holds something now.
+        clock: seconds, monotonic.
     """
 
-    def __init__(self, busy: Callable[[], bool]) -> None:
+    def __init__(self, busy: Callable[[], bool], clock: Callable[[], float] = time.monotonic):
         self._busy = busy
-        self.since = time.monotonic()
+        self._clock = clock
+        self.since = clock()
 
     def touch(self) -> None:
         """Something happened (a run arrived or ended): idleness counts from now."""
-        self.since = time.monotonic()
+        self.since = self._clock()
 
     def idle_for(self) -> float:
         """Seconds the actor has been idle (0 while it holds something)."""
         if self._busy():
             self.touch()
             return 0.0
-        return time.monotonic() - self.since
+        return self._clock() - self.since
 
 
 async def watch(idleness: Idleness, idle_s: float) -> None:
-    """Return once the actor has been idle for ``idle_s``. One timer per ``idle_s`` or less:
-    runs that come and go :meth:`~Idleness.touch` the clock."""
+    """Return once the actor has been idle for ``idle_s``. One timer per ``idle_s`` while it
+    is idle (runs that come and go :meth:`~Idleness.touch` the clock themselves), four while
+    it holds something: what it holds otherwise (items its callers have not taken, suspend
+    requests) ends unseen, within a quarter of ``idle_s``."""
     while True:
-        left = idle_s - idleness.idle_for()
-        if left <= 0:
+        idle = idleness.idle_for()
+        if idle >= idle_s:
             return
-        await asyncio.sleep(left)
+        await asyncio.sleep(idle_s - idle if idle > 0 else idle_s / 4)
 
 
 async def retiring(
