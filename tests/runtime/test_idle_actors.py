@@ -14,7 +14,7 @@ import pytest
 import raygents as rg
 from raygents.runtime.driver.client import current
 from raygents.runtime.link.handles import actor_key
-from raygents.testing import FunctionModel, calls, call, text
+from raygents.testing import FunctionModel, call, calls, text
 
 IDLE_S = 1.0
 

@@ -9,12 +9,12 @@ import time
 import pytest
 
 import raygents as rg
+from raygents.core.envelope import Envelope, RunState
+from raygents.core.messages import Message
 from raygents.errors import UserError
 from raygents.runtime.actor.actor import AgentActor
 from raygents.runtime.actor.idle import Idleness, holds, watch
 from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes
-from raygents.core.envelope import Envelope, RunState
-from raygents.core.messages import Message
 from raygents.runtime.link.mailbox import RETIRED
 from raygents.testing import ScriptedModel, text
 
