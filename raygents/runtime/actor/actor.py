@@ -222,7 +222,7 @@ class AgentActor:
         no run, have the coordinator stop handing this actor out, then exit (in an actor
         call: Ray exits an async actor only from one)."""
         me = ray.get_runtime_context().get_actor_id()
-        idle_s = (await self.directory.settings()).idle_actor_s
+        idle_s = None if me is None else (await self.directory.settings()).idle_actor_s
         if me is not None and idle_s is not None:
             await watch(self.idleness, idle_s)
             self.retiring = True

@@ -18,7 +18,7 @@ from typing import Any
 
 import ray
 
-from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes
+from raygents.runtime.actor.outbox import Outboxes
 from raygents.runtime.link.coordinator_client import CoordinatorClient
 
 __all__ = ["Idleness", "holds", "quiet", "retiring", "watch"]
@@ -92,16 +92,13 @@ async def retiring(
 
 async def quiet(active: Callable[[], bool], outboxes: Outboxes, grace_s: float) -> None:
     """Return once no run has been ``active()`` for ``grace_s`` and their callers took what
-    they sent (or have not taken anything for ``_OUTBOX_IDLE_S``: they are gone)."""
-    idle_since = undelivered_since = None
+    they sent (those that have not taken anything for ``_OUTBOX_IDLE_S`` are gone: see
+    :meth:`Outboxes.awaited`)."""
+    idle_since = None
     while True:
         now = time.monotonic()
-        if active():
-            idle_since = undelivered_since = None
-        elif outboxes.undelivered():
-            undelivered_since = undelivered_since or now
-            if now - undelivered_since > _OUTBOX_IDLE_S:
-                return  # their callers are gone
+        if active() or outboxes.awaited():
+            idle_since = None
         else:
             idle_since = idle_since or now
             if now - idle_since >= grace_s:

@@ -137,10 +137,6 @@ class Outboxes:
             self._boxes.pop(caller, None)
         return pack(items)
 
-    def undelivered(self) -> bool:
-        """Whether some caller has not taken everything its runs sent."""
-        return any(o.items for o in self._boxes.values())
-
     def awaited(self) -> bool:
         """Whether some caller that took in the last ``_OUTBOX_IDLE_S`` (one that is not
         gone) has not taken everything its runs sent."""
