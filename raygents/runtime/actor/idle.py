@@ -49,7 +49,9 @@ class Idleness:
         clock: seconds, monotonic.
     """
 
-    def __init__(self, busy: Callable[[], bool], clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, busy: Callable[[], bool], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._busy = busy
         self._clock = clock
         self.since = clock()

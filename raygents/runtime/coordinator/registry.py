@@ -114,13 +114,13 @@ class ActorRegistry:
     def retiring(self, graph_fp: str, name: str, actor_id: str) -> None:
         """Stop handing out an actor that retires; the next lookup creates a fresh one."""
         self._forget(actor_id)
+        self._renamed.add((graph_fp, name))  # (known here or not: it may hold its name)
         handles = self.actors.get((graph_fp, name))
         if handles is None:
             return
         kept = [h for h in handles if actor_key(h) != actor_id]
         if len(kept) == len(handles):
             return  # (told already, by the actor or by a caller it refused)
-        self._renamed.add((graph_fp, name))
         if kept:
             self.actors[(graph_fp, name)] = kept
         else:

@@ -102,6 +102,17 @@ def test_a_retiring_actor_is_handed_out_no_more_and_its_successor_has_a_new_name
     assert all(str(h.index).startswith("r") for h in registry.agent_actors("fp1", "a"))
 
 
+def test_an_actor_unknown_here_that_retires_still_frees_its_agents_names() -> None:
+    """A restarted coordinator has not looked its predecessor's actors up yet: the next
+    lookup must not find the retiring one by its name."""
+    registry = _Registry("test")
+    registry.register_graph("fp1", b"graph-1", {"a": 1})
+    registry.retiring("fp1", "a", "a#0")
+    assert registry.retired("a#0")
+    (fresh,) = registry.agent_actors("fp1", "a")
+    assert str(fresh.index).startswith("r")
+
+
 def test_actors_of_an_older_definition_count_as_retired() -> None:
     registry = _Registry("test")
     registry.register_graph("fp1", b"graph-1", {"a": 1})
