@@ -29,8 +29,9 @@ from raygents.errors import CANCEL, RaygentsError, RunCancelled, UserError
 from raygents.models.base import Model, resolve_model
 from raygents.records import checkpoint
 from raygents.runtime.actor.compactor import Compactor
+from raygents.runtime.actor.idle import Idleness, holds, quiet, retiring, watch
 from raygents.runtime.actor.inputs import RunInputs
-from raygents.runtime.actor.outbox import _OUTBOX_IDLE_S, Outboxes, Relay
+from raygents.runtime.actor.outbox import Outboxes, Relay
 from raygents.runtime.actor.runsession import open_session, resume_session, save_run_session
 from raygents.runtime.actor.stops import Emit, Stops, send_event
 from raygents.runtime.actor.toolbox import Toolbox
@@ -39,6 +40,7 @@ from raygents.runtime.actor.writer import RecordWriter
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.drive import SuspendToken
 from raygents.runtime.link.liveness import Beater, watch_coordinator
+from raygents.runtime.link.mailbox import RETIRED
 from raygents.runtime.link.process import tune_collector
 from raygents.telemetry import logs, metrics, tracing
 
@@ -48,6 +50,7 @@ log = logging.getLogger("raygents")
 _exit_actor: Any = ray.actor.exit_actor
 
 _RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
+_EARLY_S = 60.0  # how long a suspend request for a run not here is kept
 
 
 @dataclass
@@ -122,6 +125,10 @@ class AgentActor:
         """The tasks of the runs here (the event loop keeps only weak references to tasks)."""
         self._beater: Beater | None = None
         self._watch: asyncio.Future[None] | None = None
+        self.idleness = Idleness(self._busy)
+        self._idle_watch: asyncio.Future[None] | None = None
+        self.retiring = False
+        """It was idle for ``idle_actor_s`` and is leaving: it takes no run any more."""
         tune_collector()
         logs.setup()
 
@@ -129,12 +136,17 @@ class AgentActor:
     async def start(self, envelopes: list[Envelope], caller: str) -> str:
         """Take runs and drive each until it completes, fails, suspends or hands off.
 
-        Returns this actor's incarnation as soon as the runs are here. A run's events and
+        Returns this actor's incarnation as soon as the runs are here, or ``RETIRED`` (and
+        takes none of them) once the actor retires for idleness. A run's events and
         then its outcome go to ``caller``'s outbox, which :meth:`take` empties (see
         :class:`~raygents.runtime.actor.outbox.Relay`): those of a run that does not stream in one
         list per take, which may wait there a moment for company; a streamed run's in small
         batches, its last ones with its outcome (``(batch, outcome)``).
         """
+        if self.retiring:
+            return RETIRED
+        if self._idle_watch is None:
+            self._idle_watch = asyncio.ensure_future(self._watch_idleness())
         for envelope in envelopes:
             self._accept(envelope, caller)
         return self._incarnation
@@ -154,6 +166,8 @@ class AgentActor:
         self._runs.add(task)
         task.add_done_callback(relay.done)
         task.add_done_callback(self._runs.discard)
+        task.add_done_callback(lambda _: self.idleness.touch())
+        self.idleness.touch()
 
     async def take(self, caller: str, wait_s: float, known: str | None = None) -> tuple[str, bytes]:
         """What ``caller``'s runs sent since its last take, as ``(run_id, item)`` pairs packed
@@ -179,7 +193,7 @@ class AgentActor:
             active = self._active.get(run_id)
             if active is None:
                 now = time.monotonic()
-                self._early = {k: v for k, v in self._early.items() if now - v[1] < 60}
+                self._early = {k: v for k, v in self._early.items() if now - v[1] < _EARLY_S}
                 self._early[run_id] = (cause, now, rest[0] if rest else None)
                 continue
             active.token.request(cause)
@@ -190,26 +204,30 @@ class AgentActor:
             elif active.waiting_call is not None:
                 active.waiting_call.cancel()
 
-    async def retire(self) -> None:
-        """Exit once no run has been active here for ``_RETIRE_GRACE_S`` and their callers
-        took what they sent (a newer definition of the agent took over). The grace lets runs
-        already on their way here arrive: a start may reach a new actor after its retire."""
-        idle_since = undelivered_since = None
-        while True:
-            now = time.monotonic()
-            if self._active:
-                idle_since = undelivered_since = None
-            elif self._outboxes.undelivered():
-                undelivered_since = undelivered_since or now
-                if now - undelivered_since > _OUTBOX_IDLE_S:
-                    break  # their callers are gone
-            else:
-                idle_since = idle_since or now
-                if now - idle_since >= _RETIRE_GRACE_S:
-                    break
-            await asyncio.sleep(0.1)
+    async def retire(self, grace_s: float = _RETIRE_GRACE_S) -> None:
+        """Exit once no run has been active here for ``grace_s`` and their callers took what
+        they sent (a newer definition of the agent took over, or the actor was idle), with
+        its reports to the coordinator acknowledged. The grace lets runs already on their
+        way here arrive: a start may reach a new actor after its retire."""
+        await quiet(lambda: bool(self._active), self._outboxes, grace_s)
+        await self.writer.reports.settled()
         tracing.flush()
         _exit_actor()
+
+    def _busy(self) -> bool:
+        return holds(self._active, self._outboxes, self._early, _EARLY_S)
+
+    async def _watch_idleness(self) -> None:
+        """Once idle for the namespace's ``idle_actor_s`` (if set, and in a Ray actor), take
+        no run, have the coordinator stop handing this actor out, then exit (in an actor
+        call: Ray exits an async actor only from one)."""
+        me = ray.get_runtime_context().get_actor_id()
+        idle_s = None if me is None else (await self.directory.settings()).idle_actor_s
+        if me is not None and idle_s is not None:
+            await watch(self.idleness, idle_s)
+            self.retiring = True
+            await retiring(self.directory.client, self.graph_fp, self.agent.name, me, idle_s)
+            ray.get_runtime_context().current_actor.retire.remote(_RETIRE_GRACE_S)
 
     def ping(self) -> int:
         """Liveness check; returns the actor's process id."""

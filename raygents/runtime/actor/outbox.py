@@ -137,9 +137,11 @@ class Outboxes:
             self._boxes.pop(caller, None)
         return pack(items)
 
-    def undelivered(self) -> bool:
-        """Whether some caller has not taken everything its runs sent."""
-        return any(o.items for o in self._boxes.values())
+    def awaited(self) -> bool:
+        """Whether some caller that took in the last ``_OUTBOX_IDLE_S`` (one that is not
+        gone) has not taken everything its runs sent."""
+        now = time.monotonic()
+        return any(o.items and now - o.taken <= _OUTBOX_IDLE_S for o in self._boxes.values())
 
 
 class Relay:

@@ -112,6 +112,16 @@ class Coordinator:
         """Stop handing out an unresponsive actor; the next lookup creates a fresh one."""
         self.registry.replace_actor(graph_fp, name, stale)
 
+    def actor_retiring(self, graph_fp: str, name: str, actor_id: str) -> None:
+        """An agent actor retires (it was idle; or it refused a caller's run as it does):
+        stop handing it out; the next lookup of the agent creates a fresh one."""
+        self.registry.retiring(graph_fp, name, actor_id)
+
+    def actor_retired(self, actor_id: str) -> bool:
+        """Whether an agent actor retired (a run's start that found it gone never reached
+        it: its caller looks the agent up again, with no recovery)."""
+        return self.registry.retired(actor_id)
+
     async def stop_agents(self) -> None:
         """Stop every agent actor created here, and the namespace's rate limiter (before this
         coordinator is removed, or Ray shut down: they are detached, so that they outlive its

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,9 @@ __all__ = ["ActorRegistry"]
 _MAX_CONCURRENCY = 10_000
 _FLUSH_S = 3.0
 """How long stopping the agent actors waits for their spans to be exported."""
+_RETIRED_KEPT = 10_000
+"""How many retired actors' ids are kept (a caller whose cached handle names an older one
+recovers its run as from a lost actor)."""
 
 
 @dataclass
@@ -31,8 +35,8 @@ class _Graph:
 
 
 class ActorRegistry:
-    """Creates agent actors on first use, retires those of older graph definitions, and
-    replaces unresponsive ones.
+    """Creates agent actors on first use, retires those of older graph definitions, drops
+    those that retire when idle, and replaces unresponsive ones.
 
     Args:
         namespace: the Ray namespace of the actors.
@@ -54,6 +58,11 @@ class ActorRegistry:
         self.graphs: dict[str, _Graph] = {}
         self.actors: dict[tuple[str, str], list[Any]] = {}
         self.beats = Beats()
+        self._retired: OrderedDict[str, None] = OrderedDict()
+        """The ids of actors that retired, newest last."""
+        self._renamed: set[tuple[str, str]] = set()
+        """Agents an actor of which retired: their next actors get new names (a retiring
+        actor may still hold its name a moment)."""
 
     def register_graph(
         self,
@@ -78,21 +87,56 @@ class ActorRegistry:
                 continue
             for handle in handles:
                 handle.retire.remote()
-                self.beats.forget(actor_key(handle))
+                self._forget(actor_key(handle))
             del self.actors[(fp, name)]
+            self._renamed.add((fp, name))
 
     def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
-        """The actors serving ``name`` in ``graph_fp``, created on first use."""
+        """The actors serving ``name`` in ``graph_fp``, created on first use (and again for
+        those that retired)."""
         key = (graph_fp, name)
-        if key not in self.actors:
-            graph = self.graphs.get(graph_fp)
-            if graph is None:
-                raise RaygentsError(
-                    f"unknown agent graph {graph_fp!r}; start or resume the run again"
-                )
-            count = graph.replicas.get(name, 1)
-            self.actors[key] = [self._create(graph, graph_fp, name, i) for i in range(count)]
-        return self.actors[key]
+        handles = self.actors.get(key, [])
+        graph = self.graphs.get(graph_fp)
+        if graph is None:
+            if handles:
+                return handles
+            raise RaygentsError(f"unknown agent graph {graph_fp!r}; start or resume the run again")
+        count = graph.replicas.get(name, 1)
+        if len(handles) < count:
+            renamed = key in self._renamed
+            handles = handles + [
+                self._create(graph, graph_fp, name, f"r{os.urandom(3).hex()}" if renamed else i)
+                for i in range(len(handles), count)
+            ]
+            self.actors[key] = handles
+        return handles
+
+    def retiring(self, graph_fp: str, name: str, actor_id: str) -> None:
+        """Stop handing out an actor that retires; the next lookup creates a fresh one."""
+        self._forget(actor_id)
+        self._renamed.add((graph_fp, name))  # (known here or not: it may hold its name)
+        handles = self.actors.get((graph_fp, name))
+        if handles is None:
+            return
+        kept = [h for h in handles if actor_key(h) != actor_id]
+        if len(kept) == len(handles):
+            return  # (told already, by the actor or by a caller it refused)
+        if kept:
+            self.actors[(graph_fp, name)] = kept
+        else:
+            del self.actors[(graph_fp, name)]
+
+    def retired(self, actor_id: str) -> bool:
+        """Whether actor ``actor_id`` retired (one of the last :data:`_RETIRED_KEPT`)."""
+        return actor_id in self._retired
+
+    def _forget(self, actor_id: str) -> None:
+        """An actor retires: its beats go, its id is remembered."""
+        self.beats.forget(actor_id)
+        self._retired[actor_id] = None
+        self._retired.move_to_end(actor_id)
+        while len(self._retired) > _RETIRED_KEPT:
+            self._retired.popitem(last=False)
 
     def replace_actor(self, graph_fp: str, name: str, stale: Any) -> None:
         """Stop handing out an unresponsive actor; the next lookup creates a fresh one."""

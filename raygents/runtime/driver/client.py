@@ -342,6 +342,7 @@ def init(
     budgets: Mapping[str, Budget] | None = None,
     retention: datetime.timedelta | float | None = None,
     keep_history: bool = False,
+    idle_actor_s: float | None = 600.0,
     **ray_init_kwargs: Any,
 ) -> None:
     """Connect to Ray (or start a local instance) and set raygents up.
@@ -410,6 +411,15 @@ def init(
             final state). About 3 times the bytes of the final conversation, per run
             (``docs/history.md``). The coordinator's creator sets it for every driver of the
             namespace.
+        idle_actor_s: an agent actor (there is one per agent, or ``replicas``, for each agent
+            graph in use) that has had no run for this long retires: the coordinator stops
+            handing it out, then it exits, and the agent's next run gets a fresh one. A run in
+            flight, a parent waiting for its agent-as-tool children, and events its caller
+            has not taken yet keep an actor; a suspended or awaiting-approval run holds
+            nothing on it (its resume finds the agent's actor again). A run sent to an actor
+            as it retires goes to the next one, with no recovery. Seconds (> 0); None: agent
+            actors stay as long as the coordinator. The coordinator's creator sets it for
+            every driver of the namespace.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
             a process asks for one new worker at a time per two CPUs (Ray's default: ten);
@@ -432,6 +442,7 @@ def init(
     retention_s = retention_seconds(retention)
     if not isinstance(keep_history, bool):
         raise UserError(f"keep_history must be True or False, got {keep_history!r}")
+    startup.check_idle_actor_s(idle_actor_s)
     from raygents.stores.open import default_store_url, open_store
 
     store_url = store or os.environ.get("RAYGENTS_STORE") or default_store_url()
@@ -470,6 +481,7 @@ def init(
             budgets=daily,
             retention_s=retention_s,
             keep_history=keep_history,
+            idle_actor_s=idle_actor_s,
         )
         _runtime = Runtime(namespace, started, settings)
     if handle_sigterm:

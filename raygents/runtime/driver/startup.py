@@ -13,7 +13,13 @@ from raygents.errors import UserError
 from raygents.records import codec, storekey
 from raygents.runtime.link.settings import Settings
 
-__all__ = ["check_recovery", "checkpoint_key", "local_defaults", "settings_mismatch"]
+__all__ = [
+    "check_idle_actor_s",
+    "check_recovery",
+    "checkpoint_key",
+    "local_defaults",
+    "settings_mismatch",
+]
 
 log = logging.getLogger("raygents")
 
@@ -118,6 +124,22 @@ def check_recovery(
         raise UserError(
             f"stale_after_s ({stale_after_s!r}) must be at least heartbeat_s ({heartbeat_s!r}): "
             "an actor is pinged every heartbeat_s"
+        )
+
+
+def check_idle_actor_s(idle_actor_s: float | None) -> None:
+    """Refuse an idle time that is not a positive, finite number of seconds (or None).
+
+    Raises:
+        UserError: it is not.
+    """
+    if idle_actor_s is None:
+        return
+    number = isinstance(idle_actor_s, int | float) and not isinstance(idle_actor_s, bool)
+    if not number or not math.isfinite(idle_actor_s) or idle_actor_s <= 0:
+        raise UserError(
+            f"idle_actor_s must be a positive number of seconds, or None (agent actors never "
+            f"retire), got {idle_actor_s!r}"
         )
 
 

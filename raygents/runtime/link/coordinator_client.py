@@ -250,6 +250,15 @@ class CoordinatorClient:
         """Have a stale agent actor replaced."""
         await self._call(lambda c: c.replace_actor.remote(graph_fp, name, stale))
 
+    async def actor_retiring(self, graph_fp: str, name: str, actor_id: str) -> None:
+        """An agent actor retires: no lookup hands it out any more (see
+        ``Coordinator.actor_retiring``)."""
+        await self._call(lambda c: c.actor_retiring.remote(graph_fp, name, actor_id))
+
+    async def actor_retired(self, actor_id: str) -> bool:
+        """Whether the agent actor ``actor_id`` retired (rather than died)."""
+        return bool(await self._call(lambda c: c.actor_retired.remote(actor_id)))
+
     # --- one try each: for callers that handle a lost coordinator themselves ------------
     def save(
         self,

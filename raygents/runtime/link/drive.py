@@ -1,5 +1,6 @@
-"""Driving a run across agent actors: send the envelope, follow handoffs, relay events, and
-recover the run from its newest checkpoint when its actor dies or stops answering."""
+"""Driving a run across agent actors: send the envelope, follow handoffs, relay events, send
+it on to the agent's next actor when the one it reached retires, and recover the run from its
+newest checkpoint when its actor dies or stops answering."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from raygents.runtime.link.coalesce import Coalescer
 from raygents.runtime.link.coordinator_client import CoordinatorClient
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.handles import actor_key
-from raygents.runtime.link.mailbox import LOST, ActorRestarted, Mailboxes
+from raygents.runtime.link.mailbox import LOST, ActorRestarted, ActorRetired, Mailboxes
 from raygents.telemetry import metrics
 
 __all__ = ["StaleActor", "SuspendToken", "drive"]
@@ -108,7 +109,9 @@ async def drive(
 
     When the actor running it dies or goes stale, the run is dispatched again (a new epoch
     fences the old copy) from its newest durable checkpoint, with bounded attempts and
-    exponential backoff; the ``recovered`` event says so.
+    exponential backoff; the ``recovered`` event says so. An actor that retired (idle, or
+    of an older definition of its agent) before it took the run is no loss: the run goes to
+    the agent's next actor as it is, in the same dispatch.
 
     Args:
         envelope: the run.
@@ -124,6 +127,7 @@ async def drive(
     while True:
         name = envelope.state.agent_name
         progress: list[bool] = []
+        actor = None
         try:
             actor = await directory.actor(envelope.graph_fp, name)
             token.actor = actor  # (suspends asked from now on are sent to it)
@@ -131,7 +135,11 @@ async def drive(
             if token.cause is not None:  # asked before: it goes with the run
                 envelope = dataclasses.replace(envelope, suspend_cause=token.cause)
             outcome = await _call(actor, envelope, emit, directory, mailboxes, progress)
-        except (*LOST, StaleActor, ActorRestarted) as exc:
+        except (*LOST, StaleActor, ActorRestarted, ActorRetired) as exc:
+            if not progress and waits < _MAX_WAITS and await _retired(actor, exc, envelope, client):
+                waits += 1
+                directory.forget(envelope.graph_fp, name)
+                continue  # (no recovery: the run never reached that actor)
             if "creation task" in str(exc):  # the agent cannot even be built: not transient
                 error = RaygentsError(
                     f"cannot start the actor of agent {name!r}: {_first_lines(exc)}",
@@ -156,6 +164,24 @@ async def drive(
         if outcome.kind != "handoff":
             return outcome
         envelope = dataclasses.replace(envelope, state=outcome.state, activate=True)
+
+
+async def _retired(
+    actor: Any, exc: BaseException, envelope: Envelope, client: CoordinatorClient
+) -> bool:
+    """Whether the run did not reach ``actor`` because it retires: it refused the run, or it
+    was gone when the run was sent and the coordinator knows it retired. The coordinator then
+    hands it out no more."""
+    if actor is None or isinstance(exc, (StaleActor, ActorRestarted)):
+        return False
+    actor_id = actor_key(actor)
+    if not isinstance(exc, ActorRetired):
+        try:
+            return await client.actor_retired(actor_id)
+        except LOST:  # (the coordinator is being replaced: recovery finds the new one)
+            return False
+    await client.actor_retiring(envelope.graph_fp, envelope.state.agent_name, actor_id)
+    return True
 
 
 def _first_lines(exc: BaseException, count: int = 12) -> str:

@@ -29,7 +29,16 @@ from raygents.runtime.link import wire
 from raygents.runtime.link.coalesce import Coalescer
 from raygents.runtime.link.handles import actor_key
 
-__all__ = ["LOST", "ActorRestarted", "Mailboxes", "RunBox", "pack", "unpack"]
+__all__ = [
+    "LOST",
+    "RETIRED",
+    "ActorRestarted",
+    "ActorRetired",
+    "Mailboxes",
+    "RunBox",
+    "pack",
+    "unpack",
+]
 
 LOST = (
     ray.exceptions.RayActorError,
@@ -38,6 +47,9 @@ LOST = (
     ray.exceptions.ObjectLostError,
 )
 """Ray errors that mean "the actor (or its node) is gone or unreachable", not "the call failed"."""
+RETIRED = "retired"
+"""What ``AgentActor.start`` answers instead of its incarnation when it retires: it took none
+of the runs (their caller looks the agent's actor up again)."""
 _TAKE_WAIT_S = 5.0  # how long one take waits at the actor for something to send
 _TAKE_AGAIN_S = 0.001  # after a take that brought items, the wait before the next one
 _RETRY_S = 0.2  # pause before taking again after the actor was unreachable
@@ -62,6 +74,11 @@ def unpack(blob: bytes) -> list[tuple[str, Any]]:
 
 class ActorRestarted(RaygentsError):
     """The actor that accepted a run was restarted by Ray: the run is no longer there."""
+
+
+class ActorRetired(RaygentsError):
+    """The actor a run was sent to retires (it was idle) and did not take the run: the run
+    goes to the agent's next actor as it is, with no recovery."""
 
 
 @dataclass
@@ -118,7 +135,7 @@ class Mailboxes:
 
     async def start(self, actor: Any, caller: str, run: RunBox, envelope: Any) -> str:
         """Start a run opened with :meth:`open` on ``actor``; returns the incarnation of the
-        actor that accepted it (see :meth:`accepted`).
+        actor that accepted it (see :meth:`accepted`), or raises :class:`ActorRetired`.
 
         The starts made on one actor in one turn of the event loop go in one call. Should
         that call fail for another reason than a lost actor, each of its runs is started on
@@ -127,6 +144,8 @@ class Mailboxes:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._starts.add((actor_key(actor), caller), (actor, envelope, future))
         instance = await future
+        if instance == RETIRED:
+            raise ActorRetired("the agent actor retires", run_id=run.run_id)
         self.accepted(actor, run, instance)
         return instance
 

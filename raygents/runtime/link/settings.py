@@ -68,6 +68,9 @@ class Settings:
     retention_s: float | None = None
     """How long ended runs' records and kept results stay in the store after their end
     (None: until ``raygents gc``)."""
+    idle_actor_s: float | None = 600.0
+    """An agent actor that has held no run (nothing a caller still needs) for this long
+    retires; None: agent actors stay as long as the coordinator."""
     keep_history: bool = False
     """Completed runs keep their checkpoint records (their history) beside their completion
     marker, until retention or ``raygents gc`` removes them (False: deleted at their end)."""

@@ -117,7 +117,7 @@ async def test_outboxes_of_callers_gone_for_long_are_dropped() -> None:
     boxes.get("gone").taken -= outbox_module._OUTBOX_IDLE_S + 1
     boxes.get("here")  # a new caller's outbox sweeps out the stale ones
     assert boxes.callers() == {"here"}
-    assert not boxes.undelivered()
+    assert not boxes.awaited()
 
 
 async def test_a_streamed_runs_events_go_in_batches_and_its_last_ones_with_its_outcome(
@@ -136,7 +136,7 @@ async def test_a_streamed_runs_events_go_in_batches_and_its_last_ones_with_its_o
     relay.done(done)
     relay.emit("late")  # type: ignore[arg-type]  # nothing follows the outcome
     assert outbox.items == [("r1", (["e1", "e2"], outcome))] and outbox.runs == 0
-    assert boxes.undelivered()
+    assert boxes.awaited()
 
 
 async def test_a_run_whose_task_raised_still_sends_a_failed_outcome() -> None:

@@ -1,13 +1,16 @@
-"""The agent actor registry without Ray: graphs, retiring actors of older definitions, and
-replacing an unresponsive actor (fake actor handles; creating actors needs Ray)."""
+"""The agent actor registry without Ray: graphs, retiring actors of older definitions and idle
+ones, and replacing an unresponsive actor (fake actor handles; creating actors needs Ray)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from fakes import FakeHandle
 
 from raygents.errors import RaygentsError
 from raygents.runtime.coordinator.registry import ActorRegistry
+from raygents.runtime.link.handles import actor_key
 
 
 class _Actor:
@@ -68,3 +71,63 @@ def test_a_graph_with_the_same_definition_of_an_agent_keeps_its_actors() -> None
     assert set(registry.actors) == {("fp1", "a")}
     registry.register_graph("fp3", b"graph-3", {"a": 1})  # definitions unknown: all new
     assert old_a.target.retired
+
+
+class _Registry(ActorRegistry):
+    """Creates fake actors, named as Ray would name them."""
+
+    def _create(self, graph: Any, graph_fp: str, name: str, index: int | str) -> Any:
+        handle = _handle(f"{name}#{index}")
+        handle.index = index  # type: ignore[attr-defined]
+        return handle
+
+
+def test_a_retiring_actor_is_handed_out_no_more_and_its_successor_has_a_new_name() -> None:
+    registry = _Registry("test")
+    registry.register_graph("fp1", b"graph-1", {"a": 2})
+    first = registry.agent_actors("fp1", "a")
+    assert [h.index for h in first] == [0, 1]
+    registry.beats.beat("a#1", 0.0)
+    registry.retiring("fp1", "a", "a#1")
+    assert registry.actors[("fp1", "a")] == first[:1], "the other replica stays"
+    assert registry.retired("a#1") and not registry.retired("a#0")
+    assert registry.beats.of("a#1") is None
+    registry.retiring("fp1", "a", "a#1")  # told again (a caller it refused): nothing changes
+    again = registry.agent_actors("fp1", "a")
+    assert again[0] is first[0] and len(again) == 2
+    assert str(again[1].index).startswith("r"), "never the name the retiring one may hold"
+    registry.retiring("fp1", "a", "a#0")
+    registry.retiring("fp1", "a", actor_key(again[1]))
+    assert ("fp1", "a") not in registry.actors
+    assert all(str(h.index).startswith("r") for h in registry.agent_actors("fp1", "a"))
+
+
+def test_an_actor_unknown_here_that_retires_still_frees_its_agents_names() -> None:
+    """A restarted coordinator has not looked its predecessor's actors up yet: the next
+    lookup must not find the retiring one by its name."""
+    registry = _Registry("test")
+    registry.register_graph("fp1", b"graph-1", {"a": 1})
+    registry.retiring("fp1", "a", "a#0")
+    assert registry.retired("a#0")
+    (fresh,) = registry.agent_actors("fp1", "a")
+    assert str(fresh.index).startswith("r")
+
+
+def test_actors_of_an_older_definition_count_as_retired() -> None:
+    registry = _Registry("test")
+    registry.register_graph("fp1", b"graph-1", {"a": 1})
+    (old,) = registry.agent_actors("fp1", "a")
+    registry.register_graph("fp2", b"graph-2", {"a": 1})
+    assert old.target.retired and registry.retired(actor_key(old))
+    (later,) = registry.agent_actors("fp1", "a")  # a late run of the older graph
+    assert later is not old and str(later.index).startswith("r")
+
+
+def test_retired_ids_are_kept_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raygents.runtime.coordinator import registry as module
+
+    monkeypatch.setattr(module, "_RETIRED_KEPT", 3)
+    registry = ActorRegistry("test")
+    for n in range(5):
+        registry.retiring("fp", "a", f"x{n}")
+    assert [registry.retired(f"x{n}") for n in range(5)] == [False, False, True, True, True]
