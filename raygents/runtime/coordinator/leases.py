@@ -75,8 +75,9 @@ class LeaseBook:
     def lapse_in(self, run_id: str) -> float:
         """Seconds until every lease granted the run's earlier dispatches has lapsed (0:
         they have), counting a predecessor's for a run not dispatched here. Call it once a
-        new dispatch replaced them (no grant goes to them after that)."""
-        granted = self._granted.pop(run_id, self._started)
+        new dispatch replaced them (no grant goes to them after that); the grant is kept
+        until :meth:`dispatched`, for a claim of the run that comes meanwhile."""
+        granted = self._granted.get(run_id, self._started)
         return max(0.0, granted + self.lasts - self._clock())
 
     def forget(self, run_id: str) -> None:

@@ -126,12 +126,14 @@ def test_the_coordinator_grants_only_a_running_runs_newest_dispatch() -> None:
     running = {("r1", 2)}
     book = LeaseBook(LEASE_S, lambda run_id, epoch: (run_id, epoch) in running, lambda: now[0])
     lasts = LEASE_S * 1.01 + MARGIN_S
+    now[0] += 1.0
     assert book.grant([("r1", 1), ("r1", 2), ("r2", 1)]) == ["r1"]
     now[0] += 0.1
     assert book.lapse_in("r1") == pytest.approx(lasts - 0.1), "the grant of 0.1 s ago"
+    assert book.lapse_in("r1") == pytest.approx(lasts - 0.1), "a second claim meanwhile"
     book.dispatched("r1")  # its new dispatch, never granted
     assert book.lapse_in("r1") == 0.0
-    assert book.lapse_in("r2") == pytest.approx(lasts - 0.1), (
+    assert book.lapse_in("r2") == pytest.approx(lasts - 1.1), (
         "a run not dispatched here: a predecessor may have granted it up to this one's start"
     )
     now[0] += lasts
