@@ -57,6 +57,9 @@ _WRITE_BEHIND = 32  # write-behind records of one run in flight before the run w
 # for _SLOW_PUTS_S, so that a slow store does not stall the other runs on the actor's loop.
 _INLINE_PUT_MAX_S = 0.005
 _SLOW_PUTS_S = 10.0
+_LEASE_WAIT_S = 0.05
+"""How long a put whose run asked for its lease beside it waits for the answer, once the put
+returned, before it looks in the store instead."""
 
 
 class RecordWriter:
@@ -412,9 +415,10 @@ class RecordWriter:
         self, state: RunState, renewal: asyncio.Future[None] | None, at: float | None = None
     ) -> bool:
         """Whether the run's lease held at ``at`` (None: once answered), once ``renewal`` (a
-        request for it) is answered or half a lease has passed."""
+        request for it) is answered, or :data:`_LEASE_WAIT_S` has passed (a busy coordinator
+        answers late: the store's looks are not slower than that)."""
         if renewal is not None and not renewal.done():
-            await asyncio.wait([renewal], timeout=self.leases().lease_s / 2)
+            await asyncio.wait([renewal], timeout=_LEASE_WAIT_S)
         return self._holds(state, clock() if at is None else at)
 
     def _reported(self, put: _Put, fenced: bool) -> None:
