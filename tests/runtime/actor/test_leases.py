@@ -13,18 +13,16 @@ from typing import Any
 
 import pytest
 import ray
+import writerkit
 from fakes import FakeHandle
 
-from raygents.core.envelope import Outcome, RunState
-from raygents.core.messages import Message
+from raygents.core.envelope import Outcome
 from raygents.errors import CheckpointError
 from raygents.records import checkpoint
 from raygents.runtime.actor import reports as reports_module
 from raygents.runtime.actor.leases import Leases, clock
-from raygents.runtime.actor.writer import RecordWriter
 from raygents.runtime.coordinator.coordinator import Coordinator
 from raygents.runtime.coordinator.leases import MARGIN_S, LeaseBook
-from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.settings import Recovery, Settings
 from raygents.stores.base import Store
 from raygents.stores.open import open_store
@@ -38,35 +36,11 @@ def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reports_module, "_NOTE_WINDOW_S", 0.01)
 
 
-def _state(run_id: str, epoch: int) -> RunState:
-    return RunState(
-        run_id=run_id,
-        agent_name="worker",
-        messages=(Message("user", "go"),),
-        input_len=1,
-        turns=1,
-        epoch=epoch,
-    )
-
-
 def _s3(request: pytest.FixtureRequest) -> str:
     from s3_server import create_bucket
 
     server = request.getfixturevalue("session_s3")
     return f"s3://{create_bucket(server.endpoint_url)}/runs"
-
-
-async def _written(state: RunState, status: str, emit: Any) -> None:
-    pass
-
-
-async def _copy(coord: Coordinator, store: Store) -> RecordWriter:
-    """An agent actor's writer, putting records in ``store`` and asking ``coord``."""
-    directory = Directory("ns", FakeHandle(coord), owner="test")
-    await directory.settings()
-    writer = RecordWriter(directory, _written)
-    writer.use_store(store)
-    return writer
 
 
 def _counted(store: Store) -> list[str]:
@@ -154,9 +128,9 @@ async def test_a_leased_copy_puts_its_intents_and_its_marker_alone(
     coord = Coordinator("ns", Settings(store=_s3(request), recovery=RECOVERY))
     store = open_store(coord.store.url)
     calls = _counted(store)
-    writer = await _copy(coord, store)
+    writer = await writerkit.writer(store, coord)
     _, epoch = await coord.claim("r1", "driver", "worker")
-    state = await writer.save(_state("r1", epoch), "running", None)  # asks beside its put
+    state = await writer.save(writerkit.state("r1", epoch), "running", None)  # asks beside its put
     state = await writer.save(state, "running", None, checked=False)  # the batch's result
     state = await writer.save(state, "running", None)  # the next intent, leased
     await writer.finish(Outcome("completed", state))
@@ -171,12 +145,9 @@ async def test_a_file_store_copy_asks_for_no_lease_and_looks_instead(tmp_path: P
     store = open_store(coord.store.url)
     calls = _counted(store)
     handle = FakeHandle(coord)
-    directory = Directory("ns", handle, owner="test")
-    await directory.settings()
-    writer = RecordWriter(directory, _written)
-    writer.use_store(store)
+    writer = await writerkit.writer(store, coord, handle)
     _, epoch = await coord.claim("r1", "driver", "worker")
-    state = await writer.save(_state("r1", epoch), "running", None)
+    state = await writer.save(writerkit.state("r1", epoch), "running", None)
     state = await writer.save(state, "running", None)
     await writer.finish(Outcome("completed", state))
     assert calls == ["put", "has", "put", "has", "has", "list", "put"], calls
@@ -198,9 +169,9 @@ async def test_a_new_dispatch_marks_the_store_only_once_the_old_copys_lease_laps
 
     coord.store.mark = mark  # type: ignore[method-assign]
     store = open_store(coord.store.url)
-    writer = await _copy(coord, store)
+    writer = await writerkit.writer(store, coord)
     _, epoch = await coord.claim("r1", "driver", "worker")
-    state = await writer.save(_state("r1", epoch), "running", None)
+    state = await writer.save(writerkit.state("r1", epoch), "running", None)
     leases = writer.leases()
     assert leases.holds("r1", epoch, clock())
     _, again = await coord.claim("r1", "driver-2", "worker", True)  # a recovery
@@ -222,9 +193,9 @@ async def test_a_put_that_returns_after_the_lease_lapsed_is_checked(
     checks, finds the mark, and its tools never run."""
     coord = Coordinator("ns", Settings(store=_s3(request), recovery=RECOVERY))
     store = open_store(coord.store.url)
-    writer = await _copy(coord, store)
+    writer = await writerkit.writer(store, coord)
     _, epoch = await coord.claim("r1", "driver", "worker")
-    state = await writer.save(_state("r1", epoch), "running", None)
+    state = await writer.save(writerkit.state("r1", epoch), "running", None)
     assert writer.leases().holds("r1", epoch, clock())
     release = threading.Event()
     real_put = store.put_if_dir

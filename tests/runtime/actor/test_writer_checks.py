@@ -9,16 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeHandle
+import writerkit
 
-from raygents.core.envelope import Outcome, RunState
-from raygents.core.messages import Message
+from raygents.core.envelope import Outcome
 from raygents.errors import CheckpointError
 from raygents.records import checkpoint
 from raygents.runtime.actor import reports as reports_module
-from raygents.runtime.actor.writer import RecordWriter
 from raygents.runtime.coordinator.coordinator import Coordinator
-from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.settings import Settings
 from raygents.stores.base import Store
 from raygents.stores.file import FileStore
@@ -41,29 +38,6 @@ class _Coordinator:
 
     def discard(self, run_id: str, key: str) -> None:
         self.discarded.append((run_id, key))
-
-
-async def _noop(state: RunState, status: str, emit: Any) -> None:
-    pass
-
-
-async def _writer(store: Store, coordinator: Any) -> RecordWriter:
-    directory = Directory("ns", FakeHandle(coordinator), owner="test")
-    await directory.settings()
-    writer = RecordWriter(directory, _noop)
-    writer.use_store(store)
-    return writer
-
-
-def _state(run_id: str, epoch: int = 1) -> RunState:
-    return RunState(
-        run_id=run_id,
-        agent_name="worker",
-        messages=(Message("user", "go"),),
-        input_len=1,
-        turns=1,
-        epoch=epoch,
-    )
 
 
 def _counted(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -103,8 +77,8 @@ async def test_only_a_sync_record_that_gates_something_is_checked_after_its_put(
     every ``async`` record: the put alone."""
     store = FileStore(tmp_path / "store")
     calls = _counted(store, monkeypatch)
-    writer = await _writer(store, _Coordinator(durability))
-    state = await writer.save(_state("r1"), "running", None)  # a first intent
+    writer = await writerkit.writer(store, _Coordinator(durability))
+    state = await writer.save(writerkit.state("r1"), "running", None)  # a first intent
     state = await writer.save(state, "running", None, checked=False)  # its batch's result
     state = await writer.save(state, "running", None)  # the next intent
     await writer.finish(Outcome("suspended", state))  # (waits for write-behind records)
@@ -129,8 +103,8 @@ async def test_a_checked_record_after_a_deletion_is_fenced_though_an_unchecked_o
     unchecked one that landed after the deletion: the copy is fenced before its tools run."""
     store = _store_of(kind, tmp_path, request)
     coordinator = _Coordinator("sync")
-    writer = await _writer(store, coordinator)
-    state = await writer.save(_state("r1"), "running", None)  # checked: an intent
+    writer = await writerkit.writer(store, coordinator)
+    state = await writer.save(writerkit.state("r1"), "running", None)  # checked: an intent
     state = await writer.save(state, "running", None, checked=False)
     store.delete(store.list("runs/r1/"))  # the run's clean-up elsewhere
     if kind == "file":  # (a file store refuses even the unchecked put: no directory)
@@ -152,9 +126,9 @@ async def test_an_unchecked_record_of_a_fenced_copy_is_voided_by_the_coordinator
     Its report reaches the coordinator, which voids the record by its epoch and deletes it
     (the run's valid records do not build on it)."""
     coord = Coordinator("test", Settings(store=f"file://{tmp_path}", durability="async"))
-    writer = await _writer(coord.store, coord)
+    writer = await writerkit.writer(coord.store, coord)
     _, epoch = await coord.claim("r1", "driver", "worker")
-    state = await writer.save(_state("r1", epoch), "running", None)
+    state = await writer.save(writerkit.state("r1", epoch), "running", None)
     _, again = await coord.claim("r1", "driver-2", "worker", True)  # a recovery
     assert again == epoch + 1
     recovered = checkpoint.key_for("r1", 2, again)  # the recovered dispatch's first record
