@@ -10,12 +10,9 @@ Figures (runs/s, SlowDowns, retries, peak RSS) are printed (``-s``), never asser
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,15 +30,18 @@ HERE = Path(__file__).parent
 RUNS = int(os.environ.get("RAYGENTS_THROTTLE_RUNS", "2000"))
 """Concurrent runs (the issue's 2,000); each puts two or three objects (its records and its
 completion marker)."""
-RATE = 150
-"""PUTs per second the proxy lets through. The runs on this 2-core machine put about 300 a
-second through the proxy and moto when nothing holds them back, so at 150 the proxy answers
-SlowDown to a good share of them, while the rate stays high enough for botocore's retries
-(four attempts, backoff up to 20 s) and the store's two further rounds to get every put
-through: a put fails only after 12 SlowDowns in a row."""
-ACTOR_BYTES_PER_RUN = 256 * 1024
-"""What 2,000 runs in flight may add to the agent actor's memory, per run: a one-turn run holds
-a few kB of messages and its records (the write-behind holds at most 32 records of a run)."""
+RATE = 100
+"""PUTs per second the proxy lets through. 2,000 runs at once put about 80 a second on average
+through the proxy and moto on this 2-core machine, in bursts past 100: at 100 the proxy
+answers SlowDown to about one PUT in 18 (at 150 to one in 40, too few to show much). The rate
+stays high enough for botocore's retries (four attempts, backoff up to 20 s) and the store's
+two further rounds to get every put through: a put fails only after 12 SlowDowns in a row."""
+
+
+ACTOR_BYTES_PER_RUN = 128 * 1024
+"""What the runs in flight may add to the agent actor's memory, per run (about 50 kB measured
+here): a run holds its state (a few kB of messages) and the records it has not seen written,
+at most its write-behind bound (32) in ``async``; a one-turn run has three."""
 
 
 def _free_port() -> int:
@@ -72,6 +72,14 @@ def _send(proc: subprocess.Popen[str], line: str) -> None:
     proc.stdin.flush()
 
 
+def _failed(records: list[Any], *, put: bool) -> int:
+    """The requests of ``records`` (PUTs, or all others) that failed in a way a client sends
+    again: a SlowDown or a 5xx answered (by the proxy or by moto), or a reset connection."""
+    return sum(
+        1 for r in records if (r.method == "PUT") == put and (r.status is None or r.status >= 500)
+    )
+
+
 def _not_lost(bucket: str, run_ids: list[str]) -> list[str]:
     """The runs of ``run_ids`` without a completion marker in the store."""
     keys = S3Store(bucket, "runs").list("runs/")
@@ -96,31 +104,38 @@ def test_2000_concurrent_runs_on_a_throttled_store_complete_and_their_retries_ar
         ready = ready_json(proc, "the throttle driver")
         assert ready["ready"] == "noted"
         proxy.throttle(RATE)
-        slowdowns = proxy.count(method="PUT", fault="error")
-        puts = proxy.count(method="PUT")
+        first = len(proxy.records)
         _send(proc, "go")
         ran = ready_json(proc, "the throttle driver")["runs"]
         proxy.clear()
-        answered = proxy.count(method="PUT", fault="error") - slowdowns
-        sent = proxy.count(method="PUT") - puts
-        _send(proc, str(answered))
+        during = proxy.records[first:]
+        sent = sum(r.method == "PUT" for r in during)
+        answered = sum(r.method == "PUT" and r.fault == "error" for r in during)
+        failed_puts = _failed(during, put=True)  # (the SlowDowns, and moto's own 5xx if any)
+        _send(proc, str(failed_puts))
         scraped = ready_json(proc, "the throttle driver")
+        failed_others = _failed(proxy.records[first:], put=False)
     retries = scraped["retries"]
+    others = sum(v for k, v in retries.items() if k != "write")
     runs_per_s = RUNS / ran["wall_s"]
     print(
         f"\n{durability}: {RUNS} runs in {ran['wall_s']:.1f} s ({runs_per_s:.0f} runs/s); "
         f"{sent} PUTs sent, {answered} answered SlowDown at {RATE}/s; retries scraped "
-        f"{retries}; peak RSS {ran['peak_rss'] >> 20} MB, agent actor "
-        f"{ready['actor_rss'] >> 20} MB before, {ran['actor_peak_rss'] >> 20} MB at peak"
+        f"{retries} ({failed_others} other requests failed); peak RSS "
+        f"{ran['peak_rss'] >> 20} MB, agent actor {ready['actor_rss'] >> 20} MB before, "
+        f"{ran['actor_peak_rss'] >> 20} MB at peak"
     )
     assert ran["errors"] == {}
     assert ran["outputs"] == ["noted"] * RUNS
     assert _not_lost(bucket, ran["run_ids"]) == []
     assert answered > 0, "no PUT went past the rate"
-    # One retry for every SlowDown: each was answered to a put that botocore sent again (its
-    # answer's RetryAttempts) or that the store sent again in a further round, and none failed
-    # (a put fails, uncounted, only after its last attempt, and no run failed).
-    assert retries == {"write": answered}, scraped["lines"]
+    # One write retry for every SlowDown (and any 5xx a PUT met): each was answered to a put
+    # that botocore sent again (its answer's RetryAttempts) or that the store sent again in a
+    # further round, and none failed (a put fails, uncounted, only after its last attempt).
+    assert retries.get("write") == failed_puts, scraped["lines"]
+    # Reads, lists and deletes are not throttled; moto answers a few with 500 (a list racing
+    # the clean-up's deletes of completed runs' records): never a retry without a failure.
+    assert others <= failed_others, scraped["lines"]
     if durability == "async":
         # Its write-behind bounds what the actor holds per run in flight (at most 32 records).
         grown = ran["actor_peak_rss"] - ready["actor_rss"]

@@ -8,8 +8,9 @@ It talks to the test in JSON lines on stdout and plain lines on stdin:
 1. after a first run (the agent actor is up), ``{"ready": ...}`` with the actor's memory;
 2. on ``go`` (the test has throttled the proxy), the runs: started at once, then awaited;
    ``{"runs": ...}`` with each run's id and answer (or error) and the batch's figures;
-3. on a number N (the SlowDowns the proxy answered meanwhile), Ray's metrics endpoint scraped
-   until its ``raygents_store_retries`` counters add up to N or more (or a minute passed),
+3. on a number N (the PUTs that failed meanwhile: the SlowDowns), Ray's metrics endpoint
+   scraped until its ``raygents_store_retries`` counters of writes add up to N or more (or a
+   minute passed),
    then once more a few report intervals later: ``{"retries": ...}``;
 4. when stdin closes it shuts raygents and Ray down.
 
@@ -33,7 +34,7 @@ import ray
 import raygents as rg
 from raygents.testing import FunctionModel, call, calls, text
 
-_RETRIES = re.compile(r'^ray_raygents_store_retries(?:_total)?\{(.*)\} (\S+)$')
+_RETRIES = re.compile(r"^ray_raygents_store_retries(?:_total)?\{(.*)\} (\S+)$")
 _ACTION = re.compile(r'action="(\w+)"')
 _REPORT_S = 0.5
 """Ray's metrics report interval here (``metrics_report_interval_ms``)."""
@@ -59,9 +60,7 @@ def _actor_rss() -> int:
     """Resident memory of the agent actor processes below this driver, summed."""
     pids = loadkit.descendants()
     return sum(
-        loadkit.rss_bytes(pid)
-        for pid in pids
-        if loadkit.cmdline(pid).startswith("ray::AgentActor")
+        loadkit.rss_bytes(pid) for pid in pids if loadkit.cmdline(pid).startswith("ray::AgentActor")
     )
 
 
@@ -76,7 +75,8 @@ class _ActorPeak(loadkit.PeakRSS):
 
 
 def _runs(agent: rg.Agent, n: int) -> dict[str, Any]:
-    with _ActorPeak(interval_s=0.25) as peak:
+    peak = _ActorPeak(interval_s=0.25)
+    with peak:
         started = time.perf_counter()
         handles = {i: rg.start(agent, f"run {i}") for i in range(n)}
         batch = asyncio.run(loadkit.wait_all(handles))
@@ -108,7 +108,7 @@ def scrape(port: int) -> tuple[dict[str, float], list[str]]:
 
 
 def _retries(port: int, wanted: int) -> dict[str, Any]:
-    """Scrape until the retries add up to ``wanted`` (or a minute passed), then once more
+    """Scrape until the write retries add up to ``wanted`` (or a minute passed), then once more
     after a few report intervals (a count past ``wanted`` shows up too)."""
     deadline = time.monotonic() + 60
     totals: dict[str, float] = {}
@@ -116,7 +116,7 @@ def _retries(port: int, wanted: int) -> dict[str, Any]:
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             totals, lines = scrape(port)
-            if sum(totals.values()) >= wanted:
+            if totals.get("write", 0.0) >= wanted:
                 break
         time.sleep(_REPORT_S)
     time.sleep(4 * _REPORT_S)
