@@ -422,7 +422,6 @@ class Coordinator:
         if lapse > 0:
             await asyncio.sleep(lapse)
         await self.records.mark_fence(run_id, epoch)
-        self.leases.dispatched(run_id)
 
     def lease(self, runs: list[tuple[str, int]]) -> list[str]:
         """Grant each ``(run_id, epoch)`` that is its running run's newest dispatch a lease
