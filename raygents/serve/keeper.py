@@ -17,6 +17,7 @@ from typing import Any
 import raygents as rg
 from raygents.core.messages import Message, to_messages
 from raygents.errors import CANCEL, RaygentsError, UserError
+from raygents.runtime.link.untied import untied
 from raygents.serve.document import ENDED, ask, run_document, run_info, run_state
 from raygents.serve.keeperstore import KeeperRecords, Queued, Restored, app_folder
 from raygents.serve.problems import problem_of
@@ -145,7 +146,8 @@ class Keeper:
             self._spawn(self._deliver(run_id, delivery, record.gen, record.body))
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
+        # (a run followed or a delivery outlives the request that asked for it)
+        task = untied().run(asyncio.ensure_future, coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import raygents as rg
 from raygents.agents.result import RunResult
@@ -19,6 +20,7 @@ from raygents.errors import (
     UserError,
 )
 from raygents.ids import validate_id
+from raygents.runtime.link.untied import untied
 from raygents.serve.body import ApprovalsRequest, ResolutionsRequest, RunRequest
 from raygents.serve.document import (
     ENDED,
@@ -37,6 +39,7 @@ from raygents.serve.webhook import check_url
 __all__ = ["Service"]
 
 log = logging.getLogger("raygents")
+T = TypeVar("T")
 _MAX_LIST = 1000
 
 
@@ -97,23 +100,34 @@ class Service:
         if request.run_id is not None and await self.known(request.run_id):
             raise Problem(409, "RunExists", f"run id {request.run_id!r} is already in use")
         agent = self.agents[request.agent]
+        options = start_options(request.model_dump())
         try:
-            handle = await asyncio.to_thread(
-                rg.start, agent, request.input, **start_options(request.model_dump())
+            handle = await self.begin(
+                lambda: rg.start(agent, request.input, **options), request.webhook
             )
         except RaygentsError as exc:
             raise problem_of(exc) from None
         return await self.answer(handle, wait=request.wait, webhook=request.webhook)
 
+    async def begin(self, start: Callable[[], rg.RunHandle], webhook: str | None) -> rg.RunHandle:
+        """Start a run (``start``, in a thread) and watch its webhook: done whole even if the
+        client hangs up meanwhile (it finds the run by its id)."""
+
+        async def begin() -> rg.RunHandle:
+            handle = await asyncio.to_thread(start)
+            if webhook is not None:
+                await _wait_claimed(handle.run_id)  # (the keeper reads its entry)
+                await self.keeper.watch.remote(handle.run_id, webhook)
+            return handle
+
+        return await _even_if_hung_up(begin())
+
     async def answer(
         self, handle: rg.RunHandle, *, wait: bool, webhook: str | None
     ) -> tuple[int, dict[str, Any]]:
-        """201 and a run just started's info (its outcome with ``wait``), its webhook
-        watched."""
-        if not wait or webhook is not None:
-            await _wait_claimed(handle.run_id)  # (the answer, and the keeper, read its entry)
-        if webhook is not None:
-            await self.keeper.watch.remote(handle.run_id, webhook)
+        """201 and the info of a run :meth:`begin` started (its outcome with ``wait``)."""
+        if not wait and webhook is None:
+            await _wait_claimed(handle.run_id)  # (the answer reads its entry)
         error: BaseException | None = None
         result: RunResult | None = None
         if wait:
@@ -136,7 +150,9 @@ class Service:
         if request.run_id is not None and await self.known(request.run_id):
             raise Problem(409, "RunExists", f"run id {request.run_id!r} is already in use")
         body = request.model_dump(exclude={"wait", "if_busy", "webhook", "thread_id"})
-        answer = await self.keeper.post.remote(thread_id, body, request.if_busy)
+        answer = await _even_if_hung_up(
+            self._post(thread_id, body, request.if_busy, request.webhook)
+        )
         if "busy" in answer:
             raise Problem(
                 409,
@@ -149,13 +165,19 @@ class Service:
             status, kind, message = answer["problem"]
             raise Problem(status, kind, message)
         run_id = answer["run_id"]
-        if request.webhook is not None:
-            await self.keeper.watch.remote(run_id, request.webhook)
         if request.wait:
             await self.keeper.wait.remote(run_id)
         elif not answer["queued"]:
             await _wait_claimed(run_id)
         return 201, await self._document(run_id)
+
+    async def _post(
+        self, thread_id: str, body: dict[str, Any], if_busy: str, webhook: str | None
+    ) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.keeper.post.remote(thread_id, body, if_busy)
+        if webhook is not None and "run_id" in answer:
+            await self.keeper.watch.remote(answer["run_id"], webhook)
+        return answer
 
     async def known(self, run_id: str) -> bool:
         """Whether a run of this id is in the run table."""
@@ -325,6 +347,14 @@ class Service:
             "messages": messages_document(history),
             "runs": runs,
         }
+
+
+async def _even_if_hung_up(work: Coroutine[Any, Any, T]) -> T:
+    """Do ``work`` to its end even if the request is cancelled meanwhile (Serve cancels a
+    request whose client hangs up): a message taken, a run started or a webhook watched is
+    done whole, and the client that hung up finds it by its run id."""
+    task = untied().run(asyncio.ensure_future, work)
+    return await asyncio.shield(task)
 
 
 async def _wait_claimed(run_id: str, timeout_s: float = 10.0) -> None:

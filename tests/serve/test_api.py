@@ -163,6 +163,16 @@ def test_a_run_without_wait_answers_at_once_and_is_read_back(served: Served) -> 
     assert served.get("/v1/runs", params={"limit": 1}).json()["runs"].__len__() == 1
 
 
+def test_a_client_that_hangs_up_leaves_its_run_going(served: Served) -> None:
+    # Serve cancels the request of a client that hangs up: the run it started is not the
+    # request's, and goes on to its end (here mid-run, its first nap under way).
+    body = {"agent": "napper", "input": "0.4", "run_id": "hung-up-1", "wait": True}
+    with pytest.raises(httpx.ReadTimeout):
+        served.post("/v1/runs", body, timeout=0.8)
+    doc = served.until("hung-up-1", "completed", "failed", "cancelled")
+    assert doc["status"] == "completed" and doc["output"] == "napped 3 times", doc
+
+
 def test_typed_output_is_json(served: Served) -> None:
     doc = served.post("/v1/runs", {"agent": "weather", "input": "Oslo?", "wait": True}).json()
     assert doc["output"] == {"city": "Oslo", "degrees": 4}

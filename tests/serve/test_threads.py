@@ -7,6 +7,7 @@ import concurrent.futures
 import time
 from typing import Any
 
+import httpx
 import pytest
 from servekit import Served
 
@@ -36,8 +37,13 @@ def replier(req: rg.ModelRequest) -> rg.ModelResponse:
 AGENTS = [rg.Agent("chat", tools=[think], model=FunctionModel(replier), session=rg.MemorySession())]
 
 
-def post(served: Served, thread: str, message: str, **options: Any) -> Any:
-    return served.post(f"/v1/threads/{thread}/runs", {"agent": "chat", "input": message, **options})
+def post(
+    served: Served, thread: str, message: str, timeout: float | None = None, **options: Any
+) -> Any:
+    body = {"agent": "chat", "input": message, **options}
+    return served.post(
+        f"/v1/threads/{thread}/runs", body, **({"timeout": timeout} if timeout else {})
+    )
 
 
 def test_a_thread_keeps_its_conversation(served: Served) -> None:
@@ -104,6 +110,15 @@ def test_an_interrupt_cancels_the_run_in_flight_and_keeps_its_history(served: Se
         if m["role"] == "user"
     ]
     assert users == ["slow 20", "stop that"]
+
+
+def test_a_client_that_hangs_up_on_a_thread_leaves_its_run_and_the_thread_going(
+    served: Served,
+) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        post(served, "t-hung", "slow 1", run_id="t-hung-1", wait=True, timeout=0.5)
+    assert served.until("t-hung-1", "completed")["output"] == "slow 1"
+    assert post(served, "t-hung", "next", wait=True).json()["output"] == "slow 1 | next"
 
 
 def test_threads_refuse_bad_ids_and_unknown_threads(served: Served) -> None:

@@ -17,6 +17,7 @@ from raygents.runtime.coordinator.relay import EventRelay
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.drive import SuspendToken, drive
 from raygents.runtime.link.ending import terminal_event
+from raygents.runtime.link.untied import untied
 
 __all__ = ["DetachedRuns"]
 
@@ -83,7 +84,8 @@ class DetachedRuns:
             client=directory.client,
             mailboxes=directory.mailboxes,
         )
-        task = asyncio.ensure_future(driving)
+        # (the run is not the caller's: cancelling the caller's Ray task leaves it going)
+        task = untied().run(asyncio.ensure_future, driving)
         task.add_done_callback(lambda _: events.put_nowait(None))
         try:
             while (item := await events.get()) is not None:

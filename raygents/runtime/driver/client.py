@@ -36,6 +36,7 @@ from raygents.runtime.link.coordinator_client import COORDINATOR_NAME, Coordinat
 from raygents.runtime.link.directory import Directory
 from raygents.runtime.link.handles import actor_key
 from raygents.runtime.link.settings import Durability, Recovery, Settings
+from raygents.runtime.link.untied import untied
 
 __all__ = ["Runtime", "current", "init", "shutdown"]
 
@@ -186,12 +187,15 @@ class Runtime:
         self.wait(send())
 
     def call_soon(self, fn: Any, *args: Any) -> None:
-        """Run ``fn(*args)`` on the runtime's loop."""
-        self.loop.call_soon_threadsafe(fn, *args)
+        """Run ``fn(*args)`` on the runtime's loop, untied from the caller's Ray task (see
+        :mod:`~raygents.runtime.link.untied`)."""
+        self.loop.call_soon_threadsafe(fn, *args, context=untied())
 
     def submit(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Schedule a coroutine on the runtime's loop."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        """Schedule a coroutine on the runtime's loop. What it asks of Ray is untied from
+        the caller's Ray task: a Serve request cancelled when its client hangs up, or a Ray
+        task cancelled by its owner, cancels none of it (a run is cancelled by its handle)."""
+        return untied().run(asyncio.run_coroutine_threadsafe, coro, self.loop)
 
     def wait(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = 120) -> T:
         """Run a coroutine on the runtime's loop and wait for its result."""
