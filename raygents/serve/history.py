@@ -73,7 +73,9 @@ async def fork(service: Service, run_id: str, request: ForkRequest) -> tuple[int
         "max_tokens": request.max_tokens,
     }
     try:
-        handle = await service.begin(lambda: rg.fork(source, **options), request.webhook)
+        handle = await service.begin(
+            lambda: rg.fork(source, **options), request.webhook, wait=request.wait
+        )
     except RaygentsError as exc:
         raise _problem(exc, "input" if request.input is not None else None) from None
     except (TypeError, ValueError) as exc:  # (input that is not messages)

@@ -20,6 +20,7 @@ from raygents.errors import (
     UserError,
 )
 from raygents.ids import validate_id
+from raygents.runtime.link.coordinator_client import Listed
 from raygents.runtime.link.untied import untied
 from raygents.serve.body import ApprovalsRequest, ResolutionsRequest, RunRequest
 from raygents.serve.document import (
@@ -41,6 +42,8 @@ __all__ = ["Service"]
 log = logging.getLogger("raygents")
 T = TypeVar("T")
 _MAX_LIST = 1000
+_TABLE_STATUSES = {"running": frozenset({"running", "pending", "unknown"})}
+"""The run table's statuses a document's status stands for, where not only its own."""
 
 
 def checked_id(value: str, what: str = "run id") -> str:
@@ -103,18 +106,30 @@ class Service:
         options = start_options(request.model_dump())
         try:
             handle = await self.begin(
-                lambda: rg.start(agent, request.input, **options), request.webhook
+                lambda: rg.start(agent, request.input, **options),
+                request.webhook,
+                wait=request.wait,
             )
         except RaygentsError as exc:
             raise problem_of(exc) from None
         return await self.answer(handle, wait=request.wait, webhook=request.webhook)
 
-    async def begin(self, start: Callable[[], rg.RunHandle], webhook: str | None) -> rg.RunHandle:
+    async def begin(
+        self, start: Callable[[], rg.RunHandle], webhook: str | None, *, wait: bool
+    ) -> rg.RunHandle:
         """Start a run (``start``, in a thread) and watch its webhook: done whole even if the
-        client hangs up meanwhile (it finds the run by its id)."""
+        client hangs up meanwhile (it finds the run by its id). Unless the answer waits for
+        the run's end, the run's claim is sent at once: the answer (and the keeper) read
+        the run table's entry."""
+
+        def started() -> rg.RunHandle:
+            handle = start()
+            if not wait or webhook is not None:
+                rg_runtime().send_notes()
+            return handle
 
         async def begin() -> rg.RunHandle:
-            handle = await asyncio.to_thread(start)
+            handle = await asyncio.to_thread(started)
             if webhook is not None:
                 await _wait_claimed(handle.run_id)  # (the keeper reads its entry)
                 await self.keeper.watch.remote(handle.run_id, webhook)
@@ -212,16 +227,12 @@ class Service:
         """``GET /v1/runs``: newest first."""
         if not 1 <= limit <= _MAX_LIST:
             raise Problem(422, "ValidationError", f"limit: 1 to {_MAX_LIST}", field="limit")
-        infos = await ask(rg_client().list_runs(None))
+        runs = None
         if thread_id is not None:
-            wanted = set(await self.keeper.runs_of.remote(checked_id(thread_id, "thread id")))
-            infos = [i for i in infos if i.run_id in wanted]
-        docs = [info_document(i) for i in infos]
-        docs = [
-            d for d in docs if status in (None, d["status"]) and agent in (None, d["last_agent"])
-        ]
-        docs.sort(key=lambda d: d["updated_at"], reverse=True)
-        return {"runs": docs[:limit]}
+            runs = frozenset(await self.keeper.runs_of.remote(checked_id(thread_id, "thread id")))
+        statuses = None if status is None else _TABLE_STATUSES.get(status, frozenset({status}))
+        infos = await ask(rg_client().list_runs(None, Listed(limit, statuses, agent, runs)))
+        return {"runs": [info_document(i) for i in reversed(infos)]}
 
     # --- stopping and going on ------------------------------------------------------------
     async def cancel(self, run_id: str) -> dict[str, Any]:
@@ -371,6 +382,11 @@ async def _wait_claimed(run_id: str, timeout_s: float = 10.0) -> None:
 
 def rg_client() -> Any:
     """This process's coordinator client."""
+    return rg_runtime().directory.client
+
+
+def rg_runtime() -> Any:
+    """This process's raygents runtime."""
     from raygents.runtime.driver.client import current
 
-    return current().directory.client
+    return current()

@@ -156,6 +156,9 @@ def test_a_run_without_wait_answers_at_once_and_is_read_back(served: Served) -> 
     assert answer.status_code == 201, answer.text
     assert answer.json()["run_id"] == "nap-1"
     assert answer.json()["status"] in ("running", "completed")
+    running = served.get("/v1/runs", params={"status": "running", "agent": "napper"}).json()
+    if "nap-1" not in [r["run_id"] for r in running["runs"]]:  # (unless it ended already)
+        assert served.get("/v1/runs/nap-1").json()["status"] == "completed"
     doc = served.until("nap-1", "completed")
     assert doc["output"] == "napped 3 times" and doc["turns"] == 4
     listed = served.get("/v1/runs", params={"agent": "napper", "status": "completed"}).json()

@@ -31,6 +31,7 @@ from raygents.runtime.coordinator.recordstore import RecordStore
 from raygents.runtime.coordinator.registry import ActorRegistry
 from raygents.runtime.coordinator.relay import EventRelay, Want
 from raygents.runtime.coordinator.runtable import RunTable
+from raygents.runtime.link.coordinator_client import Listed
 from raygents.runtime.link.follow import Follow
 from raygents.runtime.link.process import tune_collector
 from raygents.runtime.link.settings import Settings
@@ -471,15 +472,18 @@ class Coordinator:
                 self.table.results.keep(run_id, result)
         return info, result
 
-    async def list_runs(self, status: str | None = None) -> list[RunInfo]:
-        """Runs in the table, oldest update first, optionally of one status.
+    async def list_runs(
+        self, status: str | None = None, where: Listed | None = None
+    ) -> list[RunInfo]:
+        """Runs in the table, oldest update first, optionally of one status, and narrowed
+        by ``where`` (the newest of some statuses, of an agent, among some runs).
 
         While a start-up rebuild is still reading the store, this waits for it up to
         ``records.list_wait_s``; runs still not read then are listed with status ``"unknown"``
         (and a ``last_error`` that says so) when every status, or ``"unknown"``, is asked for.
         """
         complete = await self.records.rebuilt(self.records.list_wait_s)
-        return self.table.listing(status, complete)
+        return self.table.listing(status, complete, where)
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         """One run's entry (read from the store first if a rebuild has not read it yet, or

@@ -24,6 +24,7 @@ from raygents.errors import CheckpointError, TooManyRuns, UserError
 from raygents.records import rebuild
 from raygents.records.runinfo import RecordEntry, RunInfo, RunSummary, parent_of, table_status
 from raygents.runtime.coordinator.admission import DEFAULT_TENANT, Admission
+from raygents.runtime.link.coordinator_client import Listed
 
 __all__ = ["KeptResults", "RunTable"]
 
@@ -187,12 +188,17 @@ class RunTable:
             self.results.keep(info.run_id, result)
         self._track(info)
 
-    def listing(self, status: str | None, complete: bool) -> list[RunInfo]:
+    def listing(
+        self, status: str | None, complete: bool, where: Listed | None = None
+    ) -> list[RunInfo]:
         """Runs in the table, oldest update first, optionally of one status; unless
         ``complete``, runs not read yet are listed as ``"unknown"`` when every status, or
-        ``"unknown"``, is asked for."""
+        ``"unknown"``, is asked for. ``where`` narrows it (see :class:`Listed`)."""
         found = [r for r in self.runs.values() if status is None or r.status == status]
-        found.sort(key=lambda r: r.updated_at)
+        if where is not None:
+            found = [r for r in found if where.takes(r)]
+        else:
+            found.sort(key=lambda r: r.updated_at)
         if not complete and status in (None, rebuild.UNKNOWN):
             found += [
                 RunInfo(
@@ -204,7 +210,10 @@ class RunTable:
                     "back from the store (it restarted), or the store failed; ask again",
                 )
                 for run_id in list(self.unread)
+                if where is None or where.takes_unread(run_id)
             ]
+        if where is not None:
+            found = heapq.nlargest(where.newest, found, key=lambda r: r.updated_at)[::-1]
         return found
 
     # --- dispatches ---------------------------------------------------------------------

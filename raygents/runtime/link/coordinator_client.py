@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -11,6 +12,7 @@ import ray.exceptions
 
 from raygents.errors import RaygentsError, TooManyRuns, UserError
 from raygents.records import checkpoint
+from raygents.records.rebuild import UNKNOWN
 from raygents.runtime.link.settings import Settings
 
 if TYPE_CHECKING:
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from raygents.records.runinfo import Note, RecordEntry, RunInfo, RunSummary
     from raygents.runtime.link.follow import Follow
 
-__all__ = ["COORDINATOR_NAME", "CoordinatorClient", "checked_settings", "raygents_error"]
+__all__ = ["COORDINATOR_NAME", "CoordinatorClient", "Listed", "checked_settings", "raygents_error"]
 
 COORDINATOR_NAME = "raygents:coordinator"
 
@@ -43,6 +45,34 @@ def raygents_error(exc: Any) -> BaseException:
     without Ray's wrapping and remote traceback; anything else (a bug) as Ray raised it."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, RaygentsError) else exc
+
+
+@dataclass(frozen=True)
+class Listed:
+    """Which runs a listing gives: the ``newest`` (by their last update) of those in
+    ``statuses`` (any, if None), of agent ``agent`` (any, if None) and among ``run_ids``
+    (any, if None). The coordinator narrows a listing so that a caller that wants a page of
+    a large table (the HTTP API's ``GET /v1/runs``) gets only that page."""
+
+    newest: int
+    statuses: frozenset[str] | None = None
+    agent: str | None = None
+    run_ids: frozenset[str] | None = None
+
+    def takes(self, info: RunInfo) -> bool:
+        return (
+            (self.statuses is None or info.status in self.statuses)
+            and (self.agent is None or info.agent_name == self.agent)
+            and (self.run_ids is None or info.run_id in self.run_ids)
+        )
+
+    def takes_unread(self, run_id: str) -> bool:
+        """Whether a run not read yet (status ``unknown``, agent not known) is listed."""
+        return (
+            (self.statuses is None or UNKNOWN in self.statuses)
+            and self.agent is None
+            and (self.run_ids is None or run_id in self.run_ids)
+        )
 
 
 class CoordinatorClient:
@@ -154,9 +184,12 @@ class CoordinatorClient:
         info: RunInfo | None = await self._call(lambda c: c.get_run.remote(run_id))
         return info
 
-    async def list_runs(self, status: str | None = None) -> list[RunInfo]:
-        """The run table, optionally of one status."""
-        return list(await self._call(lambda c: c.list_runs.remote(status)))
+    async def list_runs(
+        self, status: str | None = None, where: Listed | None = None
+    ) -> list[RunInfo]:
+        """The run table, oldest update first, optionally of one status, and narrowed by
+        ``where``."""
+        return list(await self._call(lambda c: c.list_runs.remote(status, where)))
 
     async def wait(self, run_id: str) -> tuple[RunInfo | None, RunSummary | None]:
         """Wait until the run ends: its final entry and result, if the coordinator has it."""

@@ -14,6 +14,7 @@ from raygents.errors import CheckpointError, RunCancelled, TooManyRuns, UserErro
 from raygents.records import rebuild
 from raygents.records.runinfo import RunInfo, outcome_status, table_status
 from raygents.runtime.coordinator.runtable import KeptResults, RunTable, result_size
+from raygents.runtime.link.coordinator_client import Listed
 
 
 def _table() -> tuple[RunTable, list[tuple[str, bool]]]:
@@ -196,6 +197,28 @@ def test_a_listing_names_runs_not_read_yet_as_unknown_until_complete() -> None:
     assert [(r.run_id, r.status) for r in listed] == [("r1", "suspended"), ("later", "unknown")]
     assert [r.run_id for r in table.listing("unknown", complete=False)] == ["later"]
     assert table.listing("running", complete=False) == []
+
+
+def test_a_narrowed_listing_gives_the_newest_of_its_statuses_agent_and_runs() -> None:
+    table, _ = _table()
+    table.unread["later"] = rebuild.Listing("later")
+    for i, (status, agent) in enumerate(
+        [("completed", "a"), ("failed", "b"), ("completed", "b"), ("completed", "a")]
+    ):
+        table.finish(RunInfo(f"r{i}", status, agent, updated_at=float(i + 1)), None)
+    table.claim("r9", "driver", "a")  # (running, updated now: the newest)
+
+    def listed(where: Listed, complete: bool = True) -> list[str]:
+        return [r.run_id for r in table.listing(None, complete, where)]
+
+    assert listed(Listed(2)) == ["r3", "r9"], "oldest first, as a whole listing"
+    assert listed(Listed(10, frozenset({"completed"}))) == ["r0", "r2", "r3"]
+    assert listed(Listed(10, agent="b")) == ["r1", "r2"]
+    assert listed(Listed(1, frozenset({"completed"}), "a")) == ["r3"]
+    assert listed(Listed(10, run_ids=frozenset({"r1", "r9", "gone"}))) == ["r1", "r9"]
+    assert listed(Listed(10, frozenset({"running", "unknown"})), complete=False) == ["later", "r9"]
+    assert listed(Listed(10, agent="a"), complete=False) == ["r0", "r3", "r9"]
+    assert listed(Listed(10, run_ids=frozenset({"r9"})), complete=False) == ["r9"]
 
 
 def test_news_of_a_run_not_read_yet_replaces_what_its_records_would_say() -> None:
