@@ -8,6 +8,8 @@ Measured, each side on the same private Ray instance:
 - throughput at N concurrent runs: ``rg.start`` of N runs then their results, vs N posts with
   ``wait`` from 50 concurrent clients (runs/s, and HTTP's share of in-process);
 - SSE: 50 concurrent readers of finished runs' event streams (events/s delivered);
+- listing: ``GET /v1/runs?limit=50`` (what the run inspector page polls) once the run table
+  holds 2,000 runs (10,000 with ``--full``, the most completed runs it keeps; p50/p99);
 - baseline: a FastAPI app in this process (uvicorn) running the OpenAI Agents SDK on the same
   fake model, measured like the HTTP side (latency and runs/s), where it makes sense.
 
@@ -181,6 +183,18 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         events, wall = asyncio.run(_read_all(url, [r["run_id"] for r in runs], headers))
         sse = {"readers": len(runs), "events": events, "events_per_s": round(events / wall, 1)}
         machine.log(f"serve: sse {sse}")
+
+        table = {"smoke": 300, "quick": 2000, "full": 10000}[mode]
+        while (missing := table - len(rg.runs())) > 0:  # (1-turn runs, in chunks)
+            for h in [rg.start(agent, "k=0") for _ in range(min(missing, 500))]:
+                h.result()
+        listed = []  # the page's poll: the newest 50 runs of the table
+        for _ in range(reps):
+            t = time.perf_counter()
+            http.get("/v1/runs", params={"limit": CLIENTS}).raise_for_status()
+            listed.append(time.perf_counter() - t)
+        listing = {"runs_in_table": len(rg.runs()), "limit": CLIENTS, **_summary(listed)}
+        machine.log(f"serve: listing {listing}")
         http.close()
     finally:
         rgs.stop()
@@ -191,6 +205,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         "latency": latency,
         "throughput": throughput,
         "sse": sse,
+        "listing": listing,
         "fastapi_sdk_baseline": baseline,
         "targets": {
             "added_p50_ms_max": 10,

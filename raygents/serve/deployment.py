@@ -66,8 +66,8 @@ def app(
             ``["https://app.example.com"]``; none by default (CORS is off). Such a page still
             sends the bearer token itself.
 
-    raygents' namespace and store are this process's (if ``raygents.init`` ran), else the
-    default namespace and ``$RAYGENTS_STORE``.
+    raygents' namespace, store and durability are this process's (if ``raygents.init``
+    ran), else the default namespace, ``$RAYGENTS_STORE`` and ``sync``.
 
     Raises:
         UserError: bad agents, token, route prefix, networks or origins.
@@ -123,7 +123,7 @@ def start(
         raise UserError(f"port must be an int from 1 to 65535, got {port!r}")
     if type(num_replicas) is not int or num_replicas < 1:
         raise UserError(f"num_replicas must be an int >= 1, got {num_replicas!r}")
-    current()  # raygents (and Ray) up in this process: the app uses its namespace and store
+    current()  # raygents (and Ray) up in this process: the app uses its namespace, store, durability
     built = settings(
         agents,
         auth_token=auth_token,

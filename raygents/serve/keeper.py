@@ -69,6 +69,7 @@ class Keeper:
         rg.init(
             namespace=settings.namespace,
             store=settings.store,
+            durability=settings.durability,
             detached=True,
             handle_sigterm=False,
         )

@@ -63,6 +63,7 @@ class Service:
         rg.init(
             namespace=settings.namespace,
             store=settings.store,
+            durability=settings.durability,
             detached=True,  # the coordinator drives runs: they outlive this replica
             handle_sigterm=False,
         )

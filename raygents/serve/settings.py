@@ -11,6 +11,7 @@ from typing import Any
 
 from raygents.agents.agent import Agent
 from raygents.errors import UserError
+from raygents.runtime.link.settings import Durability
 
 __all__ = ["ServeSettings", "agents_by_name", "is_loopback", "settings"]
 
@@ -30,6 +31,8 @@ class ServeSettings:
     namespace: str
     store: str | None
     route_prefix: str = "/"
+    durability: Durability = "sync"
+    """The coordinator's durability, which replicas and the keeper join with."""
     webhook_networks: tuple[str, ...] = ()
     """Networks (CIDR) webhooks may reach although they are private, loopback or link-local."""
     heartbeat_s: float = 15.0
@@ -157,8 +160,8 @@ def settings(
 ) -> ServeSettings:
     """The settings of an app, from the arguments of ``app``/``start`` and the environment:
     the token (``$RAYGENTS_API_TOKEN``), the webhook secret (``$RAYGENTS_WEBHOOK_SECRET``),
-    and raygents' namespace and store (this process's runtime's if raygents is initialised,
-    else ``$RAYGENTS_STORE`` and the default namespace)."""
+    and raygents' namespace, store and durability (this process's runtime's if raygents is
+    initialised, else the default namespace, ``$RAYGENTS_STORE`` and ``sync``)."""
     from raygents.runtime.driver import client
 
     rt = client._runtime
@@ -169,6 +172,7 @@ def settings(
         webhook_secret=secret or None,
         namespace=rt.namespace if rt is not None else "raygents",
         store=rt.settings.store if rt is not None else None,
+        durability=rt.settings.durability if rt is not None else "sync",
         route_prefix=_route_prefix(route_prefix),
         webhook_networks=_networks(webhook_networks),
         heartbeat_s=heartbeat_s,

@@ -50,7 +50,8 @@ def durable(
     ray_session: None, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[tuple[Served, str]]:
     """The module's agents served on a namespace of their own with a ``file://`` store (a
-    memory store keeps nothing across a restart of the keeper)."""
+    memory store keeps nothing across a restart of the keeper), in ``async`` durability (the
+    replicas and the keeper join the coordinator with its durability, whatever it is)."""
     from ray import cloudpickle, serve
 
     import raygents.serve as rgs
@@ -59,7 +60,7 @@ def durable(
     store: Path = tmp_path_factory.mktemp("keeper") / "store"
     namespace = f"keeper-{os.urandom(3).hex()}"
     rg.shutdown()
-    rg.init(namespace=namespace, store=f"file://{store}")
+    rg.init(namespace=namespace, store=f"file://{store}", durability="async")
     url = rgs.start(AGENTS, port=free_port(), auth_token=TOKEN, webhook_networks=["127.0.0.0/8"])
     http = client(url, TOKEN)
     try:
