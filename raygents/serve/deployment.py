@@ -123,7 +123,7 @@ def start(
         raise UserError(f"port must be an int from 1 to 65535, got {port!r}")
     if type(num_replicas) is not int or num_replicas < 1:
         raise UserError(f"num_replicas must be an int >= 1, got {num_replicas!r}")
-    current()  # raygents (and Ray) up in this process: the app uses its namespace, store, durability
+    current()  # raygents (and Ray) up here: the app uses its namespace, store, durability
     built = settings(
         agents,
         auth_token=auth_token,
