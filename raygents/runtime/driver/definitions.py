@@ -21,6 +21,7 @@ from ray.cloudpickle import cloudpickle as _cloudpickle
 
 from raygents.agents.agent import Agent
 from raygents.agents.tools import Tool
+from raygents.runtime.driver.canonical import canonical_digest
 
 __all__ = ["definitions"]
 
@@ -71,7 +72,7 @@ class _DefinitionPickler(_cp.Pickler):  # type: ignore[misc]
 
     def digest(self, obj: Any) -> str:
         self.dump(obj)
-        return hashlib.sha256(self.buffer.getvalue()).hexdigest()
+        return canonical_digest(self.buffer.getvalue())
 
     def persistent_id(self, obj: Any) -> str | None:
         if obj is self.root:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import abc
 import copyreg
 import dataclasses
-import hashlib
 import io
 import threading
 import types
@@ -46,6 +45,7 @@ from raygents.agents.agent import Agent, agent_graph
 from raygents.agents.tools import FunctionTool
 from raygents.core.annotations import resolve_annotations
 from raygents.errors import UserError
+from raygents.runtime.driver.canonical import canonical_digest
 from raygents.runtime.driver.definitions import definitions
 
 __all__ = ["known_agent", "snapshot"]
@@ -135,7 +135,7 @@ def _full(agent: Agent, graph: dict[str, Agent]) -> tuple[bytes, str, dict[str, 
         blob: bytes = cloudpickle.dumps(graph)  # type: ignore[no-untyped-call]
     except Exception as exc:
         raise UserError(f"agent graph of {agent.name!r} cannot be pickled for Ray: {exc}") from None
-    return blob, hashlib.sha256(blob).hexdigest()[:16], definitions(graph)
+    return blob, canonical_digest(blob)[:16], definitions(graph)
 
 
 def _key(graph: dict[str, Agent]) -> tuple[bytes, list[Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ from ray import cloudpickle
 import raygents as rg
 from raygents.agents.agent import agent_graph
 from raygents.runtime.driver import snapshot as snapshots
+from raygents.runtime.driver.canonical import canonical_digest
 from raygents.testing import FunctionModel, text
 
 SETTINGS = {"greeting": "hello"}
@@ -33,7 +33,7 @@ def answer(request: rg.ModelRequest) -> rg.ModelResponse:
 def full(agent: rg.Agent) -> tuple[bytes, str]:
     """What the snapshot must be: cloudpickle's bytes of the graph, and their fingerprint."""
     blob = cloudpickle.dumps(dict(sorted(agent_graph(agent).items())))
-    return blob, hashlib.sha256(blob).hexdigest()[:16]
+    return blob, canonical_digest(blob)[:16]
 
 
 @pytest.fixture
@@ -142,6 +142,37 @@ def test_a_module_registered_by_value_later_changes_the_snapshot(dumps: list[Any
         cloudpickle.unregister_pickle_by_value(module)
     assert by_value != by_reference
     assert check(agent, dumps, fresh=False) == by_reference
+
+
+def test_a_copy_of_an_agent_has_its_fingerprints() -> None:
+    """An agent unpickled elsewhere (a Serve replica, a Ray task, a batch worker) is the same
+    definition: it gets the original's actors, and retires none of them. Its code travels by
+    value, and the copy's strings are not the objects the original shares (found by a copy
+    that got new actors and retired the original's)."""
+    suffix = "!"
+
+    def reply(request: rg.ModelRequest, punctuation: str = ".") -> rg.ModelResponse:
+        return text(SETTINGS["greeting"] + suffix + punctuation)
+
+    @rg.tool(remote=False)
+    def count(items: list[str], start: int = 0) -> int:
+        """Count items."""
+        return start + len(items)
+
+    helper = rg.Agent("copied-helper", "help", tools=[count], model=FunctionModel(reply))
+    agent = rg.Agent(
+        "copied",
+        "v1",
+        tools=[count, helper.as_tool("helper", "helps")],
+        handoffs=[helper],
+        model=FunctionModel(reply),
+    )
+    _, _, fp, defs = snapshots.snapshot(agent)
+    copy = cloudpickle.loads(cloudpickle.dumps(agent))
+    _, _, copy_fp, copy_defs = snapshots.snapshot(copy)
+    assert (copy_fp, copy_defs) == (fp, defs)
+    helper.instructions = "help more"  # (and a change is still a change)
+    assert snapshots.snapshot(agent)[2] != fp
 
 
 def test_a_graph_that_cannot_be_pickled_is_a_user_error() -> None:
