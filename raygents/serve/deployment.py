@@ -10,7 +10,7 @@ from ray import serve
 
 from raygents.agents.agent import Agent
 from raygents.errors import UserError
-from raygents.serve.settings import TOKEN_ENV, ServeSettings, is_loopback, settings
+from raygents.serve.settings import TOKEN_ENV, ServeSettings, is_loopback, packed, settings
 
 __all__ = ["APP_NAME", "RaygentsAPI", "app", "start", "stop"]
 
@@ -24,7 +24,7 @@ class RaygentsAPI:
     """One replica of the API: a raygents driver that holds no run (the coordinator drives
     them, so they go on when a replica restarts or moves)."""
 
-    def __init__(self, app_settings: ServeSettings) -> None:
+    def __init__(self, app_settings: bytes) -> None:
         from raygents.serve.service import Service
 
         self.service = Service(app_settings)
@@ -94,7 +94,7 @@ def _application(built: ServeSettings, num_replicas: int) -> Any:
         max_ongoing_requests=1000,
         ray_actor_options={"num_cpus": 0},
     )(RaygentsAPI)
-    return deployment.bind(built)
+    return deployment.bind(packed(built))
 
 
 def start(

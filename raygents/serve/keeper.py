@@ -21,7 +21,7 @@ from raygents.runtime.link.untied import untied
 from raygents.serve.document import ENDED, ask, run_document, run_info, run_state
 from raygents.serve.keeperstore import KeeperRecords, Queued, Restored, app_folder
 from raygents.serve.problems import problem_of
-from raygents.serve.settings import ServeSettings
+from raygents.serve.settings import ServeSettings, unpacked
 from raygents.serve.webhook import Delivery, body_of, deliver
 
 __all__ = ["Keeper", "keeper_actor", "start_options"]
@@ -62,10 +62,11 @@ class Keeper:
     store too: a keeper that restarts reads back the messages queued and the deliveries not
     made, and goes on with them (runs are the coordinator's: none is ever lost)."""
 
-    def __init__(self, settings: ServeSettings) -> None:
+    def __init__(self, app_settings: bytes) -> None:
+        """``app_settings``: the app's :func:`~raygents.serve.settings.packed` settings."""
         from raygents.runtime.driver.client import current
 
-        self.settings = settings
+        self.settings = settings = unpacked(app_settings)
         rg.init(
             namespace=settings.namespace,
             store=settings.store,
@@ -432,7 +433,7 @@ def rg_client() -> Any:
     return current().directory.client
 
 
-def keeper_actor(settings: ServeSettings) -> Any:
+def keeper_actor(settings: ServeSettings, app_settings: bytes) -> Any:
     """The app's keeper: the one that holds its name in raygents' namespace, else a new one
     (detached: it outlives the replica that made it; :func:`raygents.serve.stop` removes
     it; Ray restarts it if it dies, and it reads its records back). With a ``file://`` store
@@ -459,5 +460,5 @@ def keeper_actor(settings: ServeSettings) -> Any:
             max_restarts=-1,
             **placement,
         )
-        .remote(settings)
+        .remote(app_settings)
     )

@@ -34,7 +34,7 @@ from raygents.serve.document import (
 )
 from raygents.serve.keeper import keeper_actor, start_options
 from raygents.serve.problems import Problem, problem_of
-from raygents.serve.settings import ServeSettings
+from raygents.serve.settings import unpacked
 from raygents.serve.webhook import check_url
 
 __all__ = ["Service"]
@@ -57,8 +57,9 @@ def checked_id(value: str, what: str = "run id") -> str:
 class Service:
     """The API's operations for one replica."""
 
-    def __init__(self, settings: ServeSettings) -> None:
-        self.settings = settings
+    def __init__(self, app_settings: bytes) -> None:
+        """``app_settings``: the app's :func:`~raygents.serve.settings.packed` settings."""
+        self.settings = settings = unpacked(app_settings)
         self.agents = settings.agents
         rg.init(
             namespace=settings.namespace,
@@ -67,7 +68,7 @@ class Service:
             detached=True,  # the coordinator drives runs: they outlive this replica
             handle_sigterm=False,
         )
-        self.keeper = keeper_actor(settings)
+        self.keeper = keeper_actor(settings, app_settings)
 
     # --- runs -----------------------------------------------------------------------------
     def _check(self, request: RunRequest) -> None:

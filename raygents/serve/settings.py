@@ -51,6 +51,24 @@ class ServeSettings:
         return f"raygents-serve-keeper:{self.route_prefix}"
 
 
+def packed(app: ServeSettings) -> bytes:
+    """The settings as the app's processes get them: one pickle, made where the app is built,
+    that each replica and the keeper load (:func:`unpacked`). Copies loaded from one pickle
+    are alike, so their agents have the same fingerprints and the app's runs share agent
+    actors; a copy pickled again from a copy need not be."""
+    from ray import cloudpickle
+
+    return bytes(cloudpickle.dumps(app))  # type: ignore[no-untyped-call]
+
+
+def unpacked(blob: bytes) -> ServeSettings:
+    """The settings :func:`packed` made."""
+    from ray import cloudpickle
+
+    app: ServeSettings = cloudpickle.loads(blob)
+    return app
+
+
 def agents_by_name(agents: Agent | Sequence[Agent] | Mapping[str, Agent]) -> dict[str, Agent]:
     """``agents`` (an agent, a list of agents or ``{name: agent}``) keyed by the name requests
     use.

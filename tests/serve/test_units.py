@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 import raygents as rg
+from raygents.runtime.driver import snapshot
 from raygents.serve import auth, body, webhook
 from raygents.serve.problems import Problem, problem_of
-from raygents.serve.settings import agents_by_name, is_loopback, settings
+from raygents.serve.settings import agents_by_name, is_loopback, packed, settings, unpacked
+from raygents.testing import FunctionModel, text
 
 TOKEN = "x" * 24
 
@@ -29,6 +31,25 @@ def test_agents_are_named_as_requests_name_them() -> None:
     for bad in ([], [a, rg.Agent("a")], "a", [object()], {"": a}):
         with pytest.raises(rg.UserError):
             agents_by_name(bad)  # type: ignore[arg-type]
+
+
+def test_every_process_of_an_app_loads_agents_with_the_same_fingerprints() -> None:
+    """Replicas and the keeper load the app's settings from one pickle: their agents are one
+    graph (their runs share agent actors), and the same definitions as the original's (the
+    actors of a driver that runs the original are never retired for them)."""
+    greeting = "hi"
+
+    @rg.tool(remote=False)
+    def shout(word: str) -> str:
+        """Shout a word."""
+        return word.upper() + greeting
+
+    agent = rg.Agent("packed", tools=[shout], model=FunctionModel(lambda r: text(greeting)))
+    app = settings(agent, auth_token=TOKEN, webhook_secret=None, route_prefix="/")
+    blob = packed(app)
+    loaded = [snapshot.snapshot(unpacked(blob).agents["packed"]) for _ in range(2)]
+    assert loaded[0][2:] == loaded[1][2:]
+    assert loaded[0][3] == snapshot.snapshot(agent)[3]
 
 
 def test_the_token_comes_from_the_argument_or_the_environment(
