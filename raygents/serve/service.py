@@ -367,7 +367,17 @@ async def _even_if_hung_up(work: Coroutine[Any, Any, T]) -> T:
     request whose client hangs up): a message taken, a run started or a webhook watched is
     done whole, and the client that hung up finds it by its run id."""
     task = untied().run(asyncio.ensure_future, work)
-    return await asyncio.shield(task)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_unheard)
+        raise
+
+
+def _unheard(task: asyncio.Task[Any]) -> None:
+    """Log what went wrong in work whose request was cancelled (nobody hears it otherwise)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.info("a request whose client hung up failed after: %s", error)
 
 
 async def _wait_claimed(run_id: str, timeout_s: float = 10.0) -> None:
