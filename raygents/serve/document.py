@@ -20,6 +20,7 @@ from raygents.records.runinfo import RunInfo, RunSummary
 from raygents.runtime.driver.client import current
 
 __all__ = [
+    "RUNNING",
     "ENDED",
     "ask",
     "event_document",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+RUNNING = frozenset({"running", "pending", "unknown"})
+"""The run table's statuses that a document calls ``running``."""
 ENDED = frozenset(
     {"completed", "failed", "suspended", "awaiting_approval", "in_doubt", "cancelled"}
 )
@@ -73,7 +76,7 @@ def info_document(info: RunInfo) -> dict[str, Any]:
     """What the run table says of a run."""
     return {
         "run_id": info.run_id,
-        "status": "running" if info.status in ("pending", "unknown") else info.status,
+        "status": "running" if info.status in RUNNING else info.status,
         "last_agent": info.agent_name,
         "turns": info.turns,
         "attempts": info.attempts,

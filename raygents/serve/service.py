@@ -25,6 +25,7 @@ from raygents.runtime.link.untied import untied
 from raygents.serve.body import ApprovalsRequest, ResolutionsRequest, RunRequest
 from raygents.serve.document import (
     ENDED,
+    RUNNING,
     ask,
     info_document,
     messages_document,
@@ -42,8 +43,6 @@ __all__ = ["Service"]
 log = logging.getLogger("raygents")
 T = TypeVar("T")
 _MAX_LIST = 1000
-_TABLE_STATUSES = {"running": frozenset({"running", "pending", "unknown"})}
-"""The run table's statuses a document's status stands for, where not only its own."""
 
 
 def checked_id(value: str, what: str = "run id") -> str:
@@ -130,14 +129,14 @@ class Service:
                 rg_runtime().send_notes()
             return handle
 
-        async def begin() -> rg.RunHandle:
+        async def work() -> rg.RunHandle:
             handle = await asyncio.to_thread(started)
             if webhook is not None:
                 await _wait_claimed(handle.run_id)  # (the keeper reads its entry)
                 await self.keeper.watch.remote(handle.run_id, webhook)
             return handle
 
-        return await _even_if_hung_up(begin())
+        return await _even_if_hung_up(work())
 
     async def answer(
         self, handle: rg.RunHandle, *, wait: bool, webhook: str | None
@@ -232,7 +231,9 @@ class Service:
         runs = None
         if thread_id is not None:
             runs = frozenset(await self.keeper.runs_of.remote(checked_id(thread_id, "thread id")))
-        statuses = None if status is None else _TABLE_STATUSES.get(status, frozenset({status}))
+        statuses = (
+            None if status is None else RUNNING if status == "running" else frozenset({status})
+        )
         infos = await ask(rg_client().list_runs(None, Listed(limit, statuses, agent, runs)))
         return {"runs": [info_document(i) for i in reversed(infos)]}
 

@@ -13,7 +13,7 @@ from raygents.agents.agent import Agent
 from raygents.errors import UserError
 from raygents.runtime.link.settings import Durability
 
-__all__ = ["ServeSettings", "agents_by_name", "is_loopback", "settings"]
+__all__ = ["ServeSettings", "agents_by_name", "is_loopback", "packed", "settings", "unpacked"]
 
 TOKEN_ENV = "RAYGENTS_API_TOKEN"
 WEBHOOK_SECRET_ENV = "RAYGENTS_WEBHOOK_SECRET"
