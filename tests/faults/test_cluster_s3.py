@@ -134,7 +134,7 @@ def test_a_call_in_doubt_when_its_agents_node_is_lost_is_resolved_not_run_twice(
 ) -> None:
     """``on_recovery="ask"``: the node of the agent actor goes while the call runs."""
     report = scenarios.run("in_doubt_node")
-    assert report.get("error") is None
+    assert report.get("error") is None, (report, scenarios.log.read_text()[-4000:])
     assert report["in_doubt"] == [["charge0", "charge"]] and report["status"] == "in_doubt"
     assert report["starts_before"] == 1, "the call in doubt was not run again on recovery"
     assert report["effects_before"] <= 1

@@ -230,6 +230,10 @@ def _in_doubt_node(
             report["in_doubt"] = [[c.call_id, c.tool_name] for c in exc.calls]
         report["status"] = handle.status()
         time.sleep(3.5)  # (a copy of the call on a node that lives on is over by now)
+        # The resolution comes once Ray knows the node is gone (its health checks take about
+        # 15 s, longer on a busy machine): until then Ray may still send the rerun's task
+        # to the lost node, and a call lost again is rightly in doubt again.
+        cluster.wait_for_nodes(timeout=120)
         report["starts_before"] = _charges(work, "start")
         report["effects_before"] = _charges(work, "effect")
         again = rg.resume(handle.run_id, agent=agent, resolutions={"charge0": "rerun"})
