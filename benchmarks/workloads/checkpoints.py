@@ -13,7 +13,8 @@ in the store, i.e. every checkpoint record the run wrote (a completed run's reco
 afterwards). That is compared with the size of the run's final history (msgpack and JSON of its
 messages), for tool results of 64 B and 1 KiB.
 
-Also: ``Store.put`` of a 1 KiB record straight from the driver, per store, for reference.
+Also: ``Store.put`` of a 1 KiB record straight from the driver, per store, for reference, and
+on S3 one put every 100 ms (the pace of the runs at a 100 ms model: the reference of that row).
 
 S3 requests: a 2-turn and a 20-turn run in each mode, counted by kind and purpose, on the
 run's path and off it, through a recording proxy (see ``s3requests``; 100 ms model latency,
@@ -98,6 +99,10 @@ def _store_url(store: str, mode: str, tmp: str, moto: machine.Moto) -> str:
     return f"s3://{moto.bucket('ck-' + mode)}/runs-{mode}"
 
 
+_PACE_S = 0.1
+"""The model latency of the S3 rows at 100 ms: a run's puts come this far apart."""
+
+
 def _put_micro(tmp: str, moto: machine.Moto, n: int) -> dict[str, Any]:
     from raygents.stores.open import open_store
 
@@ -116,6 +121,17 @@ def _put_micro(tmp: str, moto: machine.Moto, n: int) -> dict[str, Any]:
             ts.append(time.perf_counter() - t)
         sm = stats.summary(ts)
         out[store] = {"p50_ms": stats.ms(sm["p50"]), "p99_ms": stats.ms(sm["p99"])}
+    # At a 100 ms model a run puts one record per model call, after 100 ms of quiet; moto
+    # answers a request after such a pause slower than one of a tight loop (any request, not
+    # only boto's: perf log 68), so the S3 target of that row is set against this p50.
+    s3, ts = open_store(urls["s3"]), []
+    for i in range(max(20, n // 4)):
+        time.sleep(_PACE_S)
+        t = time.perf_counter()
+        s3.put(f"runs/p{i % 7}/{i:010d}.ckpt", os.urandom(1024))
+        ts.append(time.perf_counter() - t)
+    sm = stats.summary(ts)
+    out["s3, a put per 100 ms"] = {"p50_ms": stats.ms(sm["p50"]), "p99_ms": stats.ms(sm["p99"])}
     return out
 
 
@@ -370,7 +386,7 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
         moto.stop()
 
     sync_file = table["file/sync"]["checkpoint_cost_per_turn_ms"]
-    put_s3 = micro["s3"]["p50_ms"]
+    put_s3, paced_s3 = micro["s3"]["p50_ms"], micro["s3, a put per 100 ms"]["p50_ms"]
     sync_s3, async_s3 = at_100ms["s3/sync"], at_100ms["s3/async"]
     worst = max(v["ratio_vs_msgpack_history"] for v in sizes.values())
     checks = {
@@ -384,10 +400,12 @@ def run(mode: str, tmp: str) -> dict[str, Any]:
             "target": "<= 3",
             "pass": worst <= 3.0,
         },
-        "sync on S3 adds <= 1.5x a PUT's p50 per turn over exit (100 ms model)": {
+        "sync on S3 adds <= 1.5x a PUT's p50 per turn over exit (100 ms model; a put per "
+        "100 ms, as the run makes them)": {
             "value_ms": sync_s3,
-            "target": f"<= {1.5 * put_s3:.2f} ms (1.5 x {put_s3:.2f})",
-            "pass": sync_s3 <= 1.5 * put_s3,
+            "target": f"<= {1.5 * paced_s3:.2f} ms (1.5 x {paced_s3:.2f}; back to back "
+            f"{put_s3:.2f})",
+            "pass": sync_s3 <= 1.5 * paced_s3,
         },
         "async on S3 adds <= 1 ms per turn over exit (100 ms model)": {
             "value_ms": async_s3,
