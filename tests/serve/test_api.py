@@ -3,6 +3,7 @@ status and shape, OpenAPI, the health check, approvals, cancel, suspend and resu
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -282,6 +283,39 @@ def test_suspend_then_resume(served: Served) -> None:
     served.until(run, "suspended", timeout_s=20)
     assert served.post(f"/v1/runs/{run}/resume").status_code == 200
     assert served.until(run, "completed", timeout_s=30)["output"] == "napped 3 times"
+
+
+class _HandsOffSlowly(rg.AgentHooks):
+    """Holds a handoff until the file the run's context names exists (so that a request
+    comes while the run is on its way to an agent that has no actor yet)."""
+
+    async def on_handoff(self, ctx: rg.RunContext, *agents: rg.Agent) -> None:
+        gate = Path(ctx.context["gate"])
+        (gate.parent / "handing_off").touch()
+        while not gate.exists():
+            await asyncio.sleep(0.05)
+
+
+def test_a_driver_run_suspended_over_http_on_its_way_to_a_new_actor_suspends(
+    served: Served, tmp_path: Path
+) -> None:
+    """A suspend the coordinator passes on while the run leaves one actor for another that
+    did not exist yet reaches the new actor (no process had told the run itself)."""
+    closing = rg.Agent("http_closer", model=FunctionModel(lambda req: text("closed")))
+    route = FunctionModel(lambda req: calls(call("transfer_to_http_closer", {}, id="h")))
+    opener = rg.Agent("http_opener", handoffs=[closing], model=route, hooks=_HandsOffSlowly())
+    gate = tmp_path / "gate"
+    handle = rg.start(opener, "go", context={"gate": str(gate)})
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "handing_off").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert served.post(f"/v1/runs/{handle.run_id}/suspend").status_code == 200
+    time.sleep(1.0)  # (the request reached every actor there is)
+    gate.touch()
+    with pytest.raises(rg.SuspendedError):
+        handle.result(timeout_s=60)
+    doc = served.until(handle.run_id, "suspended", timeout_s=20)
+    assert doc["last_agent"] == "http_closer"
 
 
 def test_the_token_is_in_no_log(served: Served) -> None:

@@ -44,13 +44,14 @@ from raygents.runtime.link.mailbox import RETIRED
 from raygents.runtime.link.process import tune_collector
 from raygents.telemetry import logs, metrics, tracing
 
-__all__ = ["AgentActor"]
+__all__ = ["EARLY_S", "AgentActor"]
 
 log = logging.getLogger("raygents")
 _exit_actor: Any = ray.actor.exit_actor
 
 _RETIRE_GRACE_S = 2.0  # how long a retired actor stays idle before it exits
-_EARLY_S = 60.0  # how long a suspend request for a run not here is kept
+EARLY_S = 60.0
+"""How long a suspend request for a run not on the actor is kept (the run may be on its way)."""
 
 
 @dataclass
@@ -193,7 +194,7 @@ class AgentActor:
             active = self._active.get(run_id)
             if active is None:
                 now = time.monotonic()
-                self._early = {k: v for k, v in self._early.items() if now - v[1] < _EARLY_S}
+                self._early = {k: v for k, v in self._early.items() if now - v[1] < EARLY_S}
                 self._early[run_id] = (cause, now, rest[0] if rest else None)
                 continue
             active.token.request(cause)
@@ -215,7 +216,7 @@ class AgentActor:
         _exit_actor()
 
     def _busy(self) -> bool:
-        return holds(self._active, self._outboxes, self._early, _EARLY_S)
+        return holds(self._active, self._outboxes, self._early, EARLY_S)
 
     async def _watch_idleness(self) -> None:
         """Once idle for the namespace's ``idle_actor_s`` (if set, and in a Ray actor), take

@@ -155,8 +155,9 @@ class Coordinator:
         """Ask runs, ``(run_id, cause[, epoch])``, to suspend (or, with cause ``CANCEL``, to
         stop at once): those driven here, and those on the agent actors created here (each
         actor acts on the runs it has, and remembers the others for a minute: they may be on
-        their way to it). A request without an epoch goes with the one the run table holds,
-        so no copy of it reaches a later dispatch of the run (its resume)."""
+        their way to it; an actor created within that minute gets them too). A request
+        without an epoch goes with the one the run table holds, so no copy of it reaches a
+        later dispatch of the run (its resume)."""
         self.driven.suspend(requests)
         dated: list[SuspendRequest] = []
         for run_id, cause, *rest in requests:
@@ -165,6 +166,7 @@ class Coordinator:
         for handles in self.registry.actors.values():
             for handle in handles:
                 handle.suspend.remote(dated)
+        self.registry.asked(dated)
 
     async def cancel(self, run_id: str) -> RunInfo | None:
         """Cancel a run that has not ended; its entry after, or None for a run not known.

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from raygents.errors import RaygentsError
-from raygents.runtime.actor.actor import AgentActor
+from raygents.runtime.actor.actor import EARLY_S, AgentActor
 from raygents.runtime.link.handles import actor_key
 from raygents.runtime.link.liveness import Beats
+
+if TYPE_CHECKING:
+    from raygents.core.envelope import SuspendRequest
 
 __all__ = ["ActorRegistry"]
 
@@ -24,6 +29,8 @@ _FLUSH_S = 3.0
 _RETIRED_KEPT = 10_000
 """How many retired actors' ids are kept (a caller whose cached handle names an older one
 recovers its run as from a lost actor)."""
+_ASKED_KEPT = 10_000
+"""How many runs' suspend requests are kept for the actors created after them, at most."""
 
 
 @dataclass
@@ -63,6 +70,9 @@ class ActorRegistry:
         self._renamed: set[tuple[str, str]] = set()
         """Agents an actor of which retired: their next actors get new names (a retiring
         actor may still hold its name a moment)."""
+        self._asked: OrderedDict[str, tuple[SuspendRequest, float]] = OrderedDict()
+        """The newest suspend request passed on for each run, and when (``time.monotonic``),
+        for :data:`EARLY_S`."""
 
     def register_graph(
         self,
@@ -90,6 +100,20 @@ class ActorRegistry:
                 self._forget(actor_key(handle))
             del self.actors[(fp, name)]
             self._renamed.add((fp, name))
+
+    def asked(self, requests: Sequence[SuspendRequest]) -> None:
+        """Suspend requests passed on to every actor there is: each actor created in the
+        next :data:`EARLY_S` gets them too. The run may be on its way to an agent that has
+        no actor yet (a handoff, or a run an actor refused as it retired), and no process
+        told the run itself (a suspend or cancel from another driver or the HTTP API)."""
+        now = time.monotonic()
+        for request in requests:
+            self._asked.pop(request[0], None)
+            self._asked[request[0]] = (request, now)
+        while self._asked and (
+            len(self._asked) > _ASKED_KEPT or now - next(iter(self._asked.values()))[1] > EARLY_S
+        ):
+            self._asked.popitem(last=False)
 
     def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
         """The actors serving ``name`` in ``graph_fp``, created on first use (and again for
@@ -166,6 +190,12 @@ class ActorRegistry:
         self.actors.clear()
 
     def _create(self, graph: _Graph, graph_fp: str, name: str, index: int | str) -> Any:
+        """A new agent actor, told the suspend requests of the last :data:`EARLY_S`."""
+        handle = self._create_actor(graph, graph_fp, name, index)
+        self._tell_asked(handle)
+        return handle
+
+    def _create_actor(self, graph: _Graph, graph_fp: str, name: str, index: int | str) -> Any:
         label = f"agent:{name}@{graph_fp[:8]}" + (f"#{index}" if index else "")
         # Detached, so that runs keep going while the coordinator restarts (an agent actor
         # stops itself once its coordinator is gone for good, see AgentActor), and named, so
@@ -185,3 +215,11 @@ class ActorRegistry:
         remote_cls = ray.remote(AgentActor).options(**options)
         me = ray.get_runtime_context().current_actor
         return remote_cls.remote(graph.blob, name, graph_fp, self.namespace, me, graph.definitions)
+
+    def _tell_asked(self, handle: Any) -> None:
+        """Send a new actor the suspend requests of the last :data:`EARLY_S` (see
+        :meth:`asked`)."""
+        now = time.monotonic()
+        recent = [request for request, at in self._asked.values() if now - at <= EARLY_S]
+        if recent:
+            handle.suspend.remote(recent)

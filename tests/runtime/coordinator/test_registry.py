@@ -16,9 +16,13 @@ from raygents.runtime.link.handles import actor_key
 class _Actor:
     def __init__(self) -> None:
         self.retired = False
+        self.asked: list[Any] = []
 
     def retire(self) -> None:
         self.retired = True
+
+    def suspend(self, requests: list[Any]) -> None:
+        self.asked.append(list(requests))
 
 
 def _handle(actor_id: str) -> FakeHandle:
@@ -131,3 +135,34 @@ def test_retired_ids_are_kept_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> 
     for n in range(5):
         registry.retiring("fp", "a", f"x{n}")
     assert [registry.retired(f"x{n}") for n in range(5)] == [False, False, True, True, True]
+
+
+def test_an_actor_created_after_a_suspend_request_gets_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run may be on its way to an agent that has no actor yet when a suspend comes: the
+    actors created in the next minute get the newest request of each run."""
+    from raygents.runtime.coordinator import registry as module
+
+    now = [100.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    registry = ActorRegistry("test")
+    created: list[FakeHandle] = []
+
+    def create(*_: Any) -> FakeHandle:
+        created.append(_handle(f"new{len(created)}"))
+        return created[-1]
+
+    monkeypatch.setattr(registry, "_create_actor", create)
+    registry.register_graph("fp1", b"graph-1", {"a": 1, "b": 1})
+    registry.asked([("r1", "drain", 2), ("r2", "cancel", 1)])
+    now[0] += 30
+    registry.asked([("r1", "cancel", 2)])  # (the newest of a run replaces its older one)
+    registry.agent_actors("fp1", "a")
+    assert created[0].target.asked == [[("r2", "cancel", 1), ("r1", "cancel", 2)]]
+    now[0] += 40  # r2's request is 70 s old now, r1's 40 s
+    registry.replace_actor("fp1", "a", created[0])
+    assert created[1].target.asked == [[("r1", "cancel", 2)]]
+    now[0] += 30
+    registry.agent_actors("fp1", "b")
+    assert created[2].target.asked == [], "a minute on, nothing is sent"
