@@ -63,3 +63,31 @@ def test_cancelling_the_task_that_started_a_run_leaves_the_run_going(
     result = rg.attach("untied-1").result(timeout_s=60)
     assert result.final_output == "rested" and result.turns == 4
     ray.kill(starter)
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def start_and_wait(namespace: str, store: str, agent: rg.Agent, run_id: str, marker: str) -> str:
+    """Another driver in a plain (synchronous) Ray task."""
+    rg.init(namespace=namespace, store=store, detached=True, handle_sigterm=False)
+    handle = rg.start(agent, "rest", run_id=run_id, context={"marker": marker})
+    return str(handle.result(timeout_s=60).final_output)
+
+
+def test_cancelling_the_plain_task_that_started_a_run_leaves_the_run_going(
+    rt: None, tmp_path: Path
+) -> None:
+    runtime = current()
+    agent = rg.Agent("untied-napper-2", tools=[nap], model=FunctionModel(napper))
+    marker = tmp_path / "napping"
+    waiting = start_and_wait.remote(
+        runtime.namespace, runtime.settings.store, agent, "untied-2", str(marker)
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():  # (mid-run: the first nap under way)
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    ray.cancel(waiting)  # (recursive)
+    with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError)):
+        ray.get(waiting, timeout=30)
+    result = rg.attach("untied-2").result(timeout_s=60)
+    assert result.final_output == "rested" and result.turns == 4
