@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raygents")
 T = TypeVar("T")
+
+_WAKE_S = 0.2
+"""How often a thread waiting for a run's result wakes: Ray cancels a plain task by raising
+``KeyboardInterrupt`` in its thread, which a thread asleep in one long wait sees only when
+the wait ends."""
 
 __all__ = ["EventLog", "EventsAfter", "RunHandle"]
 
@@ -226,13 +232,22 @@ class RunHandle:
     def result(self, timeout_s: float | None = None) -> RunResult:
         """Wait for the run to end and return its result (or raise its error).
 
+        In a plain Ray task, ``ray.cancel`` of the task interrupts the wait within a fraction
+        of a second; the run keeps running (it is not the task's: see :meth:`cancel`).
+
         Raises:
             TimeoutError: the run did not end within ``timeout_s`` (it keeps running).
         """
-        try:
-            return self._future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"run {self.run_id} did not end within {timeout_s} s") from None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:  # (in slices: see _WAKE_S)
+            left = _WAKE_S if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return self._future.result(min(left, _WAKE_S))
+            except concurrent.futures.TimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"run {self.run_id} did not end within {timeout_s} s"
+                    ) from None
 
     def __await__(self) -> Generator[Any, None, RunResult]:
         return asyncio.wrap_future(self._future).__await__()

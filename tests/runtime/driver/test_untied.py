@@ -65,29 +65,44 @@ def test_cancelling_the_task_that_started_a_run_leaves_the_run_going(
     ray.kill(starter)
 
 
+@rg.tool(num_cpus=0)
+def held(ctx: rg.ToolContext) -> str:
+    """Wait until the run's gate file exists."""
+    Path(ctx.context["marker"]).touch()
+    while not Path(ctx.context["gate"]).exists():
+        time.sleep(0.05)
+    return "let through"
+
+
+def holder(req: rg.ModelRequest) -> rg.ModelResponse:
+    done = [m.text for m in req.messages if m.role == "tool"]
+    return text(f"{done[0]}") if done else calls(call("held", {}, id="h"))
+
+
 @ray.remote(num_cpus=0, max_retries=0)
-def start_and_wait(namespace: str, store: str, agent: rg.Agent, run_id: str, marker: str) -> str:
+def start_and_wait(namespace: str, store: str, agent: rg.Agent, run_id: str, work: str) -> str:
     """Another driver in a plain (synchronous) Ray task."""
     rg.init(namespace=namespace, store=store, detached=True, handle_sigterm=False)
-    handle = rg.start(agent, "rest", run_id=run_id, context={"marker": marker})
-    return str(handle.result(timeout_s=60).final_output)
+    context = {"marker": f"{work}/holding", "gate": f"{work}/gate"}
+    handle = rg.start(agent, "hold", run_id=run_id, context=context)
+    return str(handle.result(timeout_s=120).final_output)
 
 
 def test_cancelling_the_plain_task_that_started_a_run_leaves_the_run_going(
     rt: None, tmp_path: Path
 ) -> None:
     runtime = current()
-    agent = rg.Agent("untied-napper-2", tools=[nap], model=FunctionModel(napper))
-    marker = tmp_path / "napping"
+    agent = rg.Agent("untied-holder", tools=[held], model=FunctionModel(holder))
     waiting = start_and_wait.remote(
-        runtime.namespace, runtime.settings.store, agent, "untied-2", str(marker)
+        runtime.namespace, runtime.settings.store, agent, "untied-2", str(tmp_path)
     )
     deadline = time.monotonic() + 60
-    while not marker.exists():  # (mid-run: the first nap under way)
+    while not (tmp_path / "holding").exists():  # (mid-run: its tool holds it)
         assert time.monotonic() < deadline
         time.sleep(0.02)
     ray.cancel(waiting)  # (recursive)
     with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError)):
-        ray.get(waiting, timeout=30)
+        ray.get(waiting, timeout=60)
+    (tmp_path / "gate").touch()  # (only once the task is gone)
     result = rg.attach("untied-2").result(timeout_s=60)
-    assert result.final_output == "rested" and result.turns == 4
+    assert result.final_output == "let through" and result.turns == 2
