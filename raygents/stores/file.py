@@ -316,16 +316,19 @@ class FileStore(Store):
             os.close(below)
 
     def _delete(self, keys: builtins.list[str]) -> None:
+        """Delete ``keys``, one walk to each directory they are in (a run's records share
+        one), then that directory and its parents while they are empty."""
         with self._os_errors("delete", keys[0] if len(keys) == 1 else None):
-            for key in keys:
-                *dirs, name = key.split("/")
+            for dirs, names in _by_directory(keys).items():
+                where = "".join(f"{d}/" for d in dirs)
                 with (
-                    self._skipping_links(key),
+                    self._skipping_links(where + names[0] if len(names) == 1 else where),
                     suppress(FileNotFoundError, NotADirectoryError),
                     self._walk(dirs) as chain,
                 ):
-                    with suppress(FileNotFoundError):
-                        os.unlink(name, dir_fd=chain[-1])  # (a link: the link itself)
+                    for name in names:
+                        with suppress(FileNotFoundError):
+                            os.unlink(name, dir_fd=chain[-1])  # (a link: the link itself)
                     self._prune(chain, dirs)
 
     @staticmethod
@@ -422,6 +425,15 @@ class FileStore(Store):
             raise CheckpointError(
                 f"cannot {action} {what} in {self.url}: {exc.strerror or exc}", key=key
             ) from exc
+
+
+def _by_directory(keys: Sequence[str]) -> dict[tuple[str, ...], list[str]]:
+    """The names of ``keys`` by the directories they are in, in the keys' order."""
+    found: dict[tuple[str, ...], list[str]] = {}
+    for key in keys:
+        *dirs, name = key.split("/")
+        found.setdefault(tuple(dirs), []).append(name)
+    return found
 
 
 def _open_dir(parent: int, name: str, flags: int, create: bool, made: list[int]) -> int:
