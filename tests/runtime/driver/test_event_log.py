@@ -1,10 +1,14 @@
-"""A handle's event log on its own: numbering, ``events(after=)``, and the bound of a log that
-keeps the newest events only (a slow reader gets a ``lagged`` event, the writer never waits)."""
+"""A handle on its own: its event log (numbering, ``events(after=)``, and the bound of a log that
+keeps the newest events only: a slow reader gets a ``lagged`` event, the writer never waits),
+and a wait for its result that an interrupt ends."""
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import signal
 import threading
+import time
 
 import pytest
 
@@ -118,3 +122,21 @@ def test_waiting_async_readers_hold_no_thread() -> None:
     waiting, got = asyncio.run(main())
     assert waiting == 0
     assert got == [[1]] * 50
+
+
+def test_a_wait_for_the_result_is_interrupted_at_once() -> None:
+    """Ray cancels a plain task by raising ``KeyboardInterrupt`` in its thread (as
+    ``_thread.interrupt_main`` does): a thread waiting for a run's result sees it within a
+    fraction of a second, not when the run ends."""
+    handle = RunHandle("r1", None, SuspendToken("r1"))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    started = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            handle.result(timeout_s=30)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert time.monotonic() - started < 10, "the wait went on to its timeout"
