@@ -24,9 +24,9 @@ log = logging.getLogger("raygents")
 T = TypeVar("T")
 
 _WAKE_S = 0.2
-"""How often a thread waiting for a run's result wakes: Ray cancels a plain task by raising
-``KeyboardInterrupt`` in its thread, which a thread asleep in one long wait sees only when
-the wait ends."""
+"""How often a thread waiting for a run's result wakes: an interrupt raised in it without a
+signal (``_thread.interrupt_main``, as Ray cancels a plain task) is seen only when a wait
+ends."""
 
 __all__ = ["EventLog", "EventsAfter", "RunHandle"]
 
@@ -232,8 +232,9 @@ class RunHandle:
     def result(self, timeout_s: float | None = None) -> RunResult:
         """Wait for the run to end and return its result (or raise its error).
 
-        In a plain Ray task, ``ray.cancel`` of the task interrupts the wait within a fraction
-        of a second; the run keeps running (it is not the task's: see :meth:`cancel`).
+        A ``KeyboardInterrupt`` raised in the waiting thread without a signal (as Ray raises
+        one to cancel a plain task, through ``_thread.interrupt_main``) ends the wait within
+        a fraction of a second; the run keeps running (see :meth:`cancel` to stop it).
 
         Raises:
             TimeoutError: the run did not end within ``timeout_s`` (it keeps running).
