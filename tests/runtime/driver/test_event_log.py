@@ -120,7 +120,7 @@ def test_waiting_async_readers_hold_no_thread() -> None:
         return waiting, await asyncio.wait_for(asyncio.gather(*readers), 10)
 
     waiting, got = asyncio.run(main())
-    assert waiting == 0
+    assert waiting <= 0  # (none added; another test's thread may end meanwhile)
     assert got == [[1]] * 50
 
 
