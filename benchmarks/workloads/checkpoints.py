@@ -111,28 +111,24 @@ def _put_micro(tmp: str, moto: machine.Moto, n: int) -> dict[str, Any]:
         "file": f"file://{os.path.join(tmp, 'micro')}",
         "s3": f"s3://{moto.bucket('ck-micro')}/micro",
     }
-    out = {}
-    for store, url in urls.items():
-        s = open_store(url)
-        ts = []
-        for i in range(n):
-            t = time.perf_counter()
-            s.put(f"runs/r{i % 7}/{i:010d}.ckpt", os.urandom(1024))
-            ts.append(time.perf_counter() - t)
-        sm = stats.summary(ts)
-        out[store] = {"p50_ms": stats.ms(sm["p50"]), "p99_ms": stats.ms(sm["p99"])}
+    out = {store: _put_times(open_store(url), n, "r") for store, url in urls.items()}
     # At a 100 ms model a run puts one record per model call, after 100 ms of quiet; moto
     # answers a request after such a pause slower than one of a tight loop (any request, not
     # only boto's: perf log 68), so the S3 target of that row is set against this p50.
-    s3, ts = open_store(urls["s3"]), []
-    for i in range(max(20, n // 4)):
-        time.sleep(_PACE_S)
+    out["s3, a put per 100 ms"] = _put_times(open_store(urls["s3"]), max(20, n // 4), "p", _PACE_S)
+    return out
+
+
+def _put_times(store: Any, n: int, run: str, pause_s: float = 0.0) -> dict[str, float]:
+    """p50 and p99 of ``n`` puts of 1 KiB to ``store``, ``pause_s`` apart."""
+    ts = []
+    for i in range(n):
+        time.sleep(pause_s)
         t = time.perf_counter()
-        s3.put(f"runs/p{i % 7}/{i:010d}.ckpt", os.urandom(1024))
+        store.put(f"runs/{run}{i % 7}/{i:010d}.ckpt", os.urandom(1024))
         ts.append(time.perf_counter() - t)
     sm = stats.summary(ts)
-    out["s3, a put per 100 ms"] = {"p50_ms": stats.ms(sm["p50"]), "p99_ms": stats.ms(sm["p99"])}
-    return out
+    return {"p50_ms": stats.ms(sm["p50"]), "p99_ms": stats.ms(sm["p99"])}
 
 
 def _kept_costs(

@@ -241,9 +241,9 @@ class RunHandle:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:  # (in slices: see _WAKE_S)
-            left = _WAKE_S if deadline is None else max(0.0, deadline - time.monotonic())
+            left = _WAKE_S if deadline is None else deadline - time.monotonic()
             try:
-                return self._future.result(min(left, _WAKE_S))
+                return self._future.result(max(0.0, min(left, _WAKE_S)))
             except concurrent.futures.TimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(
