@@ -8,7 +8,9 @@ fault tests go to one worker together, and the load tests run last, alone (see
 
 from __future__ import annotations
 
+import compileall
 import os
+import pathlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +31,28 @@ one xdist worker, one file after the other."""
 ALONE = "load"
 """The folder whose tests run last, once every other test is done: they keep both cores busy,
 and tests beside them slow down many times over (those that start actors most)."""
+
+
+SOURCES = ("raygents", "tests", "examples", "benchmarks", "tools")
+"""The project's folders of Python modules, compiled once before any test starts."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Write the bytecode of the project's modules once, in the process that starts the others.
+
+    The suite starts hundreds of Python processes (Ray's workers and actors, the drivers of jobs,
+    the CLI's commands) that import raygents and the test modules. Where
+    ``PYTHONDONTWRITEBYTECODE`` is set, as in many container images, none of them keeps the
+    bytecode it compiles and each compiles every module again: about 0.15 CPU-s per process, and
+    a sixth of the CPU of ``tests/agents`` (docs/perf-log.md, finding 71). ``compileall`` writes
+    it whatever that variable says (into the ``__pycache__`` folders Python would write anyway)
+    and skips what is up to date. An xdist worker finds it done.
+    """
+    if hasattr(config, "workerinput"):
+        return
+    root = pathlib.Path(__file__).resolve().parent.parent
+    for name in SOURCES:
+        compileall.compile_dir(root / name, quiet=2)
 
 
 def _folder(nodeid: str) -> str:
