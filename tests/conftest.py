@@ -37,6 +37,21 @@ SOURCES = ("raygents", "tests", "examples", "benchmarks", "tools")
 """The project's folders of Python modules, compiled once before any test starts."""
 
 
+IDLE_ACTOR_S = 20.0
+"""How long an agent actor of the session's raygents stays with no run (the default keeps it 10
+minutes). Tests define agents by the hundred, each served by an actor of its own, and an idle
+Ray actor still takes 0.7% of a core (its main thread wakes every 10 ms to check for signals):
+kept 10 minutes, fifty of them stay at once on each worker's Ray instance
+(docs/perf-log.md, finding 72)."""
+
+
+def session_raygents() -> None:
+    """Bring up the session's raygents on the session's Ray instance (a no-op when it is up)."""
+    import raygents
+
+    raygents.init(store="memory://", idle_actor_s=IDLE_ACTOR_S)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Write the bytecode of the project's modules once, in the process that starts the others.
 
@@ -124,11 +139,10 @@ def served(ray_session: None, request: pytest.FixtureRequest) -> Iterator[Any]:
     from ray import cloudpickle, serve
     from servekit import TOKEN, Served, client, free_port
 
-    import raygents
     import raygents.serve as rgs
 
     cloudpickle.register_pickle_by_value(request.module)
-    raygents.init(store="memory://")  # (up already, unless a test before shut it down)
+    session_raygents()  # (up already, unless a test before shut it down)
     token = getattr(request.module, "SERVE_TOKEN", TOKEN)
     url = rgs.start(
         request.module.AGENTS,
@@ -183,7 +197,7 @@ def ray_session(s3_proxy: object) -> Iterator[None]:
         log_to_driver=False,
         configure_logging=False,
     )
-    raygents.init(store="memory://")
+    session_raygents()
     yield
     raygents.shutdown()
     ray.shutdown()
@@ -196,11 +210,9 @@ def rt(ray_session: None, request: pytest.FixtureRequest) -> None:
     import)."""
     from ray import cloudpickle
 
-    import raygents
-
     cloudpickle.register_pickle_by_value(request.module)
     if "own_raygents" not in request.fixturenames:
-        raygents.init(store="memory://")  # (up already but after a test that had its own)
+        session_raygents()  # (up already but after a test that had its own)
 
 
 @pytest.fixture
