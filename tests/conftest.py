@@ -3,7 +3,9 @@
 The suite runs in two pytest-xdist workers (``addopts`` in ``pyproject.toml``), each with its
 own Ray instance: a test file goes to one worker whole (its module fixtures start once); the
 fault tests go to one worker together, and the load tests run last, alone (see
-:func:`pytest_xdist_make_scheduler`).
+:func:`pytest_xdist_make_scheduler`). The project's modules are compiled once before the
+workers start (:func:`pytest_configure`), and the session's agent actors retire after
+:data:`IDLE_ACTOR_S` idle: both keep the suite's many Ray processes cheap.
 """
 
 from __future__ import annotations
