@@ -139,16 +139,15 @@ def served(ray_session: None, request: pytest.FixtureRequest) -> Iterator[Any]:
     session's Ray instance, bound to 127.0.0.1, with a token (the module's ``SERVE_TOKEN``,
     else :data:`servekit.TOKEN`); Serve is shut down after the module."""
     from ray import cloudpickle, serve
-    from servekit import TOKEN, Served, client, free_port
+    from servekit import TOKEN, Served, client, start
 
     import raygents.serve as rgs
 
     cloudpickle.register_pickle_by_value(request.module)
     session_raygents()  # (up already, unless a test before shut it down)
     token = getattr(request.module, "SERVE_TOKEN", TOKEN)
-    url = rgs.start(
+    url = start(
         request.module.AGENTS,
-        port=free_port(),
         auth_token=token,
         webhook_networks=["127.0.0.0/8"],
         _heartbeat_s=1.0,

@@ -21,6 +21,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start(agents: Any, **options: Any) -> str:
+    """``raygents.serve.start`` on a free port of 127.0.0.1, with another port when that one
+    was taken before Serve's proxy listened (the session's Ray processes open connections
+    from ports of the same range all the time)."""
+    import raygents.serve as rgs
+    from raygents.errors import UserError
+
+    for attempt in range(3):
+        try:
+            return rgs.start(agents, port=free_port(), **options)
+        except UserError as exc:
+            if "cannot serve on" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 @dataclass
 class Served:
     """An app being served: its URL, and a client that sends the token."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -113,9 +114,13 @@ def start(
     """Serve ``agents`` over HTTP on the current raygents/Ray instance (see :func:`app`);
     returns the base URL.
 
+    Serve keeps the address it first listened on until ``ray.serve.shutdown()``: a later
+    ``start`` on the same Ray instance must name the same host and port.
+
     Raises:
         UserError: a host other than a loopback one without an auth token (anyone who
-            reaches it could run agents), or what :func:`app` refuses.
+            reaches it could run agents), an address Serve cannot listen on (in use), Serve
+            already listening on another address, or what :func:`app` refuses.
     """
     from raygents.runtime.driver.client import current
 
@@ -139,7 +144,7 @@ def start(
             "one the app may only listen on a loopback host such as 127.0.0.1"
         )
     global _served
-    serve.start(http_options={"host": host, "port": port})
+    _start_serve(host, port)
     serve.run(_application(built, num_replicas), name=APP_NAME, route_prefix=built.route_prefix)
     _served = built
     if built.auth_token is None:
@@ -147,6 +152,54 @@ def start(
     shown = f"[{host}]" if ":" in host else host
     prefix = "" if built.route_prefix == "/" else built.route_prefix
     return f"http://{shown}:{port}{prefix}"
+
+
+def _start_serve(host: str, port: int) -> None:
+    """Serve's HTTP proxy listening on ``host:port``, or a ``UserError`` that says why not.
+    A Serve this call started and could not listen is shut down again."""
+    listening = _serve_address()
+    if listening is not None:
+        if listening != (host, port):
+            raise UserError(
+                f"Serve already listens on {listening[0]}:{listening[1]} on this Ray instance "
+                f"(asked for {host}:{port}): start with that host and port, or call "
+                "ray.serve.shutdown() first"
+            )
+        return
+    try:
+        serve.start(http_options={"host": host, "port": port})
+    except Exception as exc:
+        serve.shutdown()  # type: ignore[no-untyped-call]  # (its proxy cannot listen)
+        problem = _cannot_listen(host, port)
+        if problem is None and "Failed to bind" in str(exc):
+            problem = "the address was in use when Serve's proxy started"
+        if problem is None:
+            raise
+        raise UserError(f"cannot serve on {host}:{port}: {problem}") from None
+
+
+def _serve_address() -> tuple[str, int] | None:
+    """The host and port of the Serve running on this Ray instance, or None when none
+    runs (``serve.start`` ignores the address asked of a running Serve)."""
+    from ray.serve.context import _get_global_client  # (Serve has no public reader of it)
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    if client is None:
+        return None
+    options = client.http_config
+    return str(options.host), int(options.port)
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why this machine cannot listen on ``host:port`` (as the proxy would), or None."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            return err.strerror or str(err)
+    return None
 
 
 def stop() -> None:

@@ -13,7 +13,6 @@ import fake_llm_server
 import pytest
 import ray
 from fake_llm_server import DEPLOYMENT, MODEL, Gate, Ledger
-from servekit import free_port
 
 import raygents as rg
 from raygents.core.messages import Message, ModelRequest
@@ -51,7 +50,7 @@ def ledger(ray_session: None, request: pytest.FixtureRequest) -> Iterator[Any]:
     gate = Gate.options(name=fake_llm_server.GATE, namespace=fake_llm_server.GATE_NAMESPACE)
     gate = gate.remote()
     ray.get(gate.open.remote())  # (open but while a test holds it: see gate())
-    serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
+    serve.start(proxy_location="Disabled")  # (reached through handles: no HTTP port)
     serve.run(fake_llm_server.deployment(book), name=APP, route_prefix=None)
     try:
         yield book

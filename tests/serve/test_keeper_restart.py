@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servekit import TOKEN, Served, client, free_port
+from servekit import TOKEN, Served, client, start
 
 import raygents as rg
 from raygents.testing import FunctionModel, call, calls, text
@@ -61,7 +61,7 @@ def durable(
     namespace = f"keeper-{os.urandom(3).hex()}"
     rg.shutdown()
     rg.init(namespace=namespace, store=f"file://{store}", durability="async")
-    url = rgs.start(AGENTS, port=free_port(), auth_token=TOKEN, webhook_networks=["127.0.0.0/8"])
+    url = start(AGENTS, auth_token=TOKEN, webhook_networks=["127.0.0.0/8"])
     http = client(url, TOKEN)
     try:
         yield Served(url, TOKEN, http), namespace

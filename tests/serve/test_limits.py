@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from servekit import TOKEN, Served, client, free_port
+from servekit import TOKEN, Served, client, start
 
 import raygents as rg
 from raygents.testing import FunctionModel, call, calls, text
@@ -43,7 +43,7 @@ def limited(ray_session: None, request: pytest.FixtureRequest) -> Iterator[Serve
     rg.init(
         namespace=f"serve-limited-{os.urandom(3).hex()}", store="memory://", max_concurrent_runs=1
     )
-    url = rgs.start(AGENTS, port=free_port(), auth_token=TOKEN)
+    url = start(AGENTS, auth_token=TOKEN)
     http = client(url, TOKEN)
     try:
         yield Served(url, TOKEN, http)
