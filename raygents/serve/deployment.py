@@ -166,6 +166,9 @@ def _start_serve(host: str, port: int) -> None:
                 "ray.serve.shutdown() first"
             )
         return
+    problem = _cannot_listen(host, port)  # (before Serve starts a controller and a proxy)
+    if problem is not None:
+        raise UserError(f"cannot serve on {host}:{port}: {problem}")
     try:
         serve.start(http_options={"host": host, "port": port})
     except Exception as exc:

@@ -36,9 +36,19 @@ def serve_is_up() -> bool:
     return bool(serve.status().proxies)
 
 
-def test_a_port_in_use_is_a_user_error_and_serve_is_left_down(no_serve: None) -> None:
+@pytest.mark.parametrize("taken_after_the_check", [False, True], ids=["in_use", "taken_late"])
+def test_a_port_in_use_is_a_user_error_and_serve_is_left_down(
+    no_serve: None, taken_after_the_check: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import raygents.serve as rgs
+    from raygents.serve import deployment
 
+    if taken_after_the_check:  # (free when start looks, taken when Serve's proxy binds it)
+        checks = iter([None])
+        real = deployment._cannot_listen
+        monkeypatch.setattr(
+            deployment, "_cannot_listen", lambda host, port: next(checks, real(host, port))
+        )
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
