@@ -21,7 +21,19 @@ import sys
 import time
 
 _CGROUPS = "/sys/fs/cgroup/cpuacct"
-_NAMED = ("gcs_server", "raylet", "dashboard_agent", "dashboard.py", "log_monitor", "pytest")
+_NAMED = (
+    "gcs_server",
+    "raylet",
+    "dashboard_agent",
+    "dashboard.py",
+    "log_monitor",
+    "monitor.py",
+    "pytest",
+)
+_STARTING = "default_worker.py"
+"""The script of a Ray worker process still importing, before it names itself ``ray::IDLE``
+(its command line also names the raylet's socket: the groups match the program, not the
+arguments)."""
 
 
 def _processes() -> dict[str, tuple[int, str]]:
@@ -46,7 +58,10 @@ def _processes() -> dict[str, tuple[int, str]]:
 def _group(comm: str, cmd: str) -> str:
     if comm.startswith("ray::"):
         return comm
-    return next((name for name in _NAMED if name in cmd), comm)
+    program = " ".join(cmd.split()[:3])  # (the executable, and the script Python runs)
+    if _STARTING in program:
+        return "ray worker starting"
+    return next((name for name in _NAMED if name in program), comm)
 
 
 def sample(seconds: float) -> None:
