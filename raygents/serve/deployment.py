@@ -166,14 +166,17 @@ def _start_serve(host: str, port: int) -> None:
                 "ray.serve.shutdown() first"
             )
         return
-    problem = _cannot_listen(host, port)  # (before Serve starts a controller and a proxy)
+    # A proxy listens on this machine too, unless this driver reaches Ray as a Ray Client
+    # (then the proxies' machines are elsewhere, and only Serve can tell).
+    here = not _ray_client()
+    problem = _cannot_listen(host, port) if here else None  # (before Serve starts anything)
     if problem is not None:
         raise UserError(f"cannot serve on {host}:{port}: {problem}")
     try:
         serve.start(http_options={"host": host, "port": port})
     except Exception as exc:
         serve.shutdown()  # type: ignore[no-untyped-call]  # (its proxy cannot listen)
-        problem = _cannot_listen(host, port)
+        problem = _cannot_listen(host, port) if here else None
         if problem is None and "Failed to bind" in str(exc):
             problem = "the address was in use when Serve's proxy started"
         if problem is None:
@@ -191,6 +194,13 @@ def _serve_address() -> tuple[str, int] | None:
         return None
     options = client.http_config
     return str(options.host), int(options.port)
+
+
+def _ray_client() -> bool:
+    """Whether this process reaches Ray as a Ray Client (``ray://``)."""
+    from ray.util.client import ray as client
+
+    return bool(client.is_connected())  # type: ignore[no-untyped-call]
 
 
 def _cannot_listen(host: str, port: int) -> str | None:
