@@ -44,11 +44,13 @@ def test_a_port_in_use_is_a_user_error_and_serve_is_left_down(
     from raygents.serve import deployment
 
     if taken_after_the_check:  # (free when start looks, taken when Serve's proxy binds it)
-        checks = iter([None])
-        real = deployment._cannot_listen
-        monkeypatch.setattr(
-            deployment, "_cannot_listen", lambda host, port: next(checks, real(host, port))
-        )
+        real, looked = deployment._cannot_listen, []
+
+        def misses_it_once(host: str, port: int) -> str | None:
+            looked.append(port)
+            return None if len(looked) == 1 else real(host, port)
+
+        monkeypatch.setattr(deployment, "_cannot_listen", misses_it_once)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -56,6 +58,8 @@ def test_a_port_in_use_is_a_user_error_and_serve_is_left_down(
         with pytest.raises(rg.UserError, match=f"cannot serve on 127.0.0.1:{port}: .*in use"):
             rgs.start(AGENTS, port=port, auth_token=TOKEN)
     assert not serve_is_up()
+    if taken_after_the_check:
+        assert looked == [port, port]  # (the second look, after Serve's proxy failed)
 
     url = rgs.start(AGENTS, port=free_port(), auth_token=TOKEN)  # (another port serves)
     with client(url, TOKEN) as http:
