@@ -164,3 +164,46 @@ def test_without_an_idle_time_actors_stay(own_raygents: None, rt: None) -> None:
     time.sleep(3 * IDLE_S)
     second, _ = run_pid(agent)
     assert second == first and alive(first)
+
+
+ADOPT_IDLE_S = 8.0
+"""The idle time for the adoption tests: an actor idle for 2 s may take another agent."""
+
+
+@pytest.fixture
+def adopting(own_raygents: None, rt: None) -> Iterator[None]:
+    rg.shutdown()
+    rg.init(namespace=f"adopt-{os.urandom(3).hex()}", store="memory://", idle_actor_s=ADOPT_IDLE_S)
+    yield
+
+
+def test_an_idle_actor_serves_the_next_agent_instead_of_a_new_process(adopting: None) -> None:
+    """An actor idle for a quarter of ``idle_actor_s`` takes an agent that has none; the
+    agent it served before gets another actor, and this driver's handle for it (older than the
+    switch) is refused and looked up again, with no recovery."""
+    first = rg.Agent("adopt_first", model=pid_model())
+    second = rg.Agent("adopt_second", model=pid_model())
+    pid, _ = run_pid(first)
+    time.sleep(ADOPT_IDLE_S / 4 + 0.5)
+    took, handle = run_pid(second)
+    assert took == pid, "the idle actor took the second agent"
+    one_dispatch(handle)
+    again, handle = run_pid(first)  # (this driver still holds the first agent's old handle)
+    assert again != pid and alive(pid)
+    one_dispatch(handle)
+    still, _ = run_pid(second)
+    assert still == pid, "the second agent keeps its actor"
+
+
+def test_an_actor_with_a_run_in_flight_or_idle_briefly_serves_no_other_agent(
+    adopting: None,
+) -> None:
+    slow = rg.Agent("adopt_slow", model=pid_model(latency_s=ADOPT_IDLE_S / 4 + 1.5))
+    handle = rg.start(slow, "x")
+    time.sleep(ADOPT_IDLE_S / 4 + 0.5)
+    other, _ = run_pid(rg.Agent("adopt_other", model=pid_model()))
+    slow_pid = int(handle.result(timeout_s=60).final_output)
+    assert other != slow_pid, "busy: a new actor for the other agent"
+    one_dispatch(handle)
+    third, _ = run_pid(rg.Agent("adopt_third", model=pid_model()))
+    assert third not in (other, slow_pid), "both idle for less than 2 s"

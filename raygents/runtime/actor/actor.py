@@ -89,33 +89,10 @@ class AgentActor:
         coordinator: Any = None,
         definitions: dict[str, str] | None = None,
     ) -> None:
-        self.directory = Directory(
-            namespace, coordinator, owner=f"agent:{agent_name}@{graph_fp[:8]}:{os.getpid()}"
-        )
-        if isinstance(graph, bytes):
-            from ray import cloudpickle
-
-            blob = graph
-            graph = cloudpickle.loads(blob)
-            assert isinstance(graph, dict)
-            replicas = {n: a.replicas for n, a in graph.items()}
-            self.directory.graphs[graph_fp] = (blob, replicas, definitions)
-        assert isinstance(graph, dict)
-        self.graph: dict[str, Agent] = graph
-        self.agent = graph[agent_name]
-        self.graph_fp = graph_fp
-        self._model: Model | None = None
-        self.toolbox = Toolbox(self.agent)
-        self.stops = Stops(self.agent)
-        self.writer = self.stops.writer = RecordWriter(self.directory, self.stops.checkpointed)
-        self.calls = ToolCalls(
-            self.agent, self.toolbox, self.directory, self.writer, self._emit, self._children
-        )
-        self.task_cache = self.calls.task_cache
-        self.inputs = RunInputs(agent_name, self.directory)
-        self.compactor = Compactor(
-            self.agent, self.model, namespace, self.directory.cached_settings
-        )
+        self.namespace = namespace
+        self.directory = Directory(namespace, coordinator)
+        self.writer = RecordWriter(self.directory, self._checkpointed)
+        self._bind(graph, agent_name, graph_fp, definitions)
         self._active: dict[str, _Active] = {}
         self._early: dict[str, tuple[str, float, int | None]] = {}
         """Requests for runs not here: ``(cause, when, epoch)`` by run id (see :meth:`suspend`)."""
@@ -130,27 +107,107 @@ class AgentActor:
         self._idle_watch: asyncio.Future[None] | None = None
         self.retiring = False
         """It was idle for ``idle_actor_s`` and is leaving: it takes no run any more."""
+        self._leaving = False
+        """It was told to retire: it takes no other agent (see :meth:`adopt`)."""
         tune_collector()
         logs.setup()
+
+    def _bind(
+        self,
+        graph: dict[str, Agent] | bytes,
+        agent_name: str,
+        graph_fp: str,
+        definitions: dict[str, str] | None,
+    ) -> None:
+        """Serve agent ``agent_name`` of graph ``graph_fp`` (see :meth:`__init__`): what the
+        actor keeps of the agent it serves, built from its definition."""
+        if isinstance(graph, bytes):
+            from ray import cloudpickle
+
+            blob = graph
+            graph = cloudpickle.loads(blob)
+            assert isinstance(graph, dict)
+            replicas = {n: a.replicas for n, a in graph.items()}
+            self.directory.graphs[graph_fp] = (blob, replicas, definitions)
+        assert isinstance(graph, dict)
+        agent = graph[agent_name]
+        self.directory.owner = f"agent:{agent_name}@{graph_fp[:8]}:{os.getpid()}"
+        self.graph: dict[str, Agent] = graph
+        self.agent = agent
+        self.graph_fp = graph_fp
+        self._model: Model | None = None
+        self.toolbox = Toolbox(agent)
+        self.stops = Stops(agent)
+        self.stops.writer = self.writer
+        self.calls = ToolCalls(
+            agent, self.toolbox, self.directory, self.writer, self._emit, self._children
+        )
+        self.task_cache = self.calls.task_cache
+        self.inputs = RunInputs(agent_name, self.directory)
+        self.compactor = Compactor(
+            agent, self.model, self.namespace, self.directory.cached_settings
+        )
+
+    async def _checkpointed(
+        self, state: RunState, status: checkpoint.Status, emit: Emit | None
+    ) -> None:
+        """A record was written (the writer's report, to the agent served now)."""
+        await self.stops.checkpointed(state, status, emit)
 
     # --- public actor methods -----------------------------------------------------------
     async def start(self, envelopes: list[Envelope], caller: str) -> str:
         """Take runs and drive each until it completes, fails, suspends or hands off.
 
         Returns this actor's incarnation as soon as the runs are here, or ``RETIRED`` (and
-        takes none of them) once the actor retires for idleness. A run's events and
+        takes none of them) once the actor retires for idleness, or when a run is not for the
+        agent it serves now (its caller's handle is older than an :meth:`adopt`). A run's
+        events and
         then its outcome go to ``caller``'s outbox, which :meth:`take` empties (see
         :class:`~raygents.runtime.actor.outbox.Relay`): those of a run that does not stream in one
         list per take, which may wait there a moment for company; a streamed run's in small
         batches, its last ones with its outcome (``(batch, outcome)``).
         """
-        if self.retiring:
+        if self.retiring or not all(self._serves(envelope) for envelope in envelopes):
             return RETIRED
         if self._idle_watch is None:
             self._idle_watch = asyncio.ensure_future(self._watch_idleness())
         for envelope in envelopes:
             self._accept(envelope, caller)
         return self._incarnation
+
+    def _serves(self, envelope: Envelope) -> bool:
+        return envelope.graph_fp == self.graph_fp and envelope.state.agent_name == self.agent.name
+
+    def adopt(
+        self,
+        graph: bytes,
+        agent_name: str,
+        graph_fp: str,
+        definitions: dict[str, str] | None,
+        idle_s: float,
+    ) -> bool:
+        """Serve agent ``agent_name`` of graph ``graph_fp`` from now on, instead of the agent
+        it serves, if this actor has held nothing a caller needs for ``idle_s`` (and is not
+        leaving, and its agent keeps no connections to MCP servers). The coordinator asks
+        this of an idle actor before it starts a new process for an agent.
+
+        A caller that still holds this actor's handle for the agent it served before is
+        refused (:meth:`start` answers ``RETIRED``) and asks the coordinator again. Returns
+        whether the actor took the agent: not if the definition cannot be loaded here (a new
+        actor then reports why).
+        """
+        if self.retiring or self._leaving or self.agent.mcp_servers:
+            return False
+        if self._busy() or self.idleness.idle_for() < idle_s:
+            return False
+        try:
+            self._bind(graph, agent_name, graph_fp, definitions)
+        except Exception:
+            log.info("agent %r cannot be loaded by an idle actor", agent_name, exc_info=True)
+            return False
+        self.idleness.touch()
+        log.info("an idle actor now serves agent %r (graph %s)", agent_name, graph_fp[:8])
+        return True
 
     def _accept(self, envelope: Envelope, caller: str) -> None:
         run_id = envelope.state.run_id
@@ -205,11 +262,18 @@ class AgentActor:
             elif active.waiting_call is not None:
                 active.waiting_call.cancel()
 
-    async def retire(self, grace_s: float = _RETIRE_GRACE_S) -> None:
+    async def retire(
+        self, grace_s: float = _RETIRE_GRACE_S, serving: tuple[str, str] | None = None
+    ) -> None:
         """Exit once no run has been active here for ``grace_s`` and their callers took what
         they sent (a newer definition of the agent took over, or the actor was idle), with
         its reports to the coordinator acknowledged. The grace lets runs already on their
-        way here arrive: a start may reach a new actor after its retire."""
+        way here arrive: a start may reach a new actor after its retire. A retire meant for
+        the actor ``serving`` an agent, ``(graph_fp, agent_name)``, is ignored by one that
+        serves another now (it took another agent, see :meth:`adopt`)."""
+        if serving is not None and serving != (self.graph_fp, self.agent.name):
+            return
+        self._leaving = True
         await quiet(lambda: bool(self._active), self._outboxes, grace_s)
         await self.writer.reports.settled()
         tracing.flush()

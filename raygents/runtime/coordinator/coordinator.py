@@ -83,7 +83,10 @@ class Coordinator:
             direct=direct,
         )
         self.registry = ActorRegistry(
-            namespace, detached=settings.detached, actor_options=dict(settings.actor_options)
+            namespace,
+            detached=settings.detached,
+            actor_options=dict(settings.actor_options),
+            idle_actor_s=settings.idle_actor_s,
         )
         self.relay = EventRelay()
         self.leases = LeaseBook(settings.recovery.lease_s, self._running_dispatch)
@@ -105,9 +108,10 @@ class Coordinator:
         """Remember a graph snapshot; actors of older definitions of its agents retire."""
         self.registry.register_graph(graph_fp, blob, replicas, definitions)
 
-    def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
-        """The actors serving ``name`` in ``graph_fp``, created on first use."""
-        return self.registry.agent_actors(graph_fp, name)
+    async def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
+        """The actors serving ``name`` in ``graph_fp``: idle actors of other agents take it
+        on first use, else new ones start (see ``ActorRegistry.lookup``)."""
+        return await self.registry.lookup(graph_fp, name)
 
     def replace_actor(self, graph_fp: str, name: str, stale: Any) -> None:
         """Stop handing out an unresponsive actor; the next lookup creates a fresh one."""

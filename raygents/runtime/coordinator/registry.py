@@ -31,6 +31,13 @@ _RETIRED_KEPT = 10_000
 recovers its run as from a lost actor)."""
 _ASKED_KEPT = 10_000
 """How many runs' suspend requests are kept for the actors created after them, at most."""
+_ADOPT_AFTER = 0.25
+"""An actor idle for this share of ``idle_actor_s`` may take another agent (see
+:meth:`ActorRegistry.lookup`)."""
+_ADOPT_ASKS = 2
+"""How many idle actors one lookup asks, at most, before it starts a new one."""
+_ADOPT_WAIT_S = 2.0
+"""How long a lookup waits for an idle actor's answer."""
 
 
 @dataclass
@@ -50,14 +57,23 @@ class ActorRegistry:
         detached: the actors are detached and named by what they serve, so a restarted
             coordinator finds its predecessor's.
         actor_options: Ray options for every agent actor, over the defaults.
+        idle_actor_s: how long an agent actor stays with no run before it retires (None:
+            it stays); an actor idle for a quarter of it may take another agent instead
+            of a new process starting for that agent (see :meth:`lookup`).
     """
 
     def __init__(
-        self, namespace: str, *, detached: bool = False, actor_options: dict[str, Any] | None = None
+        self,
+        namespace: str,
+        *,
+        detached: bool = False,
+        actor_options: dict[str, Any] | None = None,
+        idle_actor_s: float | None = None,
     ) -> None:
         self.namespace = namespace
         self.detached = detached
         self.actor_options = dict(actor_options or {})
+        self.adopt_after_s = None if idle_actor_s is None else idle_actor_s * _ADOPT_AFTER
         me = ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
         self.incarnation = (me or os.urandom(8).hex())[:16]
         """Tells this coordinator's (non-detached) agent actors from those of another one; its
@@ -73,6 +89,13 @@ class ActorRegistry:
         self._asked: OrderedDict[str, tuple[SuspendRequest, float]] = OrderedDict()
         """The newest suspend request passed on for each run, and when (``time.monotonic``),
         for :data:`EARLY_S`."""
+        self._bound: dict[str, tuple[tuple[str, str], float]] = {}
+        """What each actor serves, ``(graph_fp, name)`` by actor id, and since when
+        (``time.monotonic``)."""
+        self._looking = asyncio.Lock()
+        """One lookup at a time asks idle actors (see :meth:`lookup`)."""
+        self._late: set[asyncio.Future[None]] = set()
+        """Adoptions answered too late, waited for (see :func:`_let_go`)."""
 
     def register_graph(
         self,
@@ -96,7 +119,7 @@ class ActorRegistry:
             if before is not None and before == defined.get(name):
                 continue
             for handle in handles:
-                handle.retire.remote()
+                handle.retire.remote(serving=(fp, name))
                 self._forget(actor_key(handle))
             del self.actors[(fp, name)]
             self._renamed.add((fp, name))
@@ -114,6 +137,67 @@ class ActorRegistry:
             len(self._asked) > _ASKED_KEPT or now - next(iter(self._asked.values()))[1] > EARLY_S
         ):
             self._asked.popitem(last=False)
+
+    async def lookup(self, graph_fp: str, name: str) -> list[Any]:
+        """The actors serving ``name`` in ``graph_fp``, as :meth:`agent_actors` gives them,
+        but an actor that has been idle for a while takes the agent before a new one starts.
+
+        Agent actors are processes (half a second and 50 MB each to start); an application
+        or a notebook that defines agents as it goes would otherwise start one per
+        definition and keep the idle ones until ``idle_actor_s``. An actor idle for a
+        quarter of that serves the next agent that has none instead (only actors that have
+        not beaten for as long are asked; each decides for itself, see ``AgentActor.adopt``).
+        """
+        key = (graph_fp, name)
+        graph = self.graphs.get(graph_fp)
+        if graph is None or self.adopt_after_s is None:
+            return self.agent_actors(graph_fp, name)
+        count = graph.replicas.get(name, 1)
+        if len(self.actors.get(key, [])) >= count:
+            return self.actors[key]
+        async with self._looking:
+            while len(self.actors.get(key, [])) < count:
+                adopted = await self._adopted(graph, graph_fp, name, self.adopt_after_s)
+                if adopted is None:
+                    break
+                self.actors[key] = [*self.actors.get(key, []), adopted]
+        return self.agent_actors(graph_fp, name)
+
+    async def _adopted(self, graph: _Graph, graph_fp: str, name: str, idle_s: float) -> Any:
+        """An idle actor of another agent that took agent ``name`` of ``graph_fp``, or None."""
+        now = time.monotonic()
+        candidates = []
+        for key, handles in self.actors.items():
+            if key == (graph_fp, name):
+                continue
+            for handle in handles:
+                actor_id = actor_key(handle)
+                since = self._bound.get(actor_id, (key, now))[1]
+                beat = self.beats.of(actor_id)
+                if now - since >= idle_s and (beat is None or beat[0] >= idle_s):
+                    candidates.append((since, actor_id, key, handle))
+        candidates.sort(key=lambda c: c[0])
+        for _, actor_id, key, handle in candidates[:_ADOPT_ASKS]:
+            ref = handle.adopt.remote(graph.blob, name, graph_fp, graph.definitions, idle_s)
+            try:
+                took = await asyncio.wait_for(_answer(ref), _ADOPT_WAIT_S)
+            except (asyncio.TimeoutError, ray.exceptions.RayError):
+                late = asyncio.ensure_future(_let_go(ref, handle, (graph_fp, name)))
+                self._late.add(late)
+                late.add_done_callback(self._late.discard)
+                continue
+            if not took:
+                continue
+            kept = [h for h in self.actors.get(key, []) if actor_key(h) != actor_id]
+            if kept:
+                self.actors[key] = kept
+            else:
+                self.actors.pop(key, None)
+            self._renamed.add(key)  # (its name now names an actor that serves another agent)
+            self._retired.pop(actor_id, None)
+            self._bound[actor_id] = ((graph_fp, name), time.monotonic())
+            return handle
+        return None
 
     def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
         """The actors serving ``name`` in ``graph_fp``, created on first use (and again for
@@ -136,7 +220,12 @@ class ActorRegistry:
         return handles
 
     def retiring(self, graph_fp: str, name: str, actor_id: str) -> None:
-        """Stop handing out an actor that retires; the next lookup creates a fresh one."""
+        """Stop handing out an actor that retires; the next lookup creates a fresh one. An
+        actor that serves another agent now (a caller's handle was older than its
+        ``adopt``) keeps serving that one."""
+        bound = self._bound.get(actor_id)
+        if bound is not None and bound[0] != (graph_fp, name):
+            return
         self._forget(actor_id)
         self._renamed.add((graph_fp, name))  # (known here or not: it may hold its name)
         handles = self.actors.get((graph_fp, name))
@@ -157,6 +246,7 @@ class ActorRegistry:
     def _forget(self, actor_id: str) -> None:
         """An actor retires: its beats go, its id is remembered."""
         self.beats.forget(actor_id)
+        self._bound.pop(actor_id, None)
         self._retired[actor_id] = None
         self._retired.move_to_end(actor_id)
         while len(self._retired) > _RETIRED_KEPT:
@@ -168,10 +258,11 @@ class ActorRegistry:
         if handles is None:
             return
         stale_id = actor_key(stale)
-        self.beats.forget(stale_id)
         fresh = [h for h in handles if actor_key(h) != stale_id]
         if len(fresh) == len(handles):
             return  # already replaced by an earlier report of the same actor
+        self.beats.forget(stale_id)
+        self._bound.pop(stale_id, None)
         graph = self.graphs.get(graph_fp)
         if graph is not None:
             fresh.append(self._create(graph, graph_fp, name, f"r{os.urandom(3).hex()}"))
@@ -188,10 +279,12 @@ class ActorRegistry:
         for handle in handles:
             ray.kill(handle, no_restart=True)
         self.actors.clear()
+        self._bound.clear()
 
     def _create(self, graph: _Graph, graph_fp: str, name: str, index: int | str) -> Any:
         """A new agent actor, told the suspend requests of the last :data:`EARLY_S`."""
         handle = self._create_actor(graph, graph_fp, name, index)
+        self._bound[actor_key(handle)] = ((graph_fp, name), time.monotonic())
         self._tell_asked(handle)
         return handle
 
@@ -223,3 +316,18 @@ class ActorRegistry:
         recent = [request for request, at in self._asked.values() if now - at <= EARLY_S]
         if recent:
             handle.suspend.remote(recent)
+
+
+async def _answer(ref: Any) -> bool:
+    return bool(await ref)
+
+
+async def _let_go(ref: Any, handle: Any, serving: tuple[str, str]) -> None:
+    """An actor answered an adoption too late (or not at all): if it took the agent, it
+    retires, since no lookup hands it out."""
+    try:
+        took = await ref
+    except ray.exceptions.RayError:
+        return
+    if took:
+        handle.retire.remote(serving=serving)

@@ -66,3 +66,56 @@ async def test_a_retiring_actor_takes_no_run() -> None:
 def test_init_refuses_a_bad_idle_time_before_it_starts_anything(value: object) -> None:
     with pytest.raises(UserError, match="idle_actor_s must be a positive number of seconds"):
         rg.init(idle_actor_s=value)  # type: ignore[arg-type]
+
+
+def _actor(name: str = "solo") -> AgentActor:
+    agent = rg.Agent(name, model=ScriptedModel([text("hi")]))
+    return AgentActor({name: agent}, name, "fp", "ns", coordinator=object())
+
+
+def _envelope(agent_name: str, graph_fp: str) -> Envelope:
+    state = RunState(run_id="r1", agent_name=agent_name, messages=(Message("user", "hi"),))
+    return Envelope(state, graph_fp)
+
+
+def _graph(name: str) -> bytes:
+    from ray import cloudpickle
+
+    return cloudpickle.dumps({name: rg.Agent(name, model=ScriptedModel([text("hi")]))})
+
+
+async def test_an_idle_actor_takes_another_agent_and_refuses_runs_for_the_one_before() -> None:
+    actor = _actor()
+    assert actor.adopt(_graph("other"), "other", "fp2", {"other": "d2"}, 0.0)
+    assert (actor.agent.name, actor.graph_fp) == ("other", "fp2")
+    assert set(actor.graph) == {"other"} and actor.toolbox.agent is actor.agent
+    assert actor.directory.graphs["fp2"][2] == {"other": "d2"}, "registered again on restart"
+    assert await actor.start([_envelope("solo", "fp")], "caller") == RETIRED, "a stale caller"
+    assert await actor.start([_envelope("other", "fp1")], "caller") == RETIRED, "another graph"
+    assert not actor._active and not actor._runs, "it took none of them"
+    assert actor._serves(_envelope("other", "fp2"))
+    await actor.retire(serving=("fp", "solo"))  # (meant for what it served before: ignored)
+    assert not actor._leaving
+
+
+async def test_an_actor_takes_no_other_agent_unless_idle_long_enough_and_staying() -> None:
+    actor = _actor()
+    assert not actor.adopt(_graph("other"), "other", "fp2", None, 60.0), "idle for less"
+    actor.retiring = True
+    assert not actor.adopt(_graph("other"), "other", "fp2", None, 0.0), "it retires"
+    actor = _actor()
+    actor._leaving = True
+    assert not actor.adopt(_graph("other"), "other", "fp2", None, 0.0), "told to retire"
+    actor = _actor()
+    actor._active["r9"] = object()  # type: ignore[assignment]
+    assert not actor.adopt(_graph("other"), "other", "fp2", None, 0.0), "a run in flight"
+    actor = _actor()
+    assert not actor.adopt(b"not a pickle", "other", "fp2", None, 0.0), "cannot load it"
+    assert (actor.agent.name, actor.graph_fp) == ("solo", "fp"), "it still serves its own"
+
+
+async def test_an_actor_whose_agent_holds_mcp_connections_takes_no_other() -> None:
+    agent = rg.Agent("mcp_user", model=ScriptedModel([text("hi")]))
+    agent.mcp_servers = [object()]
+    actor = AgentActor({"mcp_user": agent}, "mcp_user", "fp", "ns", coordinator=object())
+    assert not actor.adopt(_graph("other"), "other", "fp2", None, 0.0)

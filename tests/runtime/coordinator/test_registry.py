@@ -14,12 +14,21 @@ from raygents.runtime.link.handles import actor_key
 
 
 class _Actor:
-    def __init__(self) -> None:
+    def __init__(self, takes: bool = True) -> None:
         self.retired = False
         self.asked: list[Any] = []
+        self.takes = takes
+        self.adopted: list[tuple[str, str]] = []
 
-    def retire(self) -> None:
+    def retire(self, grace_s: float = 2.0, serving: tuple[str, str] | None = None) -> None:
         self.retired = True
+
+    async def adopt(
+        self, graph: bytes, name: str, graph_fp: str, definitions: Any, idle_s: float
+    ) -> bool:
+        if self.takes:
+            self.adopted.append((graph_fp, name))
+        return self.takes
 
     def suspend(self, requests: list[Any]) -> None:
         self.asked.append(list(requests))
@@ -166,3 +175,82 @@ def test_an_actor_created_after_a_suspend_request_gets_it(
     now[0] += 30
     registry.agent_actors("fp1", "b")
     assert created[2].target.asked == [], "a minute on, nothing is sent"
+
+
+class _Clock:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from raygents.runtime.coordinator import registry as module
+
+        self.now = 100.0
+        monkeypatch.setattr(module.time, "monotonic", lambda: self.now)
+
+
+def _idle_registry(monkeypatch: pytest.MonkeyPatch, takes: bool = True) -> ActorRegistry:
+    """Agents "a" (graph fp1) and "b" (fp2), actors retiring after 4 s idle (so idle ones take
+    another agent after 1 s), fake actors created as Ray would name them."""
+    registry = ActorRegistry("test", idle_actor_s=4.0)
+    created: list[FakeHandle] = []
+
+    def create(graph: Any, graph_fp: str, name: str, index: int | str) -> FakeHandle:
+        created.append(FakeHandle(_Actor(takes), actor_id=f"{name}#{index}"))
+        return created[-1]
+
+    monkeypatch.setattr(registry, "_create_actor", create)
+    registry.register_graph("fp1", b"graph-1", {"a": 1})
+    registry.register_graph("fp2", b"graph-2", {"b": 1})
+    return registry
+
+
+async def test_an_actor_idle_long_enough_takes_an_agent_that_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock(monkeypatch)
+    registry = _idle_registry(monkeypatch)
+    (a,) = await registry.lookup("fp1", "a")
+    clock.now += 1.5
+    (b,) = await registry.lookup("fp2", "b")
+    assert b is a and a.target.adopted == [("fp2", "b")], "no new process for b"
+    assert set(registry.actors) == {("fp2", "b")}
+    registry.retiring("fp1", "a", actor_key(a))  # (a caller of "a" it refused, as it must)
+    assert registry.actors[("fp2", "b")] == [a] and not registry.retired(actor_key(a))
+    (again,) = await registry.lookup("fp1", "a")
+    assert again is not a and str(actor_key(again)).startswith("a#r"), "never a's old name"
+    registry.register_graph("fp3", b"graph-3", {"b": 1})  # a new definition of "b"
+    assert a.target.retired and registry.retired(actor_key(a))
+
+
+async def test_actors_busy_or_idle_briefly_or_that_refuse_are_not_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock(monkeypatch)
+    registry = _idle_registry(monkeypatch)
+    (a,) = await registry.lookup("fp1", "a")
+    clock.now += 0.5
+    (b,) = await registry.lookup("fp2", "b")
+    assert b is not a
+    assert "adopt" not in a.calls, "idle for less than a quarter of idle_actor_s: not asked"
+    clock.now += 1.5
+    registry.beats.beat(actor_key(a), 0.0)  # a run is on it
+    registry.beats.beat(actor_key(b), 0.0)
+    registry.register_graph("fp4", b"graph-4", {"c": 1})
+    (c,) = await registry.lookup("fp4", "c")
+    assert c not in (a, b) and "adopt" not in a.calls and "adopt" not in b.calls
+    refusing = _idle_registry(monkeypatch, takes=False)
+    (a,) = await refusing.lookup("fp1", "a")
+    clock.now += 1.5
+    (b,) = await refusing.lookup("fp2", "b")
+    assert b is not a and len(a.calls["adopt"]) == 1, "asked, refused: a new actor"
+
+
+async def test_without_an_idle_time_no_actor_takes_another_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock(monkeypatch)
+    registry = ActorRegistry("test")
+    monkeypatch.setattr(registry, "_create_actor", lambda *a: _handle(f"{a[2]}#{a[3]}"))
+    registry.register_graph("fp1", b"graph-1", {"a": 1})
+    registry.register_graph("fp2", b"graph-2", {"b": 1})
+    (a,) = await registry.lookup("fp1", "a")
+    clock.now += 10_000
+    (b,) = await registry.lookup("fp2", "b")
+    assert b is not a and "adopt" not in a.calls
