@@ -186,7 +186,8 @@ class ActorRegistry:
                 self._late.add(late)
                 late.add_done_callback(self._late.discard)
                 continue
-            if not took:
+            if not took:  # (busy since: asked again once it may have been idle as long)
+                self._bound[actor_id] = (key, time.monotonic())
                 continue
             kept = [h for h in self.actors.get(key, []) if actor_key(h) != actor_id]
             if kept:

@@ -422,8 +422,10 @@ def init(
             has not taken yet keep an actor; a suspended or awaiting-approval run holds
             nothing on it (its resume finds the agent's actor again). A run sent to an actor
             as it retires goes to the next one, with no recovery. Seconds (> 0); None: agent
-            actors stay as long as the coordinator. The coordinator's creator sets it for
-            every driver of the namespace.
+            actors stay as long as the coordinator. An actor idle for a quarter of it may
+            serve another agent that has no actor, instead of a new process starting
+            (``docs/operating.md``). The coordinator's creator sets it for every driver of
+            the namespace.
         **ray_init_kwargs: passed to ``ray.init``. A local instance started here keeps up to
             four idle worker processes per CPU warm for tool tasks (Ray's default is one), and
             a process asks for one new worker at a time per two CPUs (Ray's default: ten);
