@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,12 +18,16 @@ from raygents.testing import FunctionModel, call, calls, text
 IDLE_S = 1.0
 
 
-@pytest.fixture
-def idle(own_raygents: None, rt: None) -> Iterator[None]:
-    """raygents on a namespace of its own whose idle agent actors retire after ``IDLE_S``."""
+def own_namespace(idle_actor_s: float | None) -> None:
+    """raygents on a namespace of its own whose idle agent actors retire after
+    ``idle_actor_s``."""
     rg.shutdown()
-    rg.init(namespace=f"idle-{os.urandom(3).hex()}", store="memory://", idle_actor_s=IDLE_S)
-    yield
+    rg.init(namespace=f"idle-{os.urandom(3).hex()}", store="memory://", idle_actor_s=idle_actor_s)
+
+
+@pytest.fixture
+def idle(own_raygents: None, rt: None) -> None:
+    own_namespace(IDLE_S)
 
 
 def alive(pid: int) -> bool:
@@ -157,8 +160,7 @@ def test_a_run_sent_to_an_actor_as_it_retires_goes_to_the_next_in_the_same_dispa
 
 
 def test_without_an_idle_time_actors_stay(own_raygents: None, rt: None) -> None:
-    rg.shutdown()
-    rg.init(namespace=f"idle-{os.urandom(3).hex()}", store="memory://", idle_actor_s=None)
+    own_namespace(None)
     agent = rg.Agent("idle_never", model=pid_model())
     first, _ = run_pid(agent)
     time.sleep(3 * IDLE_S)
@@ -171,10 +173,8 @@ ADOPT_IDLE_S = 8.0
 
 
 @pytest.fixture
-def adopting(own_raygents: None, rt: None) -> Iterator[None]:
-    rg.shutdown()
-    rg.init(namespace=f"adopt-{os.urandom(3).hex()}", store="memory://", idle_actor_s=ADOPT_IDLE_S)
-    yield
+def adopting(own_raygents: None, rt: None) -> None:
+    own_namespace(ADOPT_IDLE_S)
 
 
 def test_an_idle_actor_serves_the_next_agent_instead_of_a_new_process(adopting: None) -> None:
