@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from actors import cached_actor
 
 import raygents as rg
 from raygents.runtime.driver.client import current
@@ -61,13 +62,6 @@ def one_dispatch(handle: rg.RunHandle) -> None:
     assert "recovered" not in types, types
     (info,) = [i for i in rg.runs() if i.run_id == handle.run_id]
     assert info.attempts == 1, info
-
-
-def cached_actor(name: str) -> Any:
-    """The actor handle this driver's directory holds for agent ``name``."""
-    runtime = current()
-    (handles,) = [h for (_, agent), h in runtime.directory._actors.items() if agent == name]
-    return handles[0]
 
 
 def test_an_idle_actor_retires_and_the_next_run_gets_a_fresh_one(idle: None) -> None:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 import ray
+from actors import cached_actor
 from pydantic import BaseModel, field_validator
 
 import raygents as rg
@@ -95,8 +96,7 @@ def test_tool_calls_run_as_named_ray_tasks_in_worker_processes() -> None:
     assert result.final_output == "done" and result.turns == 2
     assert result.last_agent is agent
     model.assert_complete()
-    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
-    assert any(n.startswith("agent:runner@") for n in names)
+    assert ray.get(cached_actor("runner").ping.remote()) != os.getpid(), "an actor of its own"
 
 
 def test_a_context_only_cloudpickle_can_carry_reaches_tool_tasks() -> None:
@@ -216,15 +216,7 @@ def test_local_tools_run_inside_the_agent_actor() -> None:
     model = ScriptedModel([calls(("local_pid", {})), text("ok")])
     agent = rg.Agent("local", tools=[local_pid], model=model)
     result = rg.run(agent, "pid?")
-    actor = ray.get_actor(
-        next(
-            a["name"]
-            for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["name"].startswith("agent:local@")
-        ),
-        namespace="raygents",
-    )
-    assert int(tool_messages(result)[0]) == ray.get(actor.ping.remote())
+    assert int(tool_messages(result)[0]) == ray.get(cached_actor("local").ping.remote())
 
 
 def test_unknown_tool_fails_with_tool_not_found() -> None:
