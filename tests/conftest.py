@@ -39,12 +39,13 @@ SOURCES = ("raygents", "tests", "examples", "benchmarks", "tools")
 """The project's folders of Python modules, compiled once before any test starts."""
 
 
-IDLE_ACTOR_S = 20.0
+IDLE_ACTOR_S = 8.0
 """How long an agent actor of the session's raygents stays with no run (the default keeps it 10
-minutes). Tests define agents by the hundred, each served by an actor of its own, and an idle
-Ray actor still takes 0.7% of a core (its main thread wakes every 10 ms to check for signals):
-kept 10 minutes, 47 of them were alive after two minutes of ``tests/agents``; kept 20 s, 14 to
-18 (docs/perf-log.md, finding 72)."""
+minutes). Tests define agents by the hundred; an actor idle for a quarter of this serves the
+next agent that has none instead of a new process starting (one start costs about 0.9 CPU-s
+here), and an idle Ray actor still takes 0.7% of a core (its main thread wakes every 10 ms to
+check for signals). At 8 s, ``tests/agents tests/core`` used 60.3 CPU-s against 66.9 to 69.0 at
+20 s (docs/perf-log.md, findings 72 and 75)."""
 
 
 def session_raygents() -> None:
