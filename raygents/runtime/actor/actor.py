@@ -128,6 +128,7 @@ class AgentActor:
             graph = cloudpickle.loads(blob)
             assert isinstance(graph, dict)
             replicas = {n: a.replicas for n, a in graph.items()}
+            self.directory.graphs.clear()  # (an adopted graph replaces the one before)
             self.directory.graphs[graph_fp] = (blob, replicas, definitions)
         assert isinstance(graph, dict)
         agent = graph[agent_name]

@@ -89,7 +89,10 @@ async def test_an_idle_actor_takes_another_agent_and_refuses_runs_for_the_one_be
     assert actor.adopt(_graph("other"), "other", "fp2", {"other": "d2"}, 0.0)
     assert (actor.agent.name, actor.graph_fp) == ("other", "fp2")
     assert set(actor.graph) == {"other"} and actor.toolbox.agent is actor.agent
-    assert actor.directory.graphs["fp2"][2] == {"other": "d2"}, "registered again on restart"
+    assert actor.adopt(_graph("third"), "third", "fp3", {"third": "d3"}, 0.0)
+    assert set(actor.directory.graphs) == {"fp3"}, "only the graph it serves is kept"
+    assert actor.directory.graphs["fp3"][2] == {"third": "d3"}, "registered again on restart"
+    assert actor.adopt(_graph("other"), "other", "fp2", {"other": "d2"}, 0.0)
     assert await actor.start([_envelope("solo", "fp")], "caller") == RETIRED, "a stale caller"
     assert await actor.start([_envelope("other", "fp1")], "caller") == RETIRED, "another graph"
     assert not actor._active and not actor._runs, "it took none of them"
