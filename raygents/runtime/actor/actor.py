@@ -120,28 +120,30 @@ class AgentActor:
         definitions: dict[str, str] | None,
     ) -> None:
         """Serve agent ``agent_name`` of graph ``graph_fp`` (see :meth:`__init__`): what the
-        actor keeps of the agent it serves, built from its definition."""
+        actor keeps of the agent it serves, built from its definition (nothing changes if
+        that raises)."""
+        blob = None
         if isinstance(graph, bytes):
             from ray import cloudpickle
 
-            blob = graph
-            graph = cloudpickle.loads(blob)
-            assert isinstance(graph, dict)
+            blob, graph = graph, cloudpickle.loads(graph)
+        assert isinstance(graph, dict)
+        agent = graph[agent_name]
+        toolbox = Toolbox(agent)
+        if blob is not None:
             replicas = {n: a.replicas for n, a in graph.items()}
             self.directory.graphs.clear()  # (an adopted graph replaces the one before)
             self.directory.graphs[graph_fp] = (blob, replicas, definitions)
-        assert isinstance(graph, dict)
-        agent = graph[agent_name]
         self.directory.owner = f"agent:{agent_name}@{graph_fp[:8]}:{os.getpid()}"
         self.graph: dict[str, Agent] = graph
         self.agent = agent
         self.graph_fp = graph_fp
         self._model: Model | None = None
-        self.toolbox = Toolbox(agent)
+        self.toolbox = toolbox
         self.stops = Stops(agent)
         self.stops.writer = self.writer
         self.calls = ToolCalls(
-            agent, self.toolbox, self.directory, self.writer, self._emit, self._children
+            agent, toolbox, self.directory, self.writer, self._emit, self._children
         )
         self.task_cache = self.calls.task_cache
         self.inputs = RunInputs(agent_name, self.directory)
@@ -162,8 +164,7 @@ class AgentActor:
         Returns this actor's incarnation as soon as the runs are here, or ``RETIRED`` (and
         takes none of them) once the actor retires for idleness, or when a run is not for the
         agent it serves now (its caller's handle is older than an :meth:`adopt`). A run's
-        events and
-        then its outcome go to ``caller``'s outbox, which :meth:`take` empties (see
+        events and then its outcome go to ``caller``'s outbox, which :meth:`take` empties (see
         :class:`~raygents.runtime.actor.outbox.Relay`): those of a run that does not stream in one
         list per take, which may wait there a moment for company; a streamed run's in small
         batches, its last ones with its outcome (``(batch, outcome)``).

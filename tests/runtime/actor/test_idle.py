@@ -113,8 +113,11 @@ async def test_an_actor_takes_no_other_agent_unless_idle_long_enough_and_staying
     actor._active["r9"] = object()  # type: ignore[assignment]
     assert not actor.adopt(_graph("other"), "other", "fp2", None, 0.0), "a run in flight"
     actor = _actor()
+    assert actor.adopt(_graph("kept"), "kept", "fp1", None, 0.0)
     assert not actor.adopt(b"not a pickle", "other", "fp2", None, 0.0), "cannot load it"
-    assert (actor.agent.name, actor.graph_fp) == ("solo", "fp"), "it still serves its own"
+    assert not actor.adopt(_graph("other"), "missing", "fp2", None, 0.0), "not in the graph"
+    assert (actor.agent.name, actor.graph_fp) == ("kept", "fp1"), "it still serves its own"
+    assert set(actor.directory.graphs) == {"fp1"} and set(actor.graph) == {"kept"}
 
 
 async def test_an_actor_whose_agent_holds_mcp_connections_takes_no_other() -> None:
