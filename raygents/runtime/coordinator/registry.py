@@ -160,6 +160,10 @@ class ActorRegistry:
                 adopted = await self._adopted(graph, graph_fp, name, self.adopt_after_s)
                 if adopted is None:
                     break
+                if self._superseded(graph_fp, name):  # (a newer definition came meanwhile)
+                    adopted.retire.remote(serving=key)  # (once this run is done)
+                    self._forget(actor_key(adopted))
+                    return [adopted]
                 self.actors[key] = [*self.actors.get(key, []), adopted]
         return self.agent_actors(graph_fp, name)
 
@@ -199,6 +203,19 @@ class ActorRegistry:
             self._bound[actor_id] = ((graph_fp, name), time.monotonic())
             return handle
         return None
+
+    def _superseded(self, graph_fp: str, name: str) -> bool:
+        """Whether a graph registered after ``graph_fp`` defines agent ``name`` otherwise
+        (its actors retire once their runs are done, see :meth:`register_graph`)."""
+        graphs = list(self.graphs)
+        if graph_fp not in self.graphs:
+            return False
+        before = self.graphs[graph_fp].definitions.get(name)
+        for later in graphs[graphs.index(graph_fp) + 1 :]:
+            graph = self.graphs[later]
+            if name in graph.replicas and (before is None or graph.definitions.get(name) != before):
+                return True
+        return False
 
     def agent_actors(self, graph_fp: str, name: str) -> list[Any]:
         """The actors serving ``name`` in ``graph_fp``, created on first use (and again for

@@ -254,3 +254,18 @@ async def test_without_an_idle_time_no_actor_takes_another_agent(
     clock.now += 10_000
     (b,) = await registry.lookup("fp2", "b")
     assert b is not a and "adopt" not in a.calls
+
+
+async def test_an_actor_that_took_an_agent_redefined_meanwhile_retires_after_its_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A newer definition registered while the lookup asked an idle actor found no actor of
+    the older one to retire: the actor that took it serves this run, then retires."""
+    clock = _Clock(monkeypatch)
+    registry = _idle_registry(monkeypatch)
+    (b,) = await registry.lookup("fp2", "b")
+    clock.now += 1.5
+    registry.register_graph("fp1b", b"graph-1b", {"a": 1})  # "a" redefined before a has actors
+    (a,) = await registry.lookup("fp1", "a")
+    assert a is b and b.target.adopted == [("fp1", "a")] and b.target.retired
+    assert ("fp1", "a") not in registry.actors and registry.retired(actor_key(b))
