@@ -509,7 +509,7 @@ async def test_a_tool_that_runs_in_the_actor_honours_its_timeout(t: Tool) -> Non
     events: list[Any] = []
     step = loop.Execute(call(t.name, {}, id="c1"))
     started = asyncio.get_running_loop().time()
-    out = await actor.calls.run_step(_state(), Envelope(_state(), "fp"), step, events.append)
+    out = await actor.bound.calls.run_step(_state(), Envelope(_state(), "fp"), step, events.append)
     assert asyncio.get_running_loop().time() - started < 5
     assert out.result == ToolResult(
         f'Error: cannot execute tool "{t.name}": timed out after 0.2 s', is_error=True
@@ -527,7 +527,7 @@ async def test_an_agent_with_unusable_parameters_fails_when_its_view_is_built() 
     actor = AgentActor({"host": agent}, "host", "fp", "ns")
     await actor.resolve_tools()
     with pytest.raises(UserError, match=r"tool 'hand_written' has parameters that cannot be used"):
-        actor.toolbox.base_view()
+        actor.bound.toolbox.base_view()
 
 
 # --- on_recovery ----------------------------------------------------------------------------

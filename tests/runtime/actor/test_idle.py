@@ -87,8 +87,8 @@ def _graph(name: str) -> bytes:
 async def test_an_idle_actor_takes_another_agent_and_refuses_runs_for_the_one_before() -> None:
     actor = _actor()
     assert actor.adopt(_graph("other"), "other", "fp2", {"other": "d2"}, 0.0)
-    assert (actor.agent.name, actor.graph_fp) == ("other", "fp2")
-    assert set(actor.graph) == {"other"} and actor.toolbox.agent is actor.agent
+    assert (actor.bound.agent.name, actor.bound.graph_fp) == ("other", "fp2")
+    assert set(actor.bound.graph) == {"other"} and actor.bound.toolbox.agent is actor.bound.agent
     assert actor.adopt(_graph("third"), "third", "fp3", {"third": "d3"}, 0.0)
     assert set(actor.directory.graphs) == {"fp3"}, "only the graph it serves is kept"
     assert actor.directory.graphs["fp3"][2] == {"third": "d3"}, "registered again on restart"
@@ -116,8 +116,10 @@ async def test_an_actor_takes_no_other_agent_unless_idle_long_enough_and_staying
     assert actor.adopt(_graph("kept"), "kept", "fp1", None, 0.0)
     assert not actor.adopt(b"not a pickle", "other", "fp2", None, 0.0), "cannot load it"
     assert not actor.adopt(_graph("other"), "missing", "fp2", None, 0.0), "not in the graph"
-    assert (actor.agent.name, actor.graph_fp) == ("kept", "fp1"), "it still serves its own"
-    assert set(actor.directory.graphs) == {"fp1"} and set(actor.graph) == {"kept"}
+    assert (actor.bound.agent.name, actor.bound.graph_fp) == ("kept", "fp1"), (
+        "it still serves its own"
+    )
+    assert set(actor.directory.graphs) == {"fp1"} and set(actor.bound.graph) == {"kept"}
 
 
 async def test_an_actor_whose_agent_holds_mcp_connections_takes_no_other() -> None:
