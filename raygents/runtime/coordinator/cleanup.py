@@ -151,6 +151,50 @@ class Cleaner:
                 log.exception("the expiry of runs past retention failed")
             await asyncio.sleep(every)
 
+    async def gc(self, older_than_s: float, dry_run: bool) -> list[dict[str, Any]]:
+        """``Coordinator.gc`` once the run table is read: a row for each run whose records
+        went (or would go), each run kept because it cannot be read, and each batch job's
+        expired ledger."""
+        table, store = self.table, self.store
+
+        def known(run_id: str) -> tuple[str, float, str] | None:
+            info = table.get(run_id)
+            if info is None or run_id in table.unread or run_id in table.unreadable:
+                return None  # (read from the store: an unreadable run is listed, never aged)
+            return info.status, info.updated_at, info.agent_name
+
+        cutoff = retention.cutoff_of(older_than_s)
+        loop = asyncio.get_running_loop()
+        found, unreadable = await loop.run_in_executor(
+            None, retention.scan, store, self.key, cutoff, known
+        )
+        rows = [u.row() for u in unreadable]
+        for expired in found:
+            info = table.get(expired.run_id)
+            if info is not None and info.status not in retention.ENDED:
+                continue  # (resumed meanwhile)
+            row = expired.row()
+            if not dry_run:
+                try:
+                    await loop.run_in_executor(
+                        None, retention.remove, store, expired.run_id, expired.keys
+                    )
+                except CheckpointError as exc:
+                    row["error"] = str(exc)
+                else:
+                    table.drop(expired.run_id)
+            rows.append(row)
+        ledgers = await loop.run_in_executor(None, retention.scan_ledgers, store, cutoff)
+        for ledger in ledgers:
+            row = ledger.row()
+            if not dry_run:
+                try:
+                    await loop.run_in_executor(None, retention.remove_ledger, store, ledger)
+                except CheckpointError as exc:
+                    row["error"] = str(exc)
+            rows.append(row)
+        return rows
+
     def expire_ledgers(self, cutoff: float) -> None:
         """Delete batch jobs' ledger shards written by runs of a job that started before
         ``cutoff`` (in the clean-up's thread): they hold the items' outputs."""

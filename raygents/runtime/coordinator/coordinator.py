@@ -1,5 +1,6 @@
 """The coordinator actor: one per namespace. Its remote methods, over the run table
-(:mod:`~raygents.runtime.coordinator.runtable`), the hot records
+(:mod:`~raygents.runtime.coordinator.runtable`), the dispatches of runs
+(:mod:`~raygents.runtime.coordinator.dispatch`), the hot records
 (:mod:`~raygents.runtime.coordinator.hotrecords`),
 the store side (:mod:`~raygents.runtime.coordinator.recordstore`,
 :mod:`~raygents.runtime.coordinator.cleanup`), the
@@ -20,11 +21,12 @@ import ray
 from raygents.core.envelope import Envelope, SuspendRequest
 from raygents.core.events import RunEvent
 from raygents.errors import CANCEL, CheckpointError, TooManyRuns
-from raygents.records import checkpoint, rebuild, retention
+from raygents.records import rebuild, retention
 from raygents.records.runinfo import Note, RecordEntry, RunInfo, RunSummary
 from raygents.runtime.actor.gates import LIMITER_NAME
 from raygents.runtime.coordinator.cleanup import Cleaner
 from raygents.runtime.coordinator.detached import DetachedRuns
+from raygents.runtime.coordinator.dispatch import STOPPED, Dispatcher, running_dispatch
 from raygents.runtime.coordinator.hotrecords import HotRecords
 from raygents.runtime.coordinator.leases import LeaseBook
 from raygents.runtime.coordinator.recordstore import RecordStore
@@ -44,10 +46,6 @@ from raygents.telemetry import logs, tracing
 __all__ = ["Coordinator", "RunInfo"]  # (RunInfo lives in runtime.runinfo)
 
 log = logging.getLogger("raygents")
-
-_STOPPED = ("suspended", "awaiting_approval", "in_doubt")
-_CANCELLER = "raygents:cancel"  # (the owner of the dispatch that stores a stopped run's cancel)
-_CANCELLED = "run cancelled"
 
 
 class Coordinator:
@@ -89,7 +87,10 @@ class Coordinator:
             idle_actor_s=settings.idle_actor_s,
         )
         self.relay = EventRelay()
-        self.leases = LeaseBook(settings.recovery.lease_s, self._running_dispatch)
+        self.leases = LeaseBook(settings.recovery.lease_s, running_dispatch(self.table))
+        self.dispatcher = Dispatcher(
+            self.table, self.records, self.cleaner, self.leases, direct, key, self._finish
+        )
         self.driven = DetachedRuns(
             namespace, self.finish, self.relay, self._numbered_after, self.table.get
         )
@@ -189,51 +190,11 @@ class Coordinator:
         info = self.table.get(run_id)
         if info is None or info.status in retention.ENDED:
             return info
-        if info.status not in _STOPPED:  # (running, or claimed and on its way)
+        if info.status not in STOPPED:  # (running, or claimed and on its way)
             await self.suspend([(run_id, CANCEL)])
             return info
-        for child in self._stopped_children(run_id):
-            await self._cancel_stopped(child)
-        await self._cancel_stopped(info)
+        await self.dispatcher.cancel_stopped(info)
         return self.table.get(run_id)
-
-    def _stopped_children(self, run_id: str) -> list[RunInfo]:
-        """The suspended or awaiting-approval agent-as-tool descendants of a run, deepest
-        first."""
-        found: list[RunInfo] = []
-        parents = [run_id]
-        while parents:
-            parent = parents.pop()
-            for info in list(self.table.runs.values()):
-                if info.parent == parent and info.status in _STOPPED:
-                    found.append(info)
-                    parents.append(info.run_id)
-        return found[::-1]
-
-    async def _cancel_stopped(self, info: RunInfo) -> None:
-        """Store a ``cancelled`` record after a stopped run's newest one and end it."""
-        run_id, key = info.run_id, self._settings.key
-        taken, epoch = self.table.claim(run_id, _CANCELLER, info.agent_name, force=True)
-        assert taken is None  # (force: a stopped run is never someone else's)
-        try:
-            if epoch > 1 and self.direct:
-                await self._fence(run_id, epoch)
-            blobs, _ = await self.records.load(run_id, True)
-            if not blobs:
-                raise CheckpointError(f"run {run_id!r} has no records to cancel", run_id=run_id)
-            state, _ = checkpoint.restore(blobs, run_id=run_id, key=key)
-            state, record = checkpoint.make_record(
-                state.evolve(epoch=epoch, pending=()), "cancelled", error=_CANCELLED
-            )
-            data = checkpoint.encode(record, key=key)
-            entry = ("cancelled", state.agent_name, state.turns, _CANCELLED)
-            full = record["kind"] == "full"
-            await self.records.save(run_id, state.seq, data, entry, True, epoch, full)
-        except BaseException:
-            self.table.unclaim(run_id, info)
-            raise
-        ended = replace(info, status="cancelled", last_error=_CANCELLED, seq=state.seq, owner=None)
-        self._finish(ended)
 
     # --- checkpoints --------------------------------------------------------------------
     async def save(
@@ -329,7 +290,7 @@ class Coordinator:
             TooManyRuns: ``tenant`` has ``max_concurrent_runs`` runs in flight.
         """
         await self.records.known(run_id, look=not force)
-        return await self._dispatch(run_id, owner, agent_name, force, tenant, group)
+        return await self.dispatcher.dispatch(run_id, owner, agent_name, force, tenant, group)
 
     async def claim_many(
         self, claims: list[tuple[str, str, str, bool]]
@@ -353,7 +314,9 @@ class Coordinator:
         answers: list[tuple[RunInfo | None, int] | TooManyRuns] = []
         for run_id, owner, agent_name, tenant in claims:
             try:
-                answers.append(await self._dispatch(run_id, owner, agent_name, tenant=tenant))
+                answers.append(
+                    await self.dispatcher.dispatch(run_id, owner, agent_name, tenant=tenant)
+                )
             except TooManyRuns as refused:
                 answers.append(refused)
         return answers
@@ -372,74 +335,16 @@ class Coordinator:
                 completion marker (its records may still be there: a crash or a failed
                 delete before its clean-up; they are deleted now).
         """
-        table = self.table
-        await self.records.known(run_id, look=True)
-        table.refuse_completed(run_id)
-        before = table.get(run_id)
-        name = before.agent_name if before is not None else "?"
-        taken, epoch = await self._dispatch(run_id, owner, name)  # (in its tenant's slot)
-        if taken is not None:
-            return taken, 0, [], before
-        stopped = before is None or before.status != "running"
-        blobs, done = await self.records.load(run_id, stopped)
-        if done is not None:  # it completed, and its records were not all deleted
-            table.unclaim(run_id, before)
-            table.update(
-                replace(before, status="completed", last_error=None)
-                if before is not None
-                else RunInfo(run_id, "completed", "?")
-            )
-            self.cleaner.add(("done", run_id, self.records.marker(table.runs[run_id])))
-            table.refuse_completed(run_id)
-        if not blobs:
-            table.unclaim(run_id, before)
-            return None, 0, [], before
-        return None, epoch, blobs, before
+        return await self.dispatcher.claim_and_load(run_id, owner)
 
     def unclaim(self, run_id: str, before: RunInfo | None) -> None:
         """Put back a run's entry as it was before a claim its driver did not go on with."""
         self.table.unclaim(run_id, before)
 
-    async def _dispatch(
-        self,
-        run_id: str,
-        owner: str,
-        agent_name: str,
-        force: bool = False,
-        tenant: str | None = None,
-        group: tuple[str | None, str] | None = None,
-    ) -> tuple[RunInfo | None, int]:
-        """:meth:`claim` of a run whose entry is known (the table has what the store says)."""
-        info = self.table.get(run_id)
-        if not force and info is not None and info.status == "completed":
-            return info, 0  # (a completed run is never run again)
-        taken, epoch = self.table.claim(run_id, owner, agent_name, force, tenant, group)
-        if taken is not None:
-            return taken, epoch
-        ended = self.table.ended.pop(run_id, None) == epoch - 1 and not force
-        if epoch > 1 and self.direct and not ended:  # (no copy of an ended dispatch writes)
-            await self._fence(run_id, epoch)
-        self.leases.dispatched(run_id)
-        return taken, epoch
-
-    async def _fence(self, run_id: str, epoch: int) -> None:
-        """Fence a run's earlier dispatches: once every lease they hold has lapsed, the
-        store gets dispatch ``epoch``'s mark (see :mod:`~raygents.runtime.coordinator.leases`)."""
-        lapse = self.leases.lapse_in(run_id)
-        if lapse > 0:
-            await asyncio.sleep(lapse)
-        await self.records.mark_fence(run_id, epoch)
-
     def lease(self, runs: list[tuple[str, int]]) -> list[str]:
         """Grant each ``(run_id, epoch)`` that is its running run's newest dispatch a lease
         (see :mod:`~raygents.runtime.coordinator.leases`); the run ids granted."""
         return self.leases.grant(runs)
-
-    def _running_dispatch(self, run_id: str, epoch: int) -> bool:
-        info = self.table.get(run_id)
-        return (
-            info is not None and info.status == "running" and self.table.epochs.get(run_id) == epoch
-        )
 
     def lock_session(self, session_id: str, run_id: str) -> str | None:
         """Take a session for a run; returns the run holding it if another one does."""
@@ -521,45 +426,7 @@ class Coordinator:
         if older_than_s is None:
             older_than_s = self._settings.retention_s or retention.DEFAULT_GC_S
         await self.records.rebuilt(self.records.list_wait_s)
-        table = self.table
-
-        def known(run_id: str) -> tuple[str, float, str] | None:
-            info = table.get(run_id)
-            if info is None or run_id in table.unread or run_id in table.unreadable:
-                return None  # (read from the store: an unreadable run is listed, never aged)
-            return info.status, info.updated_at, info.agent_name
-
-        cutoff = retention.cutoff_of(older_than_s)
-        loop = asyncio.get_running_loop()
-        found, unreadable = await loop.run_in_executor(
-            None, retention.scan, self.store, self._settings.key, cutoff, known
-        )
-        rows = [u.row() for u in unreadable]
-        for expired in found:
-            info = table.get(expired.run_id)
-            if info is not None and info.status not in retention.ENDED:
-                continue  # (resumed meanwhile)
-            row = expired.row()
-            if not dry_run:
-                try:
-                    await loop.run_in_executor(
-                        None, retention.remove, self.store, expired.run_id, expired.keys
-                    )
-                except CheckpointError as exc:
-                    row["error"] = str(exc)
-                else:
-                    table.drop(expired.run_id)
-            rows.append(row)
-        ledgers = await loop.run_in_executor(None, retention.scan_ledgers, self.store, cutoff)
-        for ledger in ledgers:
-            row = ledger.row()
-            if not dry_run:
-                try:
-                    await loop.run_in_executor(None, retention.remove_ledger, self.store, ledger)
-                except CheckpointError as exc:
-                    row["error"] = str(exc)
-            rows.append(row)
-        return older_than_s, rows
+        return older_than_s, await self.cleaner.gc(older_than_s, dry_run)
 
     # --- the relay of live events (see runtime.coordinator.relay) -----------------------
     @ray.method(max_task_retries=0)  # (a long poll: its caller asks again, quietly)
