@@ -231,7 +231,7 @@ def _in_doubt_node(
         report["status"] = handle.status()
         time.sleep(3.5)  # (a copy of the call on a node that lives on is over by now)
         # The resolution comes once Ray knows the node is gone (its health checks take about
-        # 15 s, longer on a busy machine): until then Ray may still send the rerun's task
+        # 5 s here, longer on a busy machine): until then Ray may still send the rerun's task
         # to the lost node, and a call lost again is rightly in doubt again.
         cluster.wait_for_nodes(timeout=120)
         report["starts_before"] = _charges(work, "start")
@@ -281,6 +281,15 @@ def _writers(proxy: FaultProxy, first: int) -> dict[str, int]:
     return dict(by_node)
 
 
+HEALTH_CHECKS = {
+    "health_check_period_ms": 1000,
+    "health_check_timeout_ms": 2000,
+    "health_check_failure_threshold": 4,
+}
+"""How the head finds a lost node dead: in about 5 s (Ray's defaults take about 15 s, and the
+scenarios that remove a node wait for it)."""
+
+
 def main() -> None:
     work, mode = Path(sys.argv[1]), sys.argv[2]
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 200
@@ -292,7 +301,12 @@ def main() -> None:
     ):
         cluster = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 0, "resources": {"head": 10}, "include_dashboard": False},
+            head_node_args={
+                "num_cpus": 0,
+                "resources": {"head": 10},
+                "include_dashboard": False,
+                "_system_config": HEALTH_CHECKS,
+            },
         )
         # The driver joins before the workers exist, so it (and the coordinator, which goes
         # to the driver's node) is on the head: nodes of a simulated cluster share one
