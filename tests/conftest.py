@@ -14,7 +14,7 @@ import compileall
 import os
 import pathlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -49,10 +49,86 @@ check for signals). At 8 s, ``tests/agents tests/core`` used 60.3 CPU-s against 
 
 
 def session_raygents() -> None:
-    """Bring up the session's raygents on the session's Ray instance (a no-op when it is up)."""
+    """Bring up the session's raygents on the session's Ray instance (a no-op when it is up;
+    one a module keeps, see :class:`Namespaces`, is left up for its next test)."""
     import raygents
+    from raygents.runtime.driver import client
 
+    runtime = client._runtime
+    if runtime is not None and runtime.namespace in Namespaces.kept:
+        park()
     raygents.init(store="memory://", idle_actor_s=IDLE_ACTOR_S)
+
+
+def park() -> None:
+    """Shut this process's raygents down, leaving its namespace's coordinator and agent actors
+    up: the next ``init`` of that namespace finds them by name, as a second driver would."""
+    import raygents
+    from raygents.runtime.driver import client
+
+    if client._runtime is not None:
+        client._runtime.created = False  # (only the runtime that created it removes it)
+    raygents.shutdown()
+
+
+class Namespaces:
+    """Namespaces of raygents a test module keeps up for its tests, one per set of ``init``
+    arguments (its tests' runs share the namespace's coordinator, store and idle agent
+    actors, instead of a coordinator and actors each), removed after the module. A test
+    takes one with the :func:`module_raygents` fixture (:func:`rt` then leaves it up)."""
+
+    kept: ClassVar[set[str]] = set()
+    """The namespaces kept up in this process."""
+
+    def __init__(self, prefix: str, root: pathlib.Path) -> None:
+        self.prefix = prefix
+        self.root = root
+        self.made: dict[str, str] = {}
+
+    def file_store(self, name: str = "ckpt", **settings: Any) -> str:
+        """:meth:`use` of namespace ``name`` over a ``file://`` store of its own (in a folder
+        of the module's); returns the store's URL."""
+        url = f"file://{self.root / name}"
+        self.use(name, store=url, **settings)
+        return url
+
+    def use(self, name: str, **settings: Any) -> str:
+        """raygents up on this module's namespace ``name`` (made with ``settings`` on first
+        use; a kept namespace that was up is left up); returns the namespace."""
+        import raygents
+        from raygents.runtime.driver import client
+
+        namespace = self.made.setdefault(name, f"{self.prefix}-{name}-{os.urandom(3).hex()}")
+        runtime = client._runtime
+        if runtime is not None and runtime.namespace == namespace:
+            return namespace
+        if runtime is not None and runtime.namespace in Namespaces.kept:
+            park()
+        else:
+            raygents.shutdown()  # (the session's, as a test with its own namespace does)
+        raygents.init(namespace=namespace, idle_actor_s=IDLE_ACTOR_S, **settings)
+        Namespaces.kept.add(namespace)
+        return namespace
+
+    def close(self) -> None:
+        """Remove the module's namespaces: their agent actors and coordinators."""
+        import ray
+
+        import raygents
+        from raygents.runtime.driver import client
+        from raygents.runtime.link.coordinator_client import COORDINATOR_NAME
+
+        runtime = client._runtime
+        if runtime is not None and runtime.namespace in self.made.values():
+            raygents.shutdown()
+        for namespace in self.made.values():
+            Namespaces.kept.discard(namespace)
+            try:
+                coordinator = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
+            except ValueError:
+                continue  # (a test removed it)
+            ray.get(coordinator.stop_agents.remote(), timeout=30)
+            ray.kill(coordinator, no_restart=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -213,8 +289,20 @@ def rt(ray_session: None, request: pytest.FixtureRequest) -> None:
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(request.module)
-    if "own_raygents" not in request.fixturenames:
+    if not {"own_raygents", "module_raygents"} & set(request.fixturenames):
         session_raygents()  # (up already but after a test that had its own)
+
+
+@pytest.fixture(scope="module")
+def module_raygents(
+    ray_session: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Namespaces]:
+    """The test module's :class:`Namespaces` (a test's fixture picks one with ``use``):
+    :func:`rt` does not bring the session's raygents up for a test that asks for it."""
+    prefix = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    namespaces = Namespaces(prefix, tmp_path_factory.mktemp(prefix))
+    yield namespaces
+    namespaces.close()
 
 
 @pytest.fixture

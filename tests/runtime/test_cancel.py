@@ -5,16 +5,16 @@ its agent-as-tool children cancelled), its status is ``cancelled``, ``result()``
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import ray
+from conftest import Namespaces
 
 import raygents as rg
 from raygents.errors import CANCEL
+from raygents.runtime.actor.children import child_run_id
 from raygents.runtime.driver.client import current
 from raygents.testing import FunctionModel, call, calls, text
 
@@ -22,12 +22,9 @@ pytestmark = pytest.mark.usefixtures("rt")
 
 
 @pytest.fixture
-def store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
-    url = f"file://{tmp_path / 'ckpt'}"
-    rg.shutdown()
-    rg.init(namespace=f"cancel-{os.urandom(3).hex()}", store=url)
-    yield url
-    rg.shutdown()
+def store(module_raygents: Namespaces) -> str:
+    """raygents on the module's namespace over a file store (its tests share both)."""
+    return module_raygents.file_store()
 
 
 @rg.tool(num_cpus=1)
@@ -94,7 +91,8 @@ def test_cancel_stops_a_run_and_its_tool_task_and_keeps_its_records(
     assert not (tmp_path / "finished-1").exists()
     cancelled = {i.run_id: i for i in rg.runs(status="cancelled")}
     assert handle.run_id in cancelled
-    assert list((tmp_path / "ckpt" / "runs" / handle.run_id).glob("*.ckpt")), "records stay"
+    records = Path(store.removeprefix("file://")) / "runs" / handle.run_id
+    assert list(records.glob("*.ckpt")), "records stay"
     with pytest.raises(rg.UserError, match="cancelled"):
         rg.resume(handle.run_id, agent=agent)
     attached = rg.attach(handle.run_id)
@@ -136,8 +134,13 @@ def test_cancel_reaches_agent_as_tool_children(store: str, tmp_path: Path) -> No
     with pytest.raises(rg.RunCancelled):
         handle.result(timeout_s=60)
     _wait_for(_cpus_free, 30)  # the child's tool task was cancelled too
-    _wait_for(lambda: len(rg.runs(status="cancelled")) == 2, 30)
-    assert {i.agent_name for i in rg.runs(status="cancelled")} == {
+    family = {handle.run_id, child_run_id(handle.run_id, "h0")}
+
+    def cancelled() -> list[rg.RunInfo]:
+        return [i for i in rg.runs(status="cancelled") if i.run_id in family]
+
+    _wait_for(lambda: len(cancelled()) == 2, 30)
+    assert {i.agent_name for i in cancelled()} == {
         "cancelled_parent",
         "cancelled_child",
     }

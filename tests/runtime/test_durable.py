@@ -6,12 +6,12 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
+from conftest import Namespaces
 
 import raygents as rg
 from raygents.runtime.actor.children import child_run_id
@@ -20,30 +20,35 @@ from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 pytestmark = pytest.mark.usefixtures("rt")
 
 
+@pytest.fixture(scope="module")
+def store_urls(
+    tmp_path_factory: pytest.TempPathFactory, session_s3: object, s3_key_audit: Any
+) -> dict[str, str]:
+    """The module's store of each kind (an S3 bucket's keys are audited at the end of the
+    session)."""
+    from s3_server import create_bucket
+
+    bucket = s3_key_audit.watch(create_bucket(session_s3.endpoint_url))  # type: ignore[attr-defined]
+    return {
+        "file": f"file://{tmp_path_factory.mktemp('durable') / 'ckpt'}",
+        "s3": f"s3://{bucket}/runs",
+        "memory": "memory://",
+    }
+
+
 @pytest.fixture
 def store(
-    own_raygents: None,
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    session_s3: object,
-    s3_key_audit: Any,
-) -> Iterator[str]:
-    """raygents re-initialised on a fresh namespace with the store kind of the test (an S3
-    bucket's keys are audited at the end of the session)."""
+    module_raygents: Namespaces, store_urls: dict[str, str], request: pytest.FixtureRequest
+) -> str:
+    """raygents on the module's namespace of the test's store kind (its tests share it)."""
     kind = getattr(request, "param", "file")
-    if kind == "file":
-        url = f"file://{tmp_path / 'ckpt'}"
-    elif kind == "s3":
-        from s3_server import create_bucket
+    module_raygents.use(kind, store=store_urls[kind])
+    return store_urls[kind]
 
-        bucket = s3_key_audit.watch(create_bucket(session_s3.endpoint_url))  # type: ignore[attr-defined]
-        url = f"s3://{bucket}/runs"
-    else:
-        url = "memory://"
-    rg.shutdown()
-    rg.init(namespace=f"durable-{kind}-{os.urandom(3).hex()}", store=url)
-    yield url
-    rg.shutdown()
+
+def runs_folder(store: str) -> Path:
+    """Where a ``file://`` store keeps its runs' records."""
+    return Path(store.removeprefix("file://")) / "runs"
 
 
 def ledger_tool(name: str, seconds: float = 0.0) -> rg.Tool:
@@ -224,11 +229,11 @@ def test_completed_children_end_in_the_run_table_and_their_records_go(
     handle = rg.start(lead, "go", context={"ledger": str(book)})
     assert handle.result(timeout_s=60).final_output == "merged"
     children = {child_run_id(handle.run_id, f"c{i}") for i in range(6)}
-    runs_dir = tmp_path / "ckpt" / "runs"
+    runs_dir = runs_folder(store)
     deadline = time.monotonic() + 10
     while True:
         statuses = {r.run_id: r.status for r in rg.runs() if r.run_id in children}
-        left = [n for p in runs_dir.iterdir() for n in left_behind(p)] if runs_dir.exists() else []
+        left = [n for r in (*children, handle.run_id) for n in left_behind(runs_dir / r)]
         if statuses == dict.fromkeys(children, "completed") and not left:
             break
         assert time.monotonic() < deadline, (statuses, left)
@@ -247,7 +252,7 @@ def test_a_run_with_tools_has_a_directory_for_its_records_and_leaves_only_its_re
         tools=[ledger_tool("work")],
         model=FunctionModel(lambda request: text("no tools needed"), latency_s=2.0),
     )
-    runs = tmp_path / "ckpt" / "runs"
+    runs = runs_folder(store)
     for attempt in range(2):  # (the first starts the agent's actor)
         handle = rg.start(agent, "go")
         folder = runs / handle.run_id
@@ -442,13 +447,11 @@ def test_corrupt_and_truncated_checkpoints_are_refused(store: str) -> None:
     handle.suspend()
     with pytest.raises(rg.SuspendedError):
         handle.result(timeout_s=60)
-    root = Path(store[len("file://") :]) / "runs" / handle.run_id
+    root = runs_folder(store) / handle.run_id
     (path,) = sorted(root.iterdir())
     data = path.read_bytes()
     # a new coordinator (this one keeps the run's records in memory) reads the store
-    namespace = client.current().namespace
-    rg.shutdown()
-    rg.init(namespace=namespace, store=store)
+    ray.kill(client.current().coordinator, no_restart=False)
     for damaged in (data[: len(data) // 2], data[:-1] + bytes([data[-1] ^ 1])):
         path.unlink()
         path.write_bytes(damaged)

@@ -3,12 +3,11 @@ the store alone, for runs awaiting approval, failed and completed."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from conftest import Namespaces
 
 import raygents as rg
 from raygents.core.messages import ModelRequest, ModelResponse
@@ -18,12 +17,9 @@ pytestmark = [pytest.mark.usefixtures("rt"), pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
-    url = f"file://{tmp_path / 'ckpt'}"
-    rg.shutdown()
-    rg.init(namespace=f"history-{os.urandom(3).hex()}", store=url)
-    yield url
-    rg.shutdown()
+def store(module_raygents: Namespaces) -> str:
+    """raygents on the module's namespace over a file store (its tests share both)."""
+    return module_raygents.file_store()
 
 
 @rg.tool(num_cpus=0)
@@ -98,12 +94,9 @@ def _fail_free(req: ModelRequest) -> ModelResponse:
 
 
 @pytest.fixture
-def kept(own_raygents: None, tmp_path: Path) -> Iterator[str]:
-    url = f"file://{tmp_path / 'kept'}"
-    rg.shutdown()
-    rg.init(namespace=f"history-kept-{os.urandom(3).hex()}", store=url, keep_history=True)
-    yield url
-    rg.shutdown()
+def kept(module_raygents: Namespaces) -> str:
+    """raygents on the module's namespace that keeps completed runs' records."""
+    return module_raygents.file_store("kept", keep_history=True)
 
 
 def test_keep_history_keeps_a_completed_runs_steps(kept: str, tmp_path: Path) -> None:

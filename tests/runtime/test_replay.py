@@ -4,11 +4,10 @@ are found, and no model and no tool is called."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import Namespaces
 from pydantic import BaseModel
 
 import raygents as rg
@@ -20,12 +19,9 @@ pytestmark = [pytest.mark.usefixtures("rt"), pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
-    url = f"file://{tmp_path / 'ckpt'}"
-    rg.shutdown()
-    rg.init(namespace=f"replay-{os.urandom(3).hex()}", store=url)
-    yield url
-    rg.shutdown()
+def store(module_raygents: Namespaces) -> str:
+    """raygents on the module's namespace over a file store (its tests share both)."""
+    return module_raygents.file_store()
 
 
 @rg.tool(num_cpus=0)
