@@ -5,7 +5,7 @@ own Ray instance: a test file goes to one worker whole (its module fixtures star
 fault tests go to one worker together, and the load tests run last, alone (see
 :func:`pytest_xdist_make_scheduler`). The project's modules are compiled once before the
 workers start (:func:`pytest_configure`), and the session's agent actors retire after
-:data:`IDLE_ACTOR_S` idle: both keep the suite's many Ray processes cheap.
+:data:`spaces.IDLE_ACTOR_S` idle: both keep the suite's many Ray processes cheap.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import compileall
 import os
 import pathlib
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
+from spaces import Namespaces, session_raygents
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # The suite's s3:// stores are moto's, thrown away with it: they opt out of the key a shared
@@ -37,98 +38,6 @@ and tests beside them slow down many times over (those that start actors most)."
 
 SOURCES = ("raygents", "tests", "examples", "benchmarks", "tools")
 """The project's folders of Python modules, compiled once before any test starts."""
-
-
-IDLE_ACTOR_S = 8.0
-"""How long an agent actor of the session's raygents stays with no run (the default keeps it 10
-minutes). Tests define agents by the hundred; an actor idle for a quarter of this serves the
-next agent that has none instead of a new process starting (one start costs about 0.9 CPU-s
-here), and an idle Ray actor still takes 0.7% of a core (its main thread wakes every 10 ms to
-check for signals). At 8 s, ``tests/agents tests/core`` used 60.3 CPU-s against 66.9 to 69.0 at
-20 s (docs/perf-log.md, findings 72 and 75)."""
-
-
-def session_raygents() -> None:
-    """Bring up the session's raygents on the session's Ray instance (a no-op when it is up;
-    one a module keeps, see :class:`Namespaces`, is left up for its next test)."""
-    import raygents
-    from raygents.runtime.driver import client
-
-    runtime = client._runtime
-    if runtime is not None and runtime.namespace in Namespaces.kept:
-        park()
-    raygents.init(store="memory://", idle_actor_s=IDLE_ACTOR_S)
-
-
-def park() -> None:
-    """Shut this process's raygents down, leaving its namespace's coordinator and agent actors
-    up: the next ``init`` of that namespace finds them by name, as a second driver would."""
-    import raygents
-    from raygents.runtime.driver import client
-
-    if client._runtime is not None:
-        client._runtime.created = False  # (only the runtime that created it removes it)
-    raygents.shutdown()
-
-
-class Namespaces:
-    """Namespaces of raygents a test module keeps up for its tests, one per set of ``init``
-    arguments (its tests' runs share the namespace's coordinator, store and idle agent
-    actors, instead of a coordinator and actors each), removed after the module. A test
-    takes one with the :func:`module_raygents` fixture (:func:`rt` then leaves it up)."""
-
-    kept: ClassVar[set[str]] = set()
-    """The namespaces kept up in this process."""
-
-    def __init__(self, prefix: str, root: pathlib.Path) -> None:
-        self.prefix = prefix
-        self.root = root
-        self.made: dict[str, str] = {}
-
-    def file_store(self, name: str = "ckpt", **settings: Any) -> str:
-        """:meth:`use` of namespace ``name`` over a ``file://`` store of its own (in a folder
-        of the module's); returns the store's URL."""
-        url = f"file://{self.root / name}"
-        self.use(name, store=url, **settings)
-        return url
-
-    def use(self, name: str, **settings: Any) -> str:
-        """raygents up on this module's namespace ``name`` (made with ``settings`` on first
-        use; a kept namespace that was up is left up); returns the namespace."""
-        import raygents
-        from raygents.runtime.driver import client
-
-        namespace = self.made.setdefault(name, f"{self.prefix}-{name}-{os.urandom(3).hex()}")
-        runtime = client._runtime
-        if runtime is not None and runtime.namespace == namespace:
-            return namespace
-        if runtime is not None and runtime.namespace in Namespaces.kept:
-            park()
-        else:
-            raygents.shutdown()  # (the session's, as a test with its own namespace does)
-        raygents.init(namespace=namespace, idle_actor_s=IDLE_ACTOR_S, **settings)
-        Namespaces.kept.add(namespace)
-        return namespace
-
-    def close(self) -> None:
-        """Remove the module's namespaces: their agent actors and coordinators."""
-        import ray
-
-        import raygents
-        from raygents.runtime.driver import client
-        from raygents.runtime.link.coordinator_client import COORDINATOR_NAME
-
-        runtime = client._runtime
-        if runtime is not None and runtime.namespace in self.made.values():
-            raygents.shutdown()
-        for namespace in self.made.values():
-            Namespaces.kept.discard(namespace)
-            try:
-                coordinator = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
-            except ValueError:
-                continue  # (a test removed it)
-            ray.get(coordinator.stop_agents.remote(), timeout=30)
-            ray.kill(coordinator, no_restart=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

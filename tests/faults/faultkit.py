@@ -58,8 +58,14 @@ def apply_effect_once(path: str, key: str) -> None:
 
 
 def agent_actor(name: str) -> Any:
-    """The (first) actor serving agent ``name`` in the current namespace."""
-    namespace = rg.runtime.driver.client.current().namespace
+    """The (first) actor serving agent ``name`` in the current namespace: the one this
+    driver sent its runs to, else the one created for it (an idle actor that took another
+    agent keeps the Ray name of the agent it was created for)."""
+    runtime = rg.runtime.driver.client.current()
+    cached = [h for (_, agent), h in runtime.directory._actors.items() if agent == name and h]
+    if len(cached) == 1:
+        return cached[0][0]
+    namespace = runtime.namespace
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] == namespace and entry["name"].startswith(f"agent:{name}@"):
             return ray.get_actor(entry["name"], namespace=namespace)

@@ -5,13 +5,12 @@ typed error, with nothing started and the source left as it was."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from spaces import Namespaces
 
 import raygents as rg
 from raygents.core.messages import ModelRequest, ModelResponse
@@ -21,12 +20,9 @@ pytestmark = [pytest.mark.usefixtures("rt"), pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def store(own_raygents: None, tmp_path: Path) -> Iterator[str]:
-    url = f"file://{tmp_path / 'ckpt'}"
-    rg.shutdown()
-    rg.init(namespace=f"hist-bad-{os.urandom(3).hex()}", store=url)
-    yield url
-    rg.shutdown()
+def store(module_raygents: Namespaces) -> str:
+    """raygents on the module's namespace over a file store (its tests share both)."""
+    return module_raygents.file_store()
 
 
 @rg.tool(num_cpus=0)

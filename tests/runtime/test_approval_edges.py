@@ -8,33 +8,26 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import ray
 from faults import faultkit
 from faults.faultkit import Ledger, agent_actor, apply_effect_once, record
+from spaces import Namespaces
 
 import raygents as rg
 from raygents.testing import FunctionModel, ScriptedModel, call, calls, text
 
 
 @pytest.fixture
-def guarded(own_raygents: None, rt: None, tmp_path: Path) -> Iterator[Ledger]:
-    """raygents on a fresh namespace and file store with quick recovery; yields the ledger."""
+def guarded(module_raygents: Namespaces, rt: None, tmp_path: Path) -> Ledger:
+    """raygents on the module's namespace (a file store, quick recovery); the test's ledger."""
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(faultkit)
-    rg.shutdown()
-    rg.init(
-        namespace=f"approvals-{os.urandom(3).hex()}",
-        store=f"file://{tmp_path / 'ckpt'}",
-        heartbeat_s=0.5,
-        stale_after_s=5.0,
-    )
-    yield Ledger(tmp_path / "ledger.jsonl")
-    rg.shutdown()
+    module_raygents.file_store(heartbeat_s=0.5, stale_after_s=5.0)
+    return Ledger(tmp_path / "ledger.jsonl")
 
 
 def wipe(seconds: float) -> rg.Tool:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from conftest import Namespaces
+from spaces import Namespaces
 
 import raygents as rg
 from raygents.errors import CANCEL

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import ray
-from conftest import Namespaces
+from spaces import Namespaces
 
 import raygents as rg
 from raygents.runtime.actor.children import child_run_id

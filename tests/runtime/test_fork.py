@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Namespaces
+from spaces import Namespaces
 
 import raygents as rg
 from raygents.core.messages import ModelRequest, ModelResponse

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import Namespaces
+from spaces import Namespaces
 
 import raygents as rg
 from raygents.core.messages import ModelRequest, ModelResponse

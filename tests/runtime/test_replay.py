@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Namespaces
 from pydantic import BaseModel
+from spaces import Namespaces
 
 import raygents as rg
 from raygents.core.compaction import SUMMARY_INSTRUCTIONS
