@@ -28,9 +28,10 @@ for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS"):
     os.environ.pop(_name, None)
 
 
-HEAVY = ("faults", "load")
-"""Test folders whose tests start clusters, kill processes or load the machine: each runs in
-one xdist worker, one file after the other."""
+HEAVY = ("faults", "load", "serve")
+"""Test folders whose tests start clusters, kill processes or load the machine, or serve over
+HTTP (their modules keep Serve up for the next, see :func:`served`): each runs in one xdist
+worker, one file after the other."""
 ALONE = "load"
 """The folder whose tests run last, once every other test is done: they keep both cores busy,
 and tests beside them slow down many times over (those that start actors most)."""
@@ -79,13 +80,19 @@ def _long(item: pytest.Item, timeout_s: float) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest units of work first, so that the workers finish together: the tests of the
     :data:`HEAVY` folders, then the files with a long test (:func:`_long`), then the rest;
-    those of :data:`ALONE` last."""
+    those of :data:`ALONE` last. The HTTP API's tests that use :func:`served` come one after
+    the other."""
     timeout_s = float(config.getini("timeout") or 0)
     long_files = {_file(item.nodeid) for item in items if _long(item, timeout_s)}
 
-    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
+    def order(item: pytest.Item) -> tuple[bool, bool, bool, bool]:
         folder = _folder(item.nodeid)
-        return (folder == ALONE, folder not in HEAVY, _file(item.nodeid) not in long_files)
+        return (
+            folder == ALONE,
+            folder not in HEAVY,
+            _file(item.nodeid) not in long_files,
+            folder == "serve" and "served" not in item.fixturenames,  # (see `served`)
+        )
 
     items.sort(key=order)
 
@@ -119,11 +126,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return Scheduling(config, log)
 
 
+_next: list[pytest.Item | None] = [None]
+"""The test that runs after the one being torn down (None after the last)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    _next[0] = nextitem
+    return (yield)
+
+
 @pytest.fixture(scope="module")
 def served(ray_session: None, request: pytest.FixtureRequest) -> Iterator[Any]:
     """The test module's ``AGENTS`` served over HTTP (``raygents.serve.start``) on the
     session's Ray instance, bound to 127.0.0.1, with a token (the module's ``SERVE_TOKEN``,
-    else :data:`servekit.TOKEN`); Serve is shut down after the module."""
+    else :data:`servekit.TOKEN`). The app is stopped after the module, and Serve shut down
+    unless the next test serves too (it then deploys its app on the Serve running: Serve's
+    controller and proxy are processes to start and stop, about 3 s a module)."""
     from ray import cloudpickle, serve
     from servekit import TOKEN, Served, client, start
 
@@ -144,7 +163,9 @@ def served(ray_session: None, request: pytest.FixtureRequest) -> Iterator[Any]:
     finally:
         http.close()
         rgs.stop()
-        serve.shutdown()
+        following = _next[0]
+        if following is None or "served" not in following.fixturenames:
+            serve.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -22,12 +22,17 @@ def free_port() -> int:
 
 
 def start(agents: Any, **options: Any) -> str:
-    """``raygents.serve.start`` on a free port of 127.0.0.1, with another port when that one
-    was taken before Serve's proxy listened (the session's Ray processes open connections
-    from ports of the same range all the time)."""
+    """``raygents.serve.start`` on the port Serve listens on, or, when Serve is down, on a free
+    port of 127.0.0.1, with another port when that one was taken before Serve's proxy
+    listened (the session's Ray processes open connections from ports of the same range all
+    the time)."""
     import raygents.serve as rgs
     from raygents.errors import UserError
+    from raygents.serve.deployment import _serve_address
 
+    listening = _serve_address()
+    if listening is not None:
+        return rgs.start(agents, port=listening[1], **options)
     for _ in range(2):
         try:
             return rgs.start(agents, port=free_port(), **options)
