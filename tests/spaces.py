@@ -30,12 +30,16 @@ def session_raygents() -> None:
 
 def park() -> None:
     """Shut this process's raygents down, leaving its namespace's coordinator and agent actors
-    up: the next ``init`` of that namespace finds them by name, as a second driver would."""
+    up: the next ``init`` of that namespace finds them by name, as a second driver would. A
+    handle to the coordinator stays in :attr:`Namespaces.parked`: Ray removes an actor that is
+    not detached once no handle to it is left, named or not."""
     import raygents
     from raygents.runtime.driver import client
 
-    if client._runtime is not None:
-        client._runtime.created = False  # (only the runtime that created it removes it)
+    runtime = client._runtime
+    if runtime is not None:
+        runtime.created = False  # (only the runtime that created it removes it)
+        Namespaces.parked[runtime.namespace] = runtime.coordinator
     raygents.shutdown()
 
 
@@ -47,6 +51,8 @@ class Namespaces:
 
     kept: ClassVar[set[str]] = set()
     """The namespaces kept up in this process."""
+    parked: ClassVar[dict[str, Any]] = {}
+    """A handle to the coordinator of each namespace kept up while another one is in use."""
 
     def __init__(self, prefix: str, root: pathlib.Path) -> None:
         self.prefix = prefix
@@ -91,6 +97,7 @@ class Namespaces:
             raygents.shutdown()
         for namespace in self.made.values():
             Namespaces.kept.discard(namespace)
+            Namespaces.parked.pop(namespace, None)
             try:
                 coordinator = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
             except ValueError:

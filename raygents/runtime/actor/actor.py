@@ -52,6 +52,9 @@ class AgentActor:
             graph again with a restarted coordinator).
     """
 
+    bound: Binding
+    """The agent this actor serves, and what it keeps of it (another one after :meth:`adopt`)."""
+
     def __init__(
         self,
         graph: dict[str, Agent] | bytes,
