@@ -25,11 +25,13 @@ class Ledger:
         return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
 
     def effects(self) -> dict[str, int]:
-        """How many times each idempotency key took effect (idempotent: counted once)."""
+        """How many times each idempotency key took effect (at most once: see
+        :func:`apply_effect_once`), from the effects' marker files, which a worker killed
+        before it wrote its ledger line leaves too."""
         seen: dict[str, int] = {}
-        for entry in self.entries():
-            if entry["event"] == "effect":
-                seen[entry["key"]] = seen.get(entry["key"], 0) + 1
+        for marker in self.path.parent.glob(f"{self.path.stem}.*.done"):
+            key = marker.read_text()
+            seen[key] = seen.get(key, 0) + 1
         return seen
 
     def starts(self) -> dict[str, int]:
@@ -49,11 +51,14 @@ def record(path: str, event: str, key: str, **extra: Any) -> None:
 def apply_effect_once(path: str, key: str) -> None:
     """An idempotent effect: applied at most once per key, like a payment with a key."""
     marker = Path(path).with_suffix(f".{key.replace(':', '_').replace('/', '_')}.done")
+    staged = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    staged.write_text(key)
     try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.link(staged, marker)  # (the marker appears whole, with its key, or not at all)
     except FileExistsError:
         return
-    os.close(fd)
+    finally:
+        staged.unlink()
     record(path, "effect", key)
 
 
