@@ -250,10 +250,9 @@ class Activation:
         )
         if self.envelope.llm_events:
             self.bound.event(self.emit, state, "llm_start", request=request)
-        active = self.active
-        reply = asyncio.ensure_future(self._call_model(request, state, active))
-        if active is not None:
-            active.waiting_call = reply
+        reply = asyncio.ensure_future(self._call_model(request, state))
+        if self.active is not None:
+            self.active.waiting_call = reply
         if record:
             await asyncio.sleep(0)  # the call goes out first
             try:  # (unchecked: it gates nothing; the next batch's intent is checked)
@@ -401,14 +400,13 @@ class Activation:
         self,
         request: ModelRequest,
         state: RunState,
-        active: Active | None,
     ) -> ModelResponse:
         def on_delta(delta: str) -> None:
             self.bound.event(self.emit, state, "llm_delta", delta=delta)
 
         def on_turn() -> None:
-            if active is not None:
-                active.waiting_call = None  # (it goes out: a suspend waits for its answer)
+            if self.active is not None:
+                self.active.waiting_call = None  # (it goes out: a suspend waits for its answer)
 
         return await self.bound.inputs.answered(
             self.bound.model(), request, state, on_delta if self.envelope.stream else None, on_turn
