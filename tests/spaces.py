@@ -86,21 +86,25 @@ class Namespaces:
 
     def close(self) -> None:
         """Remove the module's namespaces: their agent actors and coordinators."""
+        import contextlib
+
         import ray
 
         import raygents
         from raygents.runtime.driver import client
         from raygents.runtime.link.coordinator_client import COORDINATOR_NAME
 
+        coordinators = {}  # (a handle each before the last other one goes: see park)
+        for namespace in self.made.values():
+            with contextlib.suppress(ValueError):  # (a test removed it)
+                coordinators[namespace] = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
         runtime = client._runtime
         if runtime is not None and runtime.namespace in self.made.values():
             raygents.shutdown()
         for namespace in self.made.values():
             Namespaces.kept.discard(namespace)
             Namespaces.parked.pop(namespace, None)
-            try:
-                coordinator = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
-            except ValueError:
-                continue  # (a test removed it)
-            ray.get(coordinator.stop_agents.remote(), timeout=30)
+        for coordinator in coordinators.values():
+            with contextlib.suppress(ray.exceptions.RayActorError):  # (shutdown removed it)
+                ray.get(coordinator.stop_agents.remote(), timeout=30)
             ray.kill(coordinator, no_restart=True)
