@@ -8,7 +8,11 @@ perf-log.md (a dated log) are not manuals and are not run.
 
 The pages join one local Ray instance (``RAY_ADDRESS``, as a script joins a cluster) that
 :func:`head` starts for the module, instead of each starting one of its own: each page gets a
-store of its own, and starts once nothing of the page before is left on the instance.
+store of its own, and starts once nothing of the page before is left on the instance. A page
+that does not call ``init`` itself gets the suite's ``idle_actor_s`` (:data:`spaces.IDLE_ACTOR_S`)
+from a first line the test adds, so that an agent actor left idle serves the page's next agent
+instead of a process starting for each agent the page defines (the pages' runs are otherwise
+what a user's script does: ``init`` with the defaults, the store from ``$RAYGENTS_STORE``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from driver_process import driver_process, ready_json
+from spaces import IDLE_ACTOR_S
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -77,6 +82,8 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
 @pytest.mark.parametrize("page", [p for p in pages() if snippets(p)], ids=lambda p: p.name)
 def test_page_snippets_run(page: Path, tmp_path: Path, head: RayHead) -> None:
     script = "\n\n".join(snippets(page))
+    if ".init(" not in script:
+        script = f"import raygents\n\nraygents.init(idle_actor_s={IDLE_ACTOR_S})\n\n{script}"
     script += "\n\nimport raygents\n\nraygents.shutdown()\nprint('DOCS OK')\n"
     path = tmp_path / f"{page.stem}_snippets.py"
     path.write_text(script)
