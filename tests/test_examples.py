@@ -77,7 +77,9 @@ def test_the_openai_example_against_a_local_compatible_server(
 
 
 @pytest.mark.timeout(300)
-def test_raygents_serve_serves_the_example_agents_until_interrupted(tmp_path: Path) -> None:
+def test_raygents_serve_serves_the_example_agents_until_interrupted(
+    tmp_path: Path, head: RayHead
+) -> None:
     import signal
     import socket
     import time
@@ -87,10 +89,11 @@ def test_raygents_serve_serves_the_example_agents_until_interrupted(tmp_path: Pa
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_ADDRESS"))}
+    env = dict(head.env)  # (it joins the module's instance, as on a cluster)
     env["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
     env["RAYGENTS_API_TOKEN"] = "example-token-0123456789"
     command = [sys.executable, "-m", "raygents", "serve", "examples.serve_app:AGENTS"]
+    head.reset()
     server = subprocess.Popen(
         [*command, "--port", str(port), "--namespace", "serve-example"],
         cwd=ROOT,
