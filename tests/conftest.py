@@ -191,24 +191,35 @@ def session_s3(s3_proxy: object) -> Iterator[object]:
         yield server
 
 
+SESSION_HEAD = {
+    "num_cpus": 2,
+    "object_store_memory": 2 * 1024**3,
+    "include_dashboard": False,
+    "include_log_monitor": False,
+    "no_monitor": True,
+}
+"""The session's Ray instance: a head of two CPUs without the log monitor (it streams workers'
+output to drivers, which the session does not ask for: ``log_to_driver=False``; it scans every
+worker's log file, and the session leaves thousands) nor the autoscaler's monitor (a local
+instance does not scale): the two took 5% of a core all session long (docs/perf-log.md,
+finding 77)."""
+
+
 @pytest.fixture(scope="session")
 def ray_session(s3_proxy: object) -> Iterator[None]:
     """A private local Ray instance with raygents initialised on it, for the whole session."""
     import ray
+    from ray.cluster_utils import Cluster
 
     import raygents
 
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    cluster = Cluster(initialize_head=True, head_node_args=SESSION_HEAD)
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     session_raygents()
     yield
     raygents.shutdown()
     ray.shutdown()
+    cluster.shutdown()
 
 
 @pytest.fixture
