@@ -7,13 +7,13 @@ import os
 import pathlib
 from typing import Any, ClassVar
 
-IDLE_ACTOR_S = 8.0
+IDLE_ACTOR_S = 4.0
 """How long an agent actor of the session's raygents stays with no run (the default keeps it 10
 minutes). Tests define agents by the hundred; an actor idle for a quarter of this serves the
 next agent that has none instead of a new process starting (one start costs about 0.9 CPU-s
 here), and an idle Ray actor still takes 0.7% of a core (its main thread wakes every 10 ms to
-check for signals). At 8 s, ``tests/agents tests/core`` used 60.3 CPU-s against 66.9 to 69.0 at
-20 s (docs/perf-log.md, findings 72 and 75)."""
+check for signals). ``tests/agents tests/core tests/hostile`` used 118.3 and 118.6 CPU-s at 4 s
+against 129.6 and 127.3 at 8 s (docs/perf-log.md, findings 72, 75 and 77)."""
 
 
 def session_raygents() -> None:
