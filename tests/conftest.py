@@ -209,11 +209,20 @@ finding 77)."""
 def ray_session(s3_proxy: object) -> Iterator[None]:
     """A private local Ray instance with raygents initialised on it, for the whole session."""
     import ray
+    from ray._common.utils import get_ray_address_file
     from ray.cluster_utils import Cluster
 
     import raygents
 
+    current = pathlib.Path(get_ray_address_file(None))
+    named = current.read_text() if current.exists() else None
     cluster = Cluster(initialize_head=True, head_node_args=SESSION_HEAD)
+    # (Cluster names its head in the machine's current-cluster file, where `ray.init()` and
+    # the CLI without an address look: the session's instance is nobody else's to find)
+    if named is None:
+        current.unlink(missing_ok=True)
+    else:
+        current.write_text(named)
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     session_raygents()
     yield
