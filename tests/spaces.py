@@ -94,17 +94,17 @@ class Namespaces:
         from raygents.runtime.driver import client
         from raygents.runtime.link.coordinator_client import COORDINATOR_NAME
 
-        coordinators = {}  # (a handle each before the last other one goes: see park)
+        coordinators = []  # (a handle each before the last other one goes: see park)
         for namespace in self.made.values():
             with contextlib.suppress(ValueError):  # (a test removed it)
-                coordinators[namespace] = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
+                coordinators.append(ray.get_actor(COORDINATOR_NAME, namespace=namespace))
         runtime = client._runtime
         if runtime is not None and runtime.namespace in self.made.values():
             raygents.shutdown()
         for namespace in self.made.values():
             Namespaces.kept.discard(namespace)
             Namespaces.parked.pop(namespace, None)
-        for coordinator in coordinators.values():
+        for coordinator in coordinators:
             with contextlib.suppress(ray.exceptions.RayActorError):  # (shutdown removed it)
                 ray.get(coordinator.stop_agents.remote(), timeout=30)
             ray.kill(coordinator, no_restart=True)

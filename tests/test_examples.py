@@ -16,18 +16,26 @@ ROOT = Path(__file__).resolve().parent.parent
 __all__ = ["head"]  # (the head fixture, one of this module's own)
 
 
-def run(
-    args: list[str], tmp_path: Path, head: RayHead | None = None, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` from the repository's root, with a store of the test's own; on the
-    module's Ray instance with ``head``, else on a local instance it starts itself."""
+def environment(tmp_path: Path, head: RayHead | None = None, **env: str) -> dict[str, str]:
+    """An example's environment: a store of the test's own; the module's Ray instance with
+    ``head``, else none (the example starts a local instance itself)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAY_ADDRESS"))}
     if head is not None:
         clean = dict(head.env)
-    clean["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
-    clean.update(env)
+    return clean | {"RAYGENTS_STORE": f"file://{tmp_path / 'store'}"} | env
+
+
+def run(
+    args: list[str], tmp_path: Path, head: RayHead | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` from the repository's root in :func:`environment`."""
     return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=200
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=environment(tmp_path, head, **env),
+        capture_output=True,
+        text=True,
+        timeout=200,
     )
 
 
@@ -89,9 +97,8 @@ def test_raygents_serve_serves_the_example_agents_until_interrupted(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(head.env)  # (it joins the module's instance, as on a cluster)
-    env["RAYGENTS_STORE"] = f"file://{tmp_path / 'store'}"
-    env["RAYGENTS_API_TOKEN"] = "example-token-0123456789"
+    # (it joins the module's instance, as on a cluster)
+    env = environment(tmp_path, head, RAYGENTS_API_TOKEN="example-token-0123456789")
     command = [sys.executable, "-m", "raygents", "serve", "examples.serve_app:AGENTS"]
     head.reset()
     server = subprocess.Popen(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def record(path: str, event: str, key: str, **extra: Any) -> None:
 def apply_effect_once(path: str, key: str) -> None:
     """An idempotent effect: applied at most once per key, like a payment with a key."""
     marker = Path(path).with_suffix(f".{key.replace(':', '_').replace('/', '_')}.done")
-    staged = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    staged = marker.with_name(f"{marker.name}.{uuid.uuid4().hex}.tmp")  # (one per caller)
     staged.write_text(key)
     try:
         os.link(staged, marker)  # (the marker appears whole, with its key, or not at all)
